@@ -1,0 +1,25 @@
+# Thin wrapper over tools/install-deps.sh and CMake. The two set-up commands of README.md:
+#   make demo   install dependencies, build, run the main job on the bundled demo model
+#   make test   install dependencies, build, run the whole test suite (ctest)
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+
+.PHONY: all deps build demo test clean
+
+all: build
+
+deps:
+	@tools/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@tools/demo.sh $(BUILD)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD)

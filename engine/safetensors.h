@@ -1,0 +1,96 @@
+/* engine/safetensors.h — read-only, zero-copy access to a safetensors checkpoint.
+ *
+ * Owns: parsing and validating safetensors headers (format: an 8-byte little-endian
+ * header length N, N bytes of UTF-8 JSON {name: {dtype, shape, data_offsets:[begin,end]},
+ * "__metadata__": {str: str}}, then the byte buffer), sharded checkpoints through
+ * model.safetensors.index.json, and the read-only mmap of every file. Tensor data pointers
+ * point into the mapping; nothing is copied. Does not own: what the tensors mean
+ * (engine/model.c checks names, dtypes and shapes against the config).
+ */
+#ifndef DF_ENGINE_SAFETENSORS_H
+#define DF_ENGINE_SAFETENSORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DF_ST_MAX_DIMS 8
+
+/* Every dtype name the safetensors format defines is recognised. Only BF16, F16 and F32
+ * are computed with today; the rest are parsed so a model loader can refuse them by name. */
+typedef enum {
+  DF_DT_BF16 = 0,
+  DF_DT_F16,
+  DF_DT_F32,
+  DF_DT_F64,
+  DF_DT_F8_E4M3,
+  DF_DT_F8_E5M2,
+  DF_DT_I8,
+  DF_DT_U8,
+  DF_DT_I16,
+  DF_DT_U16,
+  DF_DT_I32,
+  DF_DT_U32,
+  DF_DT_I64,
+  DF_DT_U64,
+  DF_DT_BOOL,
+  DF_DT_COUNT
+} df_dtype;
+
+/* Bytes per element of a dtype (1 for F8/I8/U8/BOOL). */
+size_t df_dtype_size(df_dtype dt);
+/* Name as spelled in safetensors headers ("BF16"). Never NULL. */
+const char *df_dtype_name(df_dtype dt);
+/* True for the dtypes the engine computes with (BF16, F16, F32). */
+bool df_dtype_is_supported(df_dtype dt);
+
+typedef struct df_st_tensor {
+  const char *name;              /* owned by the df_st_model */
+  df_dtype dtype;
+  int ndim;                      /* 0..DF_ST_MAX_DIMS */
+  int64_t shape[DF_ST_MAX_DIMS]; /* row-major, outermost first */
+  uint64_t nbytes;               /* = product(shape) * df_dtype_size(dtype) */
+  uint64_t file_offset;          /* absolute byte offset of the data in its file */
+  int file_index;                /* index into the model's file list */
+  const void *data;              /* points into the read-only mmap; NULL for the parser-only API */
+} df_st_tensor;
+
+typedef struct df_st_model df_st_model;
+
+/* Open a checkpoint folder: DIR/model.safetensors.index.json when present (every file named
+ * by its weight_map is opened and every mapped tensor must appear in the file the index
+ * names), else DIR/model.safetensors, else the single *.safetensors file in DIR.
+ * Every file is mmapped read-only (PROT_READ, MAP_SHARED); no tensor bytes are copied.
+ * Errors (-1, one line in err naming the file and, where relevant, the tensor): missing
+ * files, file shorter than 8 bytes, header length past the end of the file or > 100 MiB,
+ * invalid JSON/UTF-8, unknown dtype, shape/offset mismatch (end-begin != numel*size),
+ * offsets outside the data area, overlapping tensors, duplicate names across shards.
+ * On success *out owns the mappings; free with df_st_close. */
+int df_st_open(const char *dir, df_st_model **out, char *err, size_t errlen);
+
+/* Open one .safetensors file (no index). Same errors as df_st_open. */
+int df_st_open_file(const char *path, df_st_model **out, char *err, size_t errlen);
+
+/* Unmap everything and free; sets *m to NULL. NULL-safe. */
+void df_st_close(df_st_model **m);
+
+/* Tensor by exact name, or NULL. Pointer valid until df_st_close. O(log n). */
+const df_st_tensor *df_st_find(const df_st_model *m, const char *name);
+
+/* Number of tensors, and the i-th in name order (0 <= i < count). */
+size_t df_st_count(const df_st_model *m);
+const df_st_tensor *df_st_at(const df_st_model *m, size_t i);
+
+/* Number of files and the path of file i (as opened). */
+int df_st_file_count(const df_st_model *m);
+const char *df_st_file_path(const df_st_model *m, int i);
+/* Total bytes of tensor data across all files. */
+uint64_t df_st_total_bytes(const df_st_model *m);
+
+/* Parser only (used by the fuzzer and tests): validate a complete file image `buf` of
+ * `len` bytes and return the number of tensors in *n_out. `name` is used in messages.
+ * Same errors as df_st_open. Never reads outside buf. */
+int df_st_validate_buffer(const uint8_t *buf, size_t len, const char *name, size_t *n_out,
+                          char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs every Debian and npm dependency Deltafin needs to build, test and train.
+# Idempotent: packages already present are skipped; safe to run repeatedly.
+# Usage: tools/install-deps.sh        (uses sudo when not root)
+set -euo pipefail
+
+DEBS=(
+  build-essential cmake pkg-config git
+  clang libclang-rt-14-dev                 # libFuzzer targets
+  libtorch-dev libopenblas0-pthread        # tensor math (CPU libtorch 1.13)
+  libzmq3-dev libsodium-dev                # transport, CURVE
+  libmsgpack-dev                           # wire format
+  libcurl4-openssl-dev                     # downloads
+  libmbedtls-dev                           # SHA-256, HMAC, CTR-DRBG
+  libmicrohttpd-dev                        # HTTP /v1 server
+  libjansson-dev                           # JSON
+  libpcre2-dev libutf8proc-dev             # tokenizer regex + unicode
+  libcmocka-dev                            # unit tests
+  python3 python3-torch python3-numpy python3-jinja2 python3-matplotlib  # reference + trainer
+)
+# Node.js: keep whatever provides node+npm already (e.g. a nodesource build that bundles npm).
+command -v node >/dev/null 2>&1 || DEBS+=(nodejs)
+command -v npm >/dev/null 2>&1 || DEBS+=(npm)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${DEBS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: Debian packages present"
+fi
+
+# npm packages live in tools/node_modules (git-ignored), pinned by tools/package.json.
+here="$(cd "$(dirname "$0")" && pwd)"
+if [ -f "$here/package.json" ]; then
+  if [ ! -d "$here/node_modules" ] || [ "$here/package.json" -nt "$here/node_modules" ]; then
+    echo "install-deps: npm packages"
+    (cd "$here" && npm install --no-audit --no-fund --loglevel=error && touch node_modules)
+  fi
+fi
