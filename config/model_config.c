@@ -1,0 +1,1 @@
+/* config/model_config.c — placeholder; see model_config.h. */

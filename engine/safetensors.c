@@ -1,0 +1,1 @@
+/* engine/safetensors.c — placeholder; see safetensors.h. */
