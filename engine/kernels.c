@@ -1,2 +1,395 @@
-/* engine/kernels.c — placeholder until the CPU kernels land. */
-int df_k_placeholder(void) { return 0; }
+/* engine/kernels.c — batch-invariant CPU kernels; see kernels.h for the reduction order.
+ *
+ * Owns: AVX2+FMA and scalar implementations of linear, RMSNorm, RoPE, attention, router
+ * softmax/top-k, SwiGLU and small vector ops, and the runtime ISA choice. The scalar path
+ * reproduces the AVX2 path bit for bit (same lane structure, fmaf).
+ */
+#include "engine/kernels.h"
+
+#include <assert.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DF_HAVE_X86 1
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#else
+#define DF_HAVE_X86 0
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+static int g_isa = -1;
+
+df_isa df_k_isa(void) {
+  if (g_isa < 0) {
+    g_isa = DF_ISA_SCALAR;
+#if DF_HAVE_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) g_isa = DF_ISA_AVX2;
+#endif
+  }
+  return (df_isa)g_isa;
+}
+
+df_isa df_k_set_isa(df_isa isa) {
+  g_isa = -1;
+  df_isa best = df_k_isa();
+  g_isa = (isa == DF_ISA_AVX2 && best == DF_ISA_AVX2) ? DF_ISA_AVX2 : DF_ISA_SCALAR;
+  return (df_isa)g_isa;
+}
+
+const char *df_k_isa_name(df_isa isa) { return isa == DF_ISA_AVX2 ? "avx2" : "scalar"; }
+
+int df_k_max_threads(void) { return omp_get_max_threads(); }
+
+/* ---- scalar helpers ------------------------------------------------------------------ */
+
+static inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else { /* subnormal: renormalise */
+      int e = -1;
+      do { man <<= 1; e++; } while (!(man & 0x400));
+      u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float df_k_to_f32(const void *p, df_dtype dt, int64_t i) {
+  switch (dt) {
+  case DF_DT_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+  case DF_DT_F16: return f16_to_f32(((const uint16_t *)p)[i]);
+  case DF_DT_F32: return ((const float *)p)[i];
+  default: assert(!"df_k_to_f32: unsupported dtype"); return 0.0f;
+  }
+}
+
+/* The fixed lane reduction: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
+static inline float lanes_reduce(const float a[8]) {
+  float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+/* ---- AVX2 helpers -------------------------------------------------------------------- */
+#if DF_HAVE_X86
+INLINE AVX2_FN __m256 avx2_ld(const void *base, df_dtype dt, int64_t i) {
+  if (dt == DF_DT_BF16) {
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  if (dt == DF_DT_F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+  return _mm256_loadu_ps((const float *)base + i);
+}
+
+INLINE AVX2_FN float avx2_reduce(__m256 v) {
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+#endif
+
+/* ---- dot ----------------------------------------------------------------------------- */
+
+static float dot_scalar(const float *a, const float *b, int64_t n) {
+  float acc[8] = {0};
+  int64_t n8 = n & ~(int64_t)7, k;
+  for (k = 0; k < n8; k += 8)
+    for (int l = 0; l < 8; l++) acc[l] = fmaf(a[k + l], b[k + l], acc[l]);
+  float s = lanes_reduce(acc);
+  for (; k < n; k++) s = fmaf(a[k], b[k], s);
+  return s;
+}
+
+#if DF_HAVE_X86
+static AVX2_FN float dot_avx2(const float *a, const float *b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t n8 = n & ~(int64_t)7, k;
+  for (k = 0; k < n8; k += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
+  float s = avx2_reduce(acc);
+  for (; k < n; k++) s = fmaf(a[k], b[k], s);
+  return s;
+}
+#endif
+
+float df_k_dot(const float *a, const float *b, int64_t n) {
+#if DF_HAVE_X86
+  if (df_k_isa() == DF_ISA_AVX2) return dot_avx2(a, b, n);
+#endif
+  return dot_scalar(a, b, n);
+}
+
+/* ---- linear -------------------------------------------------------------------------- */
+
+#define MR_MAX 3
+#define NR 4
+
+/* One MR x NR tile: y[i, j] for i < mr, j < nr. w points at the tile's first weight row. */
+INLINE void tile_scalar(df_dtype dt, int mr, int nr, const float *x, int64_t ldx, const void *w,
+                        int64_t K, const void *bias, int64_t n0, float *y, int64_t ldy) {
+  for (int i = 0; i < mr; i++) {
+    for (int j = 0; j < nr; j++) {
+      const float *xr = x + i * ldx;
+      int64_t wo = (int64_t)j * K;
+      float acc[8] = {0};
+      int64_t K8 = K & ~(int64_t)7, k;
+      for (k = 0; k < K8; k += 8)
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(xr[k + l], df_k_to_f32(w, dt, wo + k + l), acc[l]);
+      float s = lanes_reduce(acc);
+      for (; k < K; k++) s = fmaf(xr[k], df_k_to_f32(w, dt, wo + k), s);
+      if (bias) s += df_k_to_f32(bias, dt, n0 + j);
+      y[i * ldy + j] = s;
+    }
+  }
+}
+
+#if DF_HAVE_X86
+INLINE AVX2_FN void tile_avx2(df_dtype dt, int mr, int nr, const float *x, int64_t ldx,
+                              const void *w, int64_t K, const void *bias, int64_t n0, float *y,
+                              int64_t ldy) {
+  __m256 acc[MR_MAX][NR];
+  for (int i = 0; i < mr; i++)
+    for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
+  int64_t K8 = K & ~(int64_t)7, k;
+  for (k = 0; k < K8; k += 8) {
+    for (int j = 0; j < nr; j++) {
+      __m256 wv = avx2_ld(w, dt, (int64_t)j * K + k);
+      for (int i = 0; i < mr; i++)
+        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), wv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < mr; i++) {
+    for (int j = 0; j < nr; j++) {
+      float s = avx2_reduce(acc[i][j]);
+      for (int64_t t = K8; t < K; t++)
+        s = fmaf(x[i * ldx + t], df_k_to_f32(w, dt, (int64_t)j * K + t), s);
+      if (bias) s += df_k_to_f32(bias, dt, n0 + j);
+      y[i * ldy + j] = s;
+    }
+  }
+}
+#endif
+
+/* Expands a tile function for every (mr, nr) so each call site has constant bounds. */
+#define TILE_SWITCH(fn, dt, mr, nr, ...)                                                       \
+  switch ((mr) * 8 + (nr)) {                                                                 \
+  case 1 * 8 + 1: fn(dt, 1, 1, __VA_ARGS__); break;                                          \
+  case 1 * 8 + 2: fn(dt, 1, 2, __VA_ARGS__); break;                                          \
+  case 1 * 8 + 3: fn(dt, 1, 3, __VA_ARGS__); break;                                          \
+  case 1 * 8 + 4: fn(dt, 1, 4, __VA_ARGS__); break;                                          \
+  case 2 * 8 + 1: fn(dt, 2, 1, __VA_ARGS__); break;                                          \
+  case 2 * 8 + 2: fn(dt, 2, 2, __VA_ARGS__); break;                                          \
+  case 2 * 8 + 3: fn(dt, 2, 3, __VA_ARGS__); break;                                          \
+  case 2 * 8 + 4: fn(dt, 2, 4, __VA_ARGS__); break;                                          \
+  case 3 * 8 + 1: fn(dt, 3, 1, __VA_ARGS__); break;                                          \
+  case 3 * 8 + 2: fn(dt, 3, 2, __VA_ARGS__); break;                                          \
+  case 3 * 8 + 3: fn(dt, 3, 3, __VA_ARGS__); break;                                          \
+  case 3 * 8 + 4: fn(dt, 3, 4, __VA_ARGS__); break;                                          \
+  default: assert(!"tile shape"); }
+
+/* Column tile of NR outputs for all M rows: weights of the tile stay in L1 across rows. */
+#define DEF_COLTILE(name, tilefn, attr, dtc)                                                  \
+  static attr void name(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,    \
+                        int64_t n0, int nr, const void *bias, float *y, int64_t ldy) {       \
+    const void *wt = (const char *)w + (size_t)n0 * (size_t)K * df_dtype_size(dtc);          \
+    for (int64_t m0 = 0; m0 < M; m0 += MR_MAX) {                                             \
+      int mr = (int)(M - m0 < MR_MAX ? M - m0 : MR_MAX);                                     \
+      TILE_SWITCH(tilefn, dtc, mr, nr, x + m0 * ldx, ldx, wt, K, bias, n0, y + m0 * ldy + n0, \
+                  ldy)                                                                       \
+    }                                                                                        \
+  }
+
+DEF_COLTILE(coltile_scalar_bf16, tile_scalar, , DF_DT_BF16)
+DEF_COLTILE(coltile_scalar_f16, tile_scalar, , DF_DT_F16)
+DEF_COLTILE(coltile_scalar_f32, tile_scalar, , DF_DT_F32)
+#if DF_HAVE_X86
+DEF_COLTILE(coltile_avx2_bf16, tile_avx2, AVX2_FN, DF_DT_BF16)
+DEF_COLTILE(coltile_avx2_f16, tile_avx2, AVX2_FN, DF_DT_F16)
+DEF_COLTILE(coltile_avx2_f32, tile_avx2, AVX2_FN, DF_DT_F32)
+#endif
+
+typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void *, int64_t, int,
+                           const void *, float *, int64_t);
+
+void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
+                 df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy) {
+  assert(M >= 0 && K > 0 && N > 0 && ldx >= K && ldy >= N);
+  coltile_fn fn = NULL;
+  bool avx2 = df_k_isa() == DF_ISA_AVX2;
+  switch (wdt) {
+#if DF_HAVE_X86
+  case DF_DT_BF16: fn = avx2 ? coltile_avx2_bf16 : coltile_scalar_bf16; break;
+  case DF_DT_F16: fn = avx2 ? coltile_avx2_f16 : coltile_scalar_f16; break;
+  case DF_DT_F32: fn = avx2 ? coltile_avx2_f32 : coltile_scalar_f32; break;
+#else
+  case DF_DT_BF16: fn = coltile_scalar_bf16; break;
+  case DF_DT_F16: fn = coltile_scalar_f16; break;
+  case DF_DT_F32: fn = coltile_scalar_f32; break;
+#endif
+  default: assert(!"df_k_linear: weight dtype"); return;
+  }
+  (void)avx2;
+  if (M == 0) return;
+  int64_t n_tiles = (N + NR - 1) / NR;
+  /* Threads only pay off above a few hundred kFLOP; results do not depend on it. */
+  bool par = M * N * K >= 65536;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t t = 0; t < n_tiles; t++) {
+    int64_t n0 = t * NR;
+    int nr = (int)(N - n0 < NR ? N - n0 : NR);
+    fn(x, M, K, ldx, w, n0, nr, bias, y, ldy);
+  }
+}
+
+/* ---- RMSNorm, RoPE ------------------------------------------------------------------- */
+
+void df_k_rmsnorm(const float *x, int64_t R, int64_t D, const void *w, df_dtype wdt, float eps,
+                  float *y) {
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * D;
+    float *yr = y + r * D;
+    float ss = df_k_dot(xr, xr, D);
+    float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int64_t i = 0; i < D; i++) yr[i] = df_k_to_f32(w, wdt, i) * (xr[i] * inv);
+  }
+}
+
+void df_k_rope(float *x, int64_t M, int64_t n_heads, int64_t d, const int64_t *pos,
+               const float *cos_t, const float *sin_t) {
+  int64_t h2 = d / 2;
+  for (int64_t m = 0; m < M; m++) {
+    const float *c = cos_t + pos[m] * h2, *s = sin_t + pos[m] * h2;
+    for (int64_t h = 0; h < n_heads; h++) {
+      float *v = x + (m * n_heads + h) * d;
+      for (int64_t i = 0; i < h2; i++) {
+        float a = v[i], b = v[i + h2];
+        float p0 = a * c[i], p1 = b * s[i], p2 = b * c[i], p3 = a * s[i];
+        v[i] = p0 - p1;
+        v[i + h2] = p2 + p3;
+      }
+    }
+  }
+}
+
+/* ---- attention ----------------------------------------------------------------------- */
+
+void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
+                    int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
+                    float *out, float *scratch) {
+  int64_t group = n_head / n_kv;
+  int64_t pairs = M * n_head;
+  bool par = pairs > 1 && (pos0 + M) * d * pairs >= 16384;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t pr = 0; pr < pairs; pr++) {
+    int64_t m = pr / n_head, h = pr % n_head, kvh = h / group;
+    int64_t n_pos = pos0 + m + 1;
+    const float *qv = q + (m * n_head + h) * d;
+    const float *kb = kc + kvh * ctx * d, *vb = vc + kvh * ctx * d;
+    float *sc = scratch + (int64_t)omp_get_thread_num() * ctx;
+    float mx = -INFINITY;
+    for (int64_t t = 0; t < n_pos; t++) {
+      float s = df_k_dot(qv, kb + t * d, d) * scale;
+      sc[t] = s;
+      if (s > mx) mx = s;
+    }
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n_pos; t++) {
+      sc[t] = expf(sc[t] - mx);
+      sum += sc[t];
+    }
+    float inv = 1.0f / sum;
+    float *o = out + (m * n_head + h) * d;
+    for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
+    for (int64_t t = 0; t < n_pos; t++) df_k_axpy(o, sc[t] * inv, vb + t * d, d);
+  }
+}
+
+/* ---- router, SwiGLU, small ops ------------------------------------------------------- */
+
+void df_k_router_softmax_topk(const float *logits, int64_t R, int64_t E, int64_t k, bool norm,
+                              int32_t *idx, float *wts) {
+  assert(k >= 1 && k <= E && E <= 65536);
+  for (int64_t r = 0; r < R; r++) {
+    const float *l = logits + r * E;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int64_t e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+    for (int64_t e = 0; e < E; e++) sum += expf(l[e] - mx);
+    int32_t *ir = idx + r * k;
+    float *wr = wts + r * k;
+    /* Selection by repeated max: E and k are small (<= a few hundred, <= 16). */
+    for (int64_t j = 0; j < k; j++) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < E; e++) {
+        bool taken = false;
+        for (int64_t t = 0; t < j; t++) taken |= ir[t] == (int32_t)e;
+        if (taken) continue;
+        if (best < 0 || l[e] > l[best]) best = (int32_t)e;
+      }
+      ir[j] = best;
+      wr[j] = expf(l[best] - mx) / sum;
+    }
+    if (norm) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < k; j++) s += wr[j];
+      for (int64_t j = 0; j < k; j++) wr[j] /= s;
+    }
+  }
+}
+
+void df_k_silu_mul(float *g, const float *u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float a = g[i];
+    g[i] = (a / (1.0f + expf(-a))) * u[i];
+  }
+}
+
+void df_k_embed(const int32_t *ids, int64_t n, const void *table, df_dtype dt, int64_t D,
+                float *y) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < D; j++) y[i * D + j] = df_k_to_f32(table, dt, (int64_t)ids[i] * D + j);
+}
+
+void df_k_add(float *y, const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+#if DF_HAVE_X86
+static AVX2_FN void axpy_avx2(float *y, float a, const float *x, int64_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+#endif
+
+void df_k_axpy(float *y, float a, const float *x, int64_t n) {
+#if DF_HAVE_X86
+  if (df_k_isa() == DF_ISA_AVX2) {
+    axpy_avx2(y, a, x, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}

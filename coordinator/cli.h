@@ -1,0 +1,27 @@
+/* coordinator/cli.h — shared helpers of the deltafin subcommands.
+ *
+ * Owns: option parsing helpers with clear messages, and the subcommand entry points
+ * (each `int df_cmd_X(int argc, char **argv)` gets argv after the subcommand name and
+ * returns the process exit status: 0 ok, 1 runtime error, 2 usage error).
+ */
+#ifndef DF_COORD_CLI_H
+#define DF_COORD_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+int df_cmd_run(int argc, char **argv);
+int df_cmd_inspect(int argc, char **argv);
+
+/* Parse a decimal integer option value in [lo, hi]; on failure prints
+ * "deltafin: --NAME: expected an integer in [lo, hi], got 'V'" and returns -1. */
+int df_cli_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out);
+/* Parse a finite float option value in [lo, hi]; same error shape. */
+int df_cli_double(const char *name, const char *v, double lo, double hi, double *out);
+/* Parse "1,2,3" into a malloc'd int32 array (caller frees); ids must be >= 0.
+ * Returns count, or -1 with a message naming the bad element. */
+int64_t df_cli_ids(const char *name, const char *v, int32_t **out);
+/* Monotonic clock in seconds. */
+double df_cli_now(void);
+
+#endif

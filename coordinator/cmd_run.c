@@ -1,0 +1,184 @@
+/* coordinator/cmd_run.c — `deltafin run`: prefill a prompt, decode, print tokens.
+ *
+ * Owns: the run subcommand's options, the generation loop of a single sequence
+ * (prefill in chunks, decode one token per forward, stop on EOS or --max-new), --stats and
+ * --logits-out. Text prompts go through the model's tokenizer when one is built in.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/cli.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+
+static void run_usage(FILE *f) {
+  fprintf(f,
+          "usage: deltafin run --model DIR --prompt-ids 1,2,3 [options]\n"
+          "  --model DIR          Hugging Face model folder (config.json, *.safetensors)\n"
+          "  --prompt-ids LIST    prompt as comma-separated token ids\n"
+          "  --max-new N          tokens to generate (default 32)\n"
+          "  --temperature T      0 = greedy (default: generation_config.json, else greedy)\n"
+          "  --top-p P            nucleus sampling mass in (0, 1] (default from generation_config)\n"
+          "  --top-k K            keep the K most likely tokens, 0 = off\n"
+          "  --seed S             random seed for sampling (default 0)\n"
+          "  --ignore-eos         do not stop at end-of-sequence tokens\n"
+          "  --ctx N              context capacity in tokens (default min(max_position, 4096))\n"
+          "  --chunk N            prefill chunk size in tokens (default 64)\n"
+          "  --stats              print prefill/decode speed to stderr\n"
+          "  --logits-out FILE    write fp32 logits of every prompt position, raw little-endian\n"
+          "                       row-major [n_prompt, vocab_size]\n");
+}
+
+enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_LOGITS, O_CTX,
+       O_CHUNK, O_NOEOS, O_HELP };
+
+int df_cmd_run(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, O_MODEL},   {"prompt-ids", required_argument, 0, O_IDS},
+      {"max-new", required_argument, 0, O_MAXNEW}, {"temperature", required_argument, 0, O_TEMP},
+      {"top-p", required_argument, 0, O_TOPP},     {"top-k", required_argument, 0, O_TOPK},
+      {"seed", required_argument, 0, O_SEED},      {"stats", no_argument, 0, O_STATS},
+      {"logits-out", required_argument, 0, O_LOGITS}, {"ctx", required_argument, 0, O_CTX},
+      {"chunk", required_argument, 0, O_CHUNK},    {"ignore-eos", no_argument, 0, O_NOEOS},
+      {"help", no_argument, 0, O_HELP},            {0, 0, 0, 0}};
+  const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL;
+  int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0;
+  double temp = -1, top_p = -1;
+  bool stats = false, ignore_eos = false;
+  int c, rc = 1;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case O_MODEL: model_dir = optarg; break;
+    case O_IDS: ids_arg = optarg; break;
+    case O_MAXNEW: if (df_cli_int("max-new", optarg, 0, 1 << 24, &max_new)) return 2; break;
+    case O_TEMP: if (df_cli_double("temperature", optarg, 0, 100, &temp)) return 2; break;
+    case O_TOPP: if (df_cli_double("top-p", optarg, 1e-9, 1, &top_p)) return 2; break;
+    case O_TOPK: if (df_cli_int("top-k", optarg, 0, 1 << 30, &top_k)) return 2; break;
+    case O_SEED: if (df_cli_int("seed", optarg, 0, INT64_MAX, &seed)) return 2; break;
+    case O_CTX: if (df_cli_int("ctx", optarg, 1, 1 << 24, &ctx)) return 2; break;
+    case O_CHUNK: if (df_cli_int("chunk", optarg, 1, 1 << 16, &chunk)) return 2; break;
+    case O_STATS: stats = true; break;
+    case O_NOEOS: ignore_eos = true; break;
+    case O_LOGITS: logits_path = optarg; break;
+    case O_HELP: run_usage(stdout); return 0;
+    default:
+      fprintf(stderr, "deltafin run: unknown or incomplete option '%s'\n", argv[optind - 1]);
+      run_usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "deltafin run: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if (!model_dir || !ids_arg) {
+    fprintf(stderr, "deltafin run: --model and --prompt-ids are required\n");
+    run_usage(stderr);
+    return 2;
+  }
+  int32_t *prompt = NULL, *out_ids = NULL;
+  int64_t n_prompt = df_cli_ids("prompt-ids", ids_arg, &prompt);
+  if (n_prompt < 0) return 2;
+
+  char err[1024];
+  df_model *m = NULL;
+  df_kv_cache *kv = NULL;
+  df_sampler *smp = NULL;
+  float *logits = NULL;
+  FILE *lf = NULL;
+  double t0 = df_cli_now();
+  df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk};
+  if (ctx == 0) {
+    /* size the context to the job, within the model's limit */
+    mo.max_ctx = 0;
+  }
+  if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: %s\n", err);
+    goto done;
+  }
+  double t_load = df_cli_now() - t0;
+  const df_model_config *cfg = df_model_cfg(m);
+  const df_gen_config *gen = df_model_gen_cfg(m);
+  int64_t V = cfg->vocab_size;
+  if (n_prompt + max_new > df_model_max_ctx(m)) {
+    fprintf(stderr, "deltafin: prompt %lld + max-new %lld tokens exceeds the context of %lld "
+            "tokens (raise --ctx, up to max_position_embeddings %lld)\n", (long long)n_prompt,
+            (long long)max_new, (long long)df_model_max_ctx(m),
+            (long long)cfg->max_position_embeddings);
+    goto done;
+  }
+  df_sampler_params sp = {
+      .temperature = temp >= 0 ? temp : (gen->do_sample ? gen->temperature : 0.0),
+      .top_p = top_p > 0 ? top_p : (gen->do_sample ? gen->top_p : 1.0),
+      .top_k = top_k >= 0 ? top_k : (gen->do_sample ? gen->top_k : 0),
+      .seed = (uint64_t)seed};
+  if (!(smp = df_sampler_new(&sp, V, err, sizeof err)) ||
+      !(kv = df_model_kv_new(m, 0, err, sizeof err))) {
+    fprintf(stderr, "deltafin: %s\n", err);
+    goto done;
+  }
+  logits = malloc((size_t)(logits_path ? n_prompt : 1) * (size_t)V * sizeof(float));
+  out_ids = malloc((size_t)(max_new > 0 ? max_new : 1) * sizeof *out_ids);
+  if (!logits || !out_ids) {
+    fprintf(stderr, "deltafin: out of memory\n");
+    goto done;
+  }
+  double t1 = df_cli_now();
+  if (df_model_forward(m, kv, prompt, n_prompt, logits_path ? DF_LOGITS_ALL : DF_LOGITS_LAST,
+                       logits, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: prefill: %s\n", err);
+    goto done;
+  }
+  double t_prefill = df_cli_now() - t1;
+  if (logits_path) {
+    lf = fopen(logits_path, "wb");
+    if (!lf || fwrite(logits, sizeof(float), (size_t)(n_prompt * V), lf) != (size_t)(n_prompt * V) ||
+        fclose(lf) != 0) {
+      lf = NULL;
+      fprintf(stderr, "deltafin: --logits-out: cannot write '%s'\n", logits_path);
+      goto done;
+    }
+    lf = NULL;
+    memmove(logits, logits + (n_prompt - 1) * V, (size_t)V * sizeof(float));
+  }
+  int64_t n_out = 0;
+  double t2 = df_cli_now();
+  while (n_out < max_new) {
+    int32_t tok = df_sampler_sample(smp, logits);
+    out_ids[n_out++] = tok;
+    printf("%s%d", n_out > 1 ? " " : "", tok);
+    fflush(stdout);
+    bool eos = false;
+    for (int i = 0; i < gen->n_eos; i++) eos |= gen->eos_token_ids[i] == tok;
+    if ((eos && !ignore_eos) || n_out == max_new) break;
+    if (df_model_forward(m, kv, &tok, 1, DF_LOGITS_LAST, logits, err, sizeof err) != 0) {
+      fprintf(stderr, "\ndeltafin: decode: %s\n", err);
+      goto done;
+    }
+  }
+  printf("\n");
+  double t_decode = df_cli_now() - t2;
+  if (stats) {
+    int64_t steps = n_out > 1 ? n_out - 1 : 0; /* forwards after the prefill */
+    fprintf(stderr,
+            "load %.3f s | prefill %lld tokens in %.3f s = %.1f tok/s | decode %lld tokens in "
+            "%.3f s = %.2f tok/s, %.2f ms/token\n",
+            t_load, (long long)n_prompt, t_prefill, n_prompt / t_prefill, (long long)steps,
+            t_decode, steps ? steps / t_decode : 0.0, steps ? 1e3 * t_decode / steps : 0.0);
+  }
+  rc = 0;
+done:
+  if (lf) fclose(lf);
+  free(prompt);
+  free(out_ids);
+  free(logits);
+  df_sampler_destroy(&smp);
+  df_kv_destroy(&kv);
+  df_model_destroy(&m);
+  return rc;
+}

@@ -1,0 +1,63 @@
+/* engine/expert_local.c — in-process expert backend; see expert_local.h. */
+#include "engine/expert_local.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/model.h"
+
+typedef struct local_be {
+  df_expert_backend base;
+  const df_model *m;
+  df_t_tensor *g, *u; /* [max_rows, moe_intermediate] fp32 scratch */
+} local_be;
+
+static int local_run(df_expert_backend *be, const df_expert_request *req, char *err,
+                     size_t errlen) {
+  local_be *lb = (local_be *)be;
+  for (int gi = 0; gi < req->n_groups; gi++) {
+    const df_t_tensor *gate, *up, *down;
+    if (df_model_expert_weights(lb->m, req->layer, req->experts[gi], &gate, &up, &down) != 0) {
+      snprintf(err, errlen, "local experts: layer %d expert %d does not exist", req->layer,
+               req->experts[gi]);
+      return -1;
+    }
+    int64_t r0 = req->offsets[gi], rows = req->offsets[gi + 1] - r0;
+    if (rows > df_t_size(lb->g, 0)) {
+      snprintf(err, errlen, "local experts: group of %lld rows exceeds planned %lld",
+               (long long)rows, (long long)df_t_size(lb->g, 0));
+      return -1;
+    }
+    df_t_swiglu_ffn(req->x, r0, rows, gate, up, down, lb->g, lb->u, req->y);
+  }
+  return 0;
+}
+
+static void local_destroy(df_expert_backend *be) {
+  local_be *lb = (local_be *)be;
+  df_t_destroy(&lb->g);
+  df_t_destroy(&lb->u);
+  free(lb);
+}
+
+static const df_expert_backend_ops local_ops = {"local", local_run, local_destroy};
+
+df_expert_backend *df_expert_local_new(const df_model *m, char *err, size_t errlen) {
+  local_be *lb = calloc(1, sizeof *lb);
+  if (!lb) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  lb->base.ops = &local_ops;
+  lb->base.impl = lb;
+  lb->m = m;
+  int64_t I = df_model_cfg(m)->moe_intermediate_size > 0 ? df_model_cfg(m)->moe_intermediate_size : 1;
+  int64_t shape[2] = {df_model_max_rows(m), I};
+  lb->g = df_t_new_f32(2, shape, err, errlen);
+  lb->u = lb->g ? df_t_new_f32(2, shape, err, errlen) : NULL;
+  if (!lb->u) {
+    local_destroy(&lb->base);
+    return NULL;
+  }
+  return &lb->base;
+}

@@ -1,0 +1,70 @@
+/* engine/kv_cache.c — preallocated, truncatable KV cache; see kv_cache.h. */
+#include "engine/kv_cache.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+df_kv_cache *df_kv_new(int64_t n_layers, int64_t n_kv, int64_t head_dim, int64_t ctx, char *err,
+                       size_t errlen) {
+  if (n_layers <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0) {
+    snprintf(err, errlen, "KV cache: sizes must be positive (layers %lld, kv heads %lld, "
+             "head_dim %lld, ctx %lld)", (long long)n_layers, (long long)n_kv,
+             (long long)head_dim, (long long)ctx);
+    return NULL;
+  }
+  if (n_kv > INT64_MAX / head_dim / ctx / 8 / n_layers) {
+    snprintf(err, errlen, "KV cache: size overflows");
+    return NULL;
+  }
+  df_kv_cache *kv = calloc(1, sizeof *kv);
+  if (!kv) goto oom;
+  kv->n_layers = n_layers;
+  kv->n_kv = n_kv;
+  kv->head_dim = head_dim;
+  kv->ctx = ctx;
+  kv->k = calloc((size_t)n_layers, sizeof *kv->k);
+  kv->v = calloc((size_t)n_layers, sizeof *kv->v);
+  if (!kv->k || !kv->v) goto oom;
+  int64_t shape[3] = {n_kv, ctx, head_dim};
+  for (int64_t l = 0; l < n_layers; l++) {
+    kv->k[l] = df_t_new_f32(3, shape, err, errlen);
+    kv->v[l] = kv->k[l] ? df_t_new_f32(3, shape, err, errlen) : NULL;
+    if (!kv->v[l]) {
+      char inner[256];
+      snprintf(inner, sizeof inner, "%s", err);
+      snprintf(err, errlen, "KV cache of %llu bytes (ctx %lld tokens): %s",
+               (unsigned long long)(2 * n_layers * n_kv * ctx * head_dim * 4), (long long)ctx,
+               inner);
+      df_kv_destroy(&kv);
+      return NULL;
+    }
+  }
+  return kv;
+oom:
+  snprintf(err, errlen, "KV cache: out of memory");
+  df_kv_destroy(&kv);
+  return NULL;
+}
+
+void df_kv_destroy(df_kv_cache **kvp) {
+  if (!kvp || !*kvp) return;
+  df_kv_cache *kv = *kvp;
+  for (int64_t l = 0; l < kv->n_layers; l++) {
+    if (kv->k) df_t_destroy(&kv->k[l]);
+    if (kv->v) df_t_destroy(&kv->v[l]);
+  }
+  free(kv->k);
+  free(kv->v);
+  free(kv);
+  *kvp = NULL;
+}
+
+void df_kv_truncate(df_kv_cache *kv, int64_t n) {
+  assert(n >= 0 && n <= kv->len);
+  kv->len = n;
+}
+
+uint64_t df_kv_bytes(const df_kv_cache *kv) {
+  return (uint64_t)(2 * kv->n_layers * kv->n_kv * kv->ctx * kv->head_dim) * 4u;
+}

@@ -1,0 +1,42 @@
+/* engine/kv_cache.h — a sequence's attention KV cache, preallocated, truncatable.
+ *
+ * Owns: per-layer key and value tensors [n_kv, ctx, head_dim] fp32 and the number of
+ * positions filled. Truncation (speculative decoding's rollback) only moves the length:
+ * positions past it are overwritten by the next forward. Does not own: how K/V are
+ * computed (engine/model.c).
+ */
+#ifndef DF_ENGINE_KV_CACHE_H
+#define DF_ENGINE_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/torch_shim.h"
+
+typedef struct df_kv_cache {
+  int64_t n_layers;
+  int64_t n_kv;     /* key/value heads */
+  int64_t head_dim;
+  int64_t ctx;      /* capacity in tokens */
+  int64_t len;      /* positions filled: the next token is at position len */
+  df_t_tensor **k;  /* [n_layers] each [n_kv, ctx, head_dim] fp32 */
+  df_t_tensor **v;  /* [n_layers] each [n_kv, ctx, head_dim] fp32 */
+} df_kv_cache;
+
+/* Allocate a zeroed cache: n_layers * 2 * n_kv * ctx * head_dim * 4 bytes.
+ * Errors (NULL, message in err): non-positive sizes, size overflow, allocation failure
+ * (message gives the bytes). Free with df_kv_destroy. */
+df_kv_cache *df_kv_new(int64_t n_layers, int64_t n_kv, int64_t head_dim, int64_t ctx, char *err,
+                       size_t errlen);
+
+/* Free; NULLs *kv; NULL-safe. */
+void df_kv_destroy(df_kv_cache **kv);
+
+/* Roll back to n positions (0 <= n <= len; asserts otherwise). The next forward continues
+ * at position n exactly as if the positions past n had never been computed. */
+void df_kv_truncate(df_kv_cache *kv, int64_t n);
+
+/* Bytes held by the cache. */
+uint64_t df_kv_bytes(const df_kv_cache *kv);
+
+#endif

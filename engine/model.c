@@ -1,0 +1,522 @@
+/* engine/model.c — qwen3_moe / qwen3 loading and forward pass; see model.h.
+ *
+ * Owns: tensor binding and validation, planned buffers, RoPE tables, the layer loop, the
+ * MoE routing/grouping/combine. Routed experts themselves run behind the expert backend.
+ */
+#include "engine/model.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/expert_local.h"
+#include "engine/kernels.h"
+
+typedef struct layer_w {
+  const df_t_tensor *in_norm, *post_norm;           /* [H] */
+  const df_t_tensor *q, *k, *v, *o;                 /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
+  const df_t_tensor *qb, *kb, *vb, *ob;             /* biases or NULL */
+  const df_t_tensor *q_norm, *k_norm;               /* [hd] */
+  bool moe;
+  const df_t_tensor *router;                        /* [E, H] */
+  const df_t_tensor **ex_gate, **ex_up, **ex_down;  /* [E] each [I, H], [I, H], [H, I] */
+  const df_t_tensor *mlp_gate, *mlp_up, *mlp_down;  /* dense */
+} layer_w;
+
+struct df_model {
+  char dir[1024];
+  df_model_config cfg;
+  df_gen_config gen;
+  df_st_model *st;
+  int64_t max_ctx, max_rows;
+  /* every handle created (weights), freed at destroy */
+  df_t_tensor **handles;
+  size_t n_handles, cap_handles;
+  const df_t_tensor *embed, *final_norm, *lm_head;
+  layer_w *layers;
+  df_t_tensor *rope_cos, *rope_sin; /* [max_ctx, hd/2] */
+  /* planned buffers, max_rows rows */
+  df_t_tensor *x, *xn, *tmp, *q, *k, *v, *att, *router_logits, *xs, *ys, *g, *u, *logits,
+      *scratch;
+  int32_t *top_idx;   /* [R, k] */
+  float *top_w;       /* [R, k] */
+  int64_t *slot;      /* [R, k] row in xs/ys of (r, j) */
+  int64_t *counts;    /* [E + 1] */
+  int32_t *experts;   /* [E] */
+  int64_t *offsets;   /* [E + 1] */
+  int64_t *pos;       /* [R] */
+  df_expert_backend *backend;
+  df_model_bytes bytes;
+};
+
+/* ---- loading --------------------------------------------------------------------------- */
+
+static const char *file_of(const df_model *m, const df_st_tensor *t) {
+  const char *p = df_st_file_path(m->st, t->file_index);
+  const char *b = strrchr(p, '/');
+  return b ? b + 1 : p;
+}
+
+static int track(df_model *m, df_t_tensor *t) {
+  if (m->n_handles == m->cap_handles) {
+    size_t nc = m->cap_handles ? m->cap_handles * 2 : 256;
+    df_t_tensor **nh = realloc(m->handles, nc * sizeof *nh);
+    if (!nh) return -1;
+    m->handles = nh;
+    m->cap_handles = nc;
+  }
+  m->handles[m->n_handles++] = t;
+  return 0;
+}
+
+/* Bind tensor `name` with the expected shape (ndim dims). Optional tensors return NULL
+ * without error when absent. *is_expert routes its bytes to the expert total. */
+static const df_t_tensor *bind(df_model *m, const char *name, int ndim, const int64_t *shape,
+                               bool optional, bool is_expert, char *err, size_t errlen) {
+  const df_st_tensor *t = df_st_find(m->st, name);
+  if (!t) {
+    if (!optional)
+      snprintf(err, errlen, "%s: missing tensor '%s' (required by config.json: %s, %lld layers)",
+               m->dir, name, m->cfg.model_type, (long long)m->cfg.num_hidden_layers);
+    return NULL;
+  }
+  if (!df_dtype_is_supported(t->dtype)) {
+    snprintf(err, errlen, "%s: tensor '%s' has dtype %s, which is recognised but not supported "
+             "yet (supported: BF16, F16, F32)", file_of(m, t), name, df_dtype_name(t->dtype));
+    return NULL;
+  }
+  bool same = t->ndim == ndim;
+  for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+  if (!same) {
+    char got[128] = "", want[128] = "";
+    size_t o = 0;
+    for (int i = 0; i < t->ndim; i++)
+      o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    o = 0;
+    for (int i = 0; i < ndim; i++)
+      o += (size_t)snprintf(want + o, sizeof want - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    snprintf(err, errlen, "%s: tensor '%s' has shape [%s] but config.json implies [%s]",
+             file_of(m, t), name, got, want);
+    return NULL;
+  }
+  df_t_tensor *h = df_t_wrap(t->data, t->dtype, ndim, shape, err, errlen);
+  if (!h) return NULL;
+  if (track(m, h) != 0) {
+    df_t_destroy(&h);
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  m->bytes.total += t->nbytes;
+  if (is_expert)
+    m->bytes.experts += t->nbytes;
+  else
+    m->bytes.resident += t->nbytes;
+  return h;
+}
+
+#define BIND(dst, name, nd, ...)                                                              \
+  do {                                                                                        \
+    int64_t sh_[] = {__VA_ARGS__};                                                            \
+    if (!((dst) = bind(m, name, nd, sh_, false, false, err, errlen))) goto fail;              \
+  } while (0)
+
+static int bind_layer(df_model *m, int64_t l, char *err, size_t errlen) {
+  const df_model_config *c = &m->cfg;
+  layer_w *L = &m->layers[l];
+  int64_t H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads,
+          nkv = c->num_key_value_heads;
+  char nm[256];
+#define NM(fmt, ...) (snprintf(nm, sizeof nm, "model.layers.%lld." fmt, (long long)l, ##__VA_ARGS__), nm)
+  BIND(L->in_norm, NM("input_layernorm.weight"), 1, H);
+  BIND(L->post_norm, NM("post_attention_layernorm.weight"), 1, H);
+  BIND(L->q, NM("self_attn.q_proj.weight"), 2, nh * hd, H);
+  BIND(L->k, NM("self_attn.k_proj.weight"), 2, nkv * hd, H);
+  BIND(L->v, NM("self_attn.v_proj.weight"), 2, nkv * hd, H);
+  BIND(L->o, NM("self_attn.o_proj.weight"), 2, H, nh * hd);
+  if (c->attention_bias) {
+    BIND(L->qb, NM("self_attn.q_proj.bias"), 1, nh * hd);
+    BIND(L->kb, NM("self_attn.k_proj.bias"), 1, nkv * hd);
+    BIND(L->vb, NM("self_attn.v_proj.bias"), 1, nkv * hd);
+    BIND(L->ob, NM("self_attn.o_proj.bias"), 1, H);
+  }
+  BIND(L->q_norm, NM("self_attn.q_norm.weight"), 1, hd);
+  BIND(L->k_norm, NM("self_attn.k_norm.weight"), 1, hd);
+  L->moe = c->arch == DF_ARCH_QWEN3_MOE && c->is_moe_layer[l];
+  if (L->moe) {
+    int64_t E = c->num_experts, I = c->moe_intermediate_size;
+    BIND(L->router, NM("mlp.gate.weight"), 2, E, H);
+    L->ex_gate = calloc((size_t)E, sizeof *L->ex_gate);
+    L->ex_up = calloc((size_t)E, sizeof *L->ex_up);
+    L->ex_down = calloc((size_t)E, sizeof *L->ex_down);
+    if (!L->ex_gate || !L->ex_up || !L->ex_down) {
+      snprintf(err, errlen, "out of memory");
+      goto fail;
+    }
+    for (int64_t e = 0; e < E; e++) {
+      int64_t s_gu[2] = {I, H}, s_d[2] = {H, I};
+      if (!(L->ex_gate[e] = bind(m, NM("mlp.experts.%lld.gate_proj.weight", (long long)e), 2, s_gu,
+                                 false, true, err, errlen)) ||
+          !(L->ex_up[e] = bind(m, NM("mlp.experts.%lld.up_proj.weight", (long long)e), 2, s_gu,
+                               false, true, err, errlen)) ||
+          !(L->ex_down[e] = bind(m, NM("mlp.experts.%lld.down_proj.weight", (long long)e), 2, s_d,
+                                 false, true, err, errlen)))
+        goto fail;
+    }
+  } else {
+    int64_t I = c->intermediate_size;
+    BIND(L->mlp_gate, NM("mlp.gate_proj.weight"), 2, I, H);
+    BIND(L->mlp_up, NM("mlp.up_proj.weight"), 2, I, H);
+    BIND(L->mlp_down, NM("mlp.down_proj.weight"), 2, H, I);
+  }
+#undef NM
+  return 0;
+fail:
+  return -1;
+}
+
+/* RoPE inverse frequencies per transformers' rope utils (default, linear, yarn). */
+static void rope_inv_freq(const df_model_config *c, double *inv, float *attn_factor) {
+  int64_t d = c->head_dim, h2 = d / 2;
+  double base = c->rope_theta;
+  const df_rope_scaling *rs = &c->rope_scaling;
+  *attn_factor = 1.0f;
+  for (int64_t i = 0; i < h2; i++) {
+    float e = (float)(2 * i) / (float)d;         /* arange(0, d, 2).float() / d */
+    float pf = powf((float)base, e);             /* base ** (...) in fp32 */
+    inv[i] = 1.0f / pf;
+    if (rs->type == DF_ROPE_LINEAR) inv[i] = (float)inv[i] / (float)rs->factor;
+    if (rs->type == DF_ROPE_YARN) {
+      double factor = rs->factor;
+      int64_t omax = rs->original_max_position_embeddings > 0 ? rs->original_max_position_embeddings
+                                                             : c->max_position_embeddings;
+      /* find_correction_range(beta_fast, beta_slow, d, base, omax), truncated */
+      double lo = floor(d * log((double)omax / (rs->beta_fast * 2 * M_PI)) / (2 * log(base)));
+      double hi = ceil(d * log((double)omax / (rs->beta_slow * 2 * M_PI)) / (2 * log(base)));
+      if (lo < 0) lo = 0;
+      if (hi > d - 1) hi = d - 1;
+      if (lo == hi) hi += 0.001;
+      float ramp = ((float)i - (float)lo) / (float)(hi - lo);
+      ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
+      float extrap_factor = 1.0f - ramp;
+      float inv_extrap = 1.0f / pf, inv_interp = 1.0f / ((float)factor * pf);
+      inv[i] = inv_interp * (1.0f - extrap_factor) + inv_extrap * extrap_factor;
+      *attn_factor = rs->attention_factor > 0
+                         ? (float)rs->attention_factor
+                         : (factor <= 1 ? 1.0f : (float)(0.1 * log(factor) + 1.0));
+    }
+  }
+}
+
+static int build_rope(df_model *m, char *err, size_t errlen) {
+  int64_t h2 = m->cfg.head_dim / 2, n = m->max_ctx;
+  double *inv = calloc((size_t)h2, sizeof *inv);
+  if (!inv) return -1;
+  float af;
+  rope_inv_freq(&m->cfg, inv, &af);
+  int64_t shape[2] = {n, h2};
+  m->rope_cos = df_t_new_f32(2, shape, err, errlen);
+  m->rope_sin = m->rope_cos ? df_t_new_f32(2, shape, err, errlen) : NULL;
+  if (!m->rope_sin) {
+    free(inv);
+    return -1;
+  }
+  float *cs = df_t_f32(m->rope_cos), *sn = df_t_f32(m->rope_sin);
+  for (int64_t p = 0; p < n; p++)
+    for (int64_t i = 0; i < h2; i++) {
+      float ang = (float)p * (float)inv[i]; /* fp32 outer product, as HF */
+      cs[p * h2 + i] = cosf(ang) * af;
+      sn[p * h2 + i] = sinf(ang) * af;
+    }
+  free(inv);
+  return 0;
+}
+
+static df_t_tensor *buf2(int64_t a, int64_t b, char *err, size_t errlen) {
+  int64_t s[2] = {a, b};
+  return df_t_new_f32(2, s, err, errlen);
+}
+
+static int plan_buffers(df_model *m, char *err, size_t errlen) {
+  const df_model_config *c = &m->cfg;
+  int64_t R = m->max_rows, H = c->hidden_size, hd = c->head_dim;
+  int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+  int64_t E = c->num_experts > 0 ? c->num_experts : 1, k = c->num_experts_per_tok > 0 ? c->num_experts_per_tok : 1;
+  int64_t I = c->intermediate_size > c->moe_intermediate_size ? c->intermediate_size : c->moe_intermediate_size;
+  if (I <= 0) I = 1;
+  if (!(m->x = buf2(R, H, err, errlen)) || !(m->xn = buf2(R, H, err, errlen)) ||
+      !(m->tmp = buf2(R, H, err, errlen)) || !(m->q = buf2(R, nh * hd, err, errlen)) ||
+      !(m->k = buf2(R, nkv * hd, err, errlen)) || !(m->v = buf2(R, nkv * hd, err, errlen)) ||
+      !(m->att = buf2(R, nh * hd, err, errlen)) || !(m->router_logits = buf2(R, E, err, errlen)) ||
+      !(m->xs = buf2(R * k, H, err, errlen)) || !(m->ys = buf2(R * k, H, err, errlen)) ||
+      !(m->g = buf2(R, I, err, errlen)) || !(m->u = buf2(R, I, err, errlen)) ||
+      !(m->logits = buf2(R, c->vocab_size, err, errlen)) ||
+      !(m->scratch = buf2(df_k_max_threads(), m->max_ctx, err, errlen)))
+    return -1;
+  m->top_idx = calloc((size_t)(R * k), sizeof *m->top_idx);
+  m->top_w = calloc((size_t)(R * k), sizeof *m->top_w);
+  m->slot = calloc((size_t)(R * k), sizeof *m->slot);
+  m->counts = calloc((size_t)(E + 1), sizeof *m->counts);
+  m->experts = calloc((size_t)E, sizeof *m->experts);
+  m->offsets = calloc((size_t)(E + 1), sizeof *m->offsets);
+  m->pos = calloc((size_t)R, sizeof *m->pos);
+  if (!m->top_idx || !m->top_w || !m->slot || !m->counts || !m->experts || !m->offsets || !m->pos) {
+    snprintf(err, errlen, "out of memory planning buffers");
+    return -1;
+  }
+  m->bytes.buffers = (uint64_t)4 * (uint64_t)(R * (3 * H + 2 * nh * hd + 2 * nkv * hd + E +
+                                                   2 * k * H + 2 * I + c->vocab_size) +
+                                              df_k_max_threads() * m->max_ctx);
+  return 0;
+}
+
+int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, char *err,
+                  size_t errlen) {
+  *out = NULL;
+  df_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  snprintf(m->dir, sizeof m->dir, "%s", dir);
+  if (df_cfg_load(dir, &m->cfg, err, errlen) != 0) goto fail;
+  if (df_gen_cfg_load(dir, &m->cfg, &m->gen, err, errlen) != 0) goto fail;
+  if (df_st_open(dir, &m->st, err, errlen) != 0) goto fail;
+  const df_model_config *c = &m->cfg;
+  if (c->head_dim % 2 != 0) {
+    snprintf(err, errlen, "%s/config.json: head_dim %lld must be even for RoPE", dir,
+             (long long)c->head_dim);
+    goto fail;
+  }
+  m->max_ctx = opts && opts->max_ctx > 0 ? opts->max_ctx
+               : (c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096);
+  m->max_rows = opts && opts->max_rows > 0 ? opts->max_rows : 64;
+  int64_t H = c->hidden_size;
+  BIND(m->embed, "model.embed_tokens.weight", 2, c->vocab_size, H);
+  BIND(m->final_norm, "model.norm.weight", 1, H);
+  if (c->tie_word_embeddings) {
+    m->lm_head = m->embed;
+  } else {
+    BIND(m->lm_head, "lm_head.weight", 2, c->vocab_size, H);
+  }
+  m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
+  if (!m->layers) {
+    snprintf(err, errlen, "out of memory");
+    goto fail;
+  }
+  for (int64_t l = 0; l < c->num_hidden_layers; l++)
+    if (bind_layer(m, l, err, errlen) != 0) goto fail;
+  if (build_rope(m, err, errlen) != 0 || plan_buffers(m, err, errlen) != 0) goto fail;
+  /* Weight bytes one decode token reads: the resident part (minus the embedding table when
+   * untied: only one row of it is gathered) plus top-k of E experts on every MoE layer. */
+  m->bytes.active_per_token = m->bytes.resident;
+  if (!c->tie_word_embeddings)
+    m->bytes.active_per_token -= (uint64_t)c->vocab_size * (uint64_t)H *
+                                 df_dtype_size(df_t_dtype(m->embed));
+  if (c->num_experts > 0)
+    m->bytes.active_per_token +=
+        m->bytes.experts / (uint64_t)c->num_experts * (uint64_t)c->num_experts_per_tok;
+  m->backend = df_expert_local_new(m, err, errlen);
+  if (!m->backend) goto fail;
+  *out = m;
+  return 0;
+fail:
+  df_model_destroy(&m);
+  return -1;
+}
+
+void df_model_destroy(df_model **mp) {
+  if (!mp || !*mp) return;
+  df_model *m = *mp;
+  df_expert_backend_destroy(&m->backend);
+  for (size_t i = 0; i < m->n_handles; i++) df_t_destroy(&m->handles[i]);
+  free(m->handles);
+  if (m->layers) {
+    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+      free(m->layers[l].ex_gate);
+      free(m->layers[l].ex_up);
+      free(m->layers[l].ex_down);
+    }
+    free(m->layers);
+  }
+  df_t_tensor **bufs[] = {&m->rope_cos, &m->rope_sin, &m->x, &m->xn, &m->tmp, &m->q, &m->k,
+                          &m->v, &m->att, &m->router_logits, &m->xs, &m->ys, &m->g, &m->u,
+                          &m->logits, &m->scratch};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) df_t_destroy(bufs[i]);
+  free(m->top_idx);
+  free(m->top_w);
+  free(m->slot);
+  free(m->counts);
+  free(m->experts);
+  free(m->offsets);
+  free(m->pos);
+  df_st_close(&m->st);
+  free(m);
+  *mp = NULL;
+}
+
+const df_model_config *df_model_cfg(const df_model *m) { return &m->cfg; }
+const df_gen_config *df_model_gen_cfg(const df_model *m) { return &m->gen; }
+const df_st_model *df_model_tensors(const df_model *m) { return m->st; }
+int64_t df_model_max_ctx(const df_model *m) { return m->max_ctx; }
+int64_t df_model_max_rows(const df_model *m) { return m->max_rows; }
+df_model_bytes df_model_memory(const df_model *m) { return m->bytes; }
+
+df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t errlen) {
+  if (ctx <= 0) ctx = m->max_ctx;
+  if (ctx > m->max_ctx) {
+    snprintf(err, errlen, "context %lld tokens exceeds the model's planned max_ctx %lld",
+             (long long)ctx, (long long)m->max_ctx);
+    return NULL;
+  }
+  return df_kv_new(m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, ctx,
+                   err, errlen);
+}
+
+int df_model_expert_weights(const df_model *m, int layer, int expert, const df_t_tensor **gate,
+                            const df_t_tensor **up, const df_t_tensor **down) {
+  if (layer < 0 || layer >= m->cfg.num_hidden_layers || !m->layers[layer].moe || expert < 0 ||
+      expert >= m->cfg.num_experts)
+    return -1;
+  *gate = m->layers[layer].ex_gate[expert];
+  *up = m->layers[layer].ex_up[expert];
+  *down = m->layers[layer].ex_down[expert];
+  return 0;
+}
+
+void df_model_set_expert_backend(df_model *m, df_expert_backend *be) {
+  df_expert_backend_destroy(&m->backend);
+  if (!be) {
+    char err[256];
+    be = df_expert_local_new(m, err, sizeof err);
+    assert(be);
+  }
+  m->backend = be;
+}
+
+/* ---- forward --------------------------------------------------------------------------- */
+
+/* MoE block over rows [0, R) of m->xn; result in m->tmp. */
+static int moe_block(df_model *m, int layer, int64_t R, char *err, size_t errlen) {
+  const df_model_config *c = &m->cfg;
+  const layer_w *L = &m->layers[layer];
+  int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
+  df_t_linear(m->xn, 0, R, L->router, NULL, m->router_logits);
+  df_t_router_topk(m->router_logits, R, k, c->norm_topk_prob, m->top_idx, m->top_w);
+  /* group (row, choice) pairs by expert id, ascending; rows ascending within a group */
+  memset(m->counts, 0, (size_t)(E + 1) * sizeof *m->counts);
+  for (int64_t i = 0; i < R * k; i++) m->counts[m->top_idx[i]]++;
+  int n_groups = 0;
+  int64_t off = 0;
+  for (int64_t e = 0; e < E; e++) {
+    if (!m->counts[e]) continue;
+    m->experts[n_groups] = (int32_t)e;
+    m->offsets[n_groups++] = off;
+    int64_t cnt = m->counts[e];
+    m->counts[e] = off; /* becomes the fill cursor */
+    off += cnt;
+  }
+  m->offsets[n_groups] = off;
+  const float *xn = df_t_f32(m->xn);
+  float *xs = df_t_f32(m->xs);
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t j = 0; j < k; j++) {
+      int64_t s = m->counts[m->top_idx[r * k + j]]++;
+      m->slot[r * k + j] = s;
+      memcpy(xs + s * H, xn + r * H, (size_t)H * sizeof(float));
+    }
+  df_expert_request req = {.layer = layer, .n_groups = n_groups, .experts = m->experts,
+                           .offsets = m->offsets, .x = m->xs, .y = m->ys};
+  if (df_expert_backend_run(m->backend, &req, err, errlen) != 0) return -1;
+  const float *ys = df_t_f32(m->ys);
+  float *out = df_t_f32(m->tmp);
+  for (int64_t r = 0; r < R; r++) {
+    float *o = out + r * H;
+    memset(o, 0, (size_t)H * sizeof(float));
+    for (int64_t j = 0; j < k; j++) df_k_axpy(o, m->top_w[r * k + j], ys + m->slot[r * k + j] * H, H);
+  }
+  return 0;
+}
+
+/* One chunk of R <= max_rows tokens at positions kv->len .. kv->len+R-1. */
+static int forward_chunk(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t R, char *err,
+                         size_t errlen) {
+  const df_model_config *c = &m->cfg;
+  int64_t H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads,
+          nkv = c->num_key_value_heads, p0 = kv->len;
+  float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+  for (int64_t r = 0; r < R; r++) m->pos[r] = p0 + r;
+  df_t_embed(ids, R, m->embed, m->x);
+  float *x = df_t_f32(m->x), *tmp = df_t_f32(m->tmp);
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+    const layer_w *L = &m->layers[l];
+    df_t_rmsnorm(m->x, R, L->in_norm, eps, m->xn);
+    df_t_linear(m->xn, 0, R, L->q, L->qb, m->q);
+    df_t_linear(m->xn, 0, R, L->k, L->kb, m->k);
+    df_t_linear(m->xn, 0, R, L->v, L->vb, m->v);
+    df_t_rmsnorm(m->q, R * nh, L->q_norm, eps, m->q);
+    df_t_rmsnorm(m->k, R * nkv, L->k_norm, eps, m->k);
+    df_t_rope(m->q, R, nh, m->pos, m->rope_cos, m->rope_sin);
+    df_t_rope(m->k, R, nkv, m->pos, m->rope_cos, m->rope_sin);
+    /* append K/V: cache layout [n_kv, ctx, hd] */
+    float *kc = df_t_f32(kv->k[l]), *vc = df_t_f32(kv->v[l]);
+    const float *kr = df_t_f32(m->k), *vr = df_t_f32(m->v);
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t h = 0; h < nkv; h++) {
+        memcpy(kc + (h * kv->ctx + p0 + r) * hd, kr + (r * nkv + h) * hd, (size_t)hd * 4);
+        memcpy(vc + (h * kv->ctx + p0 + r) * hd, vr + (r * nkv + h) * hd, (size_t)hd * 4);
+      }
+    df_t_attention(m->q, R, p0, nh, kv->k[l], kv->v[l], scale, m->att, m->scratch);
+    df_t_linear(m->att, 0, R, L->o, L->ob, m->tmp);
+    df_k_add(x, tmp, R * H);
+    df_t_rmsnorm(m->x, R, L->post_norm, eps, m->xn);
+    if (L->moe) {
+      if (moe_block(m, (int)l, R, err, errlen) != 0) return -1;
+    } else {
+      df_t_swiglu_ffn(m->xn, 0, R, L->mlp_gate, L->mlp_up, L->mlp_down, m->g, m->u, m->tmp);
+    }
+    df_k_add(x, tmp, R * H);
+  }
+  df_t_rmsnorm(m->x, R, m->final_norm, eps, m->xn);
+  return 0;
+}
+
+int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n,
+                     df_logits_mode mode, float *logits, char *err, size_t errlen) {
+  const df_model_config *c = &m->cfg;
+  int64_t V = c->vocab_size;
+  if (n <= 0) {
+    snprintf(err, errlen, "forward: no tokens");
+    return -1;
+  }
+  if (kv->len + n > kv->ctx) {
+    snprintf(err, errlen, "context overflow: %lld cached + %lld new tokens > context %lld",
+             (long long)kv->len, (long long)n, (long long)kv->ctx);
+    return -1;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= V) {
+      snprintf(err, errlen, "token id %d at index %lld out of range [0, %lld)", ids[i],
+               (long long)i, (long long)V);
+      return -1;
+    }
+  int64_t start = kv->len;
+  for (int64_t done = 0; done < n;) {
+    int64_t R = n - done < m->max_rows ? n - done : m->max_rows;
+    if (forward_chunk(m, kv, ids + done, R, err, errlen) != 0) {
+      kv->len = start;
+      return -1;
+    }
+    kv->len += R;
+    if (mode == DF_LOGITS_ALL) {
+      df_t_linear(m->xn, 0, R, m->lm_head, NULL, m->logits);
+      memcpy(logits + done * V, df_t_f32(m->logits), (size_t)(R * V) * sizeof(float));
+    } else if (mode == DF_LOGITS_LAST && done + R == n) {
+      df_t_linear(m->xn, R - 1, 1, m->lm_head, NULL, m->logits);
+      memcpy(logits, df_t_f32(m->logits) + (R - 1) * V, (size_t)V * sizeof(float));
+    }
+    done += R;
+  }
+  return 0;
+}

@@ -1,0 +1,94 @@
+/* engine/model.h — the qwen3_moe / qwen3 decoder: load a Hugging Face folder, run forwards.
+ *
+ * Owns: binding the checkpoint's tensors to the config (names, dtypes, shapes), the planned
+ * activation buffers, RoPE tables and the forward pass (chunked prefill, decode, verify
+ * batches) following transformers' modeling_qwen3_moe.py / modeling_qwen3.py:
+ *   x = embed(ids)
+ *   per layer: h = x + o_proj(attn(rope(q_norm(q_proj(n))), rope(k_norm(k_proj(n))), v_proj(n)))
+ *              with n = input_layernorm(x);
+ *              x = h + ffn(post_attention_layernorm(h)), ffn = MoE block or dense SwiGLU MLP
+ *   logits = lm_head(norm(x))   (lm_head = embed_tokens when tie_word_embeddings)
+ * MoE block: router logits = gate(n) [fp32], softmax, top-k, optional renormalisation,
+ * routed experts run through an expert backend (engine/expert_backend.h) and combined in fp32
+ * in the router's order. Numerics: fp32 activations, weights in their stored dtype, every
+ * kernel batch-invariant (engine/kernels.h), so a position's logits do not depend on how
+ * the tokens were chunked.
+ * Does not own: the KV cache memory (engine/kv_cache.h, one per sequence), sampling
+ * (engine/sampler.h), tokenization.
+ */
+#ifndef DF_ENGINE_MODEL_H
+#define DF_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/model_config.h"
+#include "engine/expert_backend.h"
+#include "engine/kv_cache.h"
+#include "engine/safetensors.h"
+
+typedef struct df_model df_model;
+
+typedef struct df_model_opts {
+  int64_t max_ctx;  /* tokens a sequence may hold; 0 = min(max_position_embeddings, 4096) */
+  int64_t max_rows; /* rows per forward chunk (prefill chunk size); 0 = 64 */
+} df_model_opts;
+
+/* Memory plan of a loaded model, in bytes of the stored tensors. */
+typedef struct df_model_bytes {
+  uint64_t total;     /* every tensor of the checkpoint the model uses */
+  uint64_t resident;  /* embeddings, attention, norms, routers, dense MLPs, lm_head */
+  uint64_t experts;   /* routed experts */
+  uint64_t active_per_token; /* resident + top-k experts of every MoE layer (decode traffic) */
+  uint64_t buffers;   /* planned activation buffers (fp32) */
+} df_model_bytes;
+
+/* Load DIR (config.json, generation_config.json, *.safetensors): validates every tensor's
+ * presence, dtype (BF16/F16/F32; F8/INT types are refused by name) and shape against the
+ * config, wraps the mmap (no copy), plans buffers for opts->max_rows rows, builds RoPE
+ * tables for max_ctx positions and a local expert backend.
+ * Errors (-1, one line in err naming the file and tensor): config errors, safetensors
+ * errors, a missing tensor, a dtype or shape disagreeing with the config, out of memory. */
+int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, char *err,
+                  size_t errlen);
+
+/* Free the model and its local backend; NULLs *m; NULL-safe. */
+void df_model_destroy(df_model **m);
+
+const df_model_config *df_model_cfg(const df_model *m);
+const df_gen_config *df_model_gen_cfg(const df_model *m);
+const df_st_model *df_model_tensors(const df_model *m);
+int64_t df_model_max_ctx(const df_model *m);
+int64_t df_model_max_rows(const df_model *m);
+df_model_bytes df_model_memory(const df_model *m);
+
+/* A KV cache sized for this model and `ctx` tokens (0 = the model's max_ctx). NULL + err
+ * on failure. Free with df_kv_destroy. */
+df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t errlen);
+
+/* The routed-expert weights of (layer, expert): gate_proj/up_proj [I, H], down_proj [H, I]
+ * in their stored dtype. Returns -1 if the layer is not a MoE layer or expert is out of range. */
+int df_model_expert_weights(const df_model *m, int layer, int expert, const df_t_tensor **gate,
+                            const df_t_tensor **up, const df_t_tensor **down);
+
+/* Replace the expert backend (the model takes ownership; the previous one is destroyed).
+ * NULL restores the local backend. */
+void df_model_set_expert_backend(df_model *m, df_expert_backend *be);
+
+typedef enum {
+  DF_LOGITS_NONE = 0, /* only fill the KV cache */
+  DF_LOGITS_LAST = 1, /* logits [vocab] of the last token */
+  DF_LOGITS_ALL = 2,  /* logits [n, vocab] of every token */
+} df_logits_mode;
+
+/* Run n tokens at positions kv->len .. kv->len+n-1, in chunks of max_rows, appending their
+ * keys/values to kv (kv->len += n on success).
+ *   ids    [n] token ids, each in [0, vocab_size)
+ *   logits fp32 [vocab] (LAST) or [n, vocab] (ALL) or NULL (NONE), caller-owned
+ * Errors (-1, message): an id out of range, kv->len + n > kv->ctx (message gives the
+ * numbers), an expert backend error (kv->len is left unchanged, so the call can be retried).
+ */
+int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n,
+                     df_logits_mode mode, float *logits, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,182 @@
+/* engine/sampler.c — greedy / temperature / top-k / top-p sampling; see sampler.h. */
+#define _GNU_SOURCE
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct df_sampler {
+  df_sampler_params p;
+  int64_t n;
+  uint64_t st[4];  /* xoshiro256** state */
+  float *vals;     /* [n] scaled logits */
+  float *sel;      /* [n] quickselect scratch */
+  float *probs;    /* [n] */
+  int32_t *order;  /* [n] kept ids for top-p */
+};
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(df_sampler *s) {
+  uint64_t *q = s->st, r = rotl(q[1] * 5, 7) * 9, t = q[1] << 17;
+  q[2] ^= q[0];
+  q[3] ^= q[1];
+  q[1] ^= q[2];
+  q[0] ^= q[3];
+  q[2] ^= t;
+  q[3] = rotl(q[3], 45);
+  return r;
+}
+
+double df_sampler_uniform(df_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+int32_t df_argmax_f32(const float *logits, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (logits[i] > logits[best]) best = i;
+  return (int32_t)best;
+}
+
+df_sampler *df_sampler_new(const df_sampler_params *p, int64_t n_vocab, char *err,
+                           size_t errlen) {
+  if (!(p->temperature >= 0) || !isfinite(p->temperature)) {
+    snprintf(err, errlen, "temperature %g must be a finite number >= 0", p->temperature);
+    return NULL;
+  }
+  if (!(p->top_p > 0 && p->top_p <= 1)) {
+    snprintf(err, errlen, "top_p %g must be in (0, 1]", p->top_p);
+    return NULL;
+  }
+  if (p->top_k < 0) {
+    snprintf(err, errlen, "top_k %lld must be >= 0", (long long)p->top_k);
+    return NULL;
+  }
+  if (n_vocab <= 0) {
+    snprintf(err, errlen, "vocabulary size %lld must be positive", (long long)n_vocab);
+    return NULL;
+  }
+  df_sampler *s = calloc(1, sizeof *s);
+  if (!s) goto oom;
+  s->p = *p;
+  s->n = n_vocab;
+  uint64_t x = p->seed;
+  for (int i = 0; i < 4; i++) s->st[i] = splitmix64(&x);
+  s->vals = malloc((size_t)n_vocab * sizeof *s->vals);
+  s->sel = malloc((size_t)n_vocab * sizeof *s->sel);
+  s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
+  s->order = malloc((size_t)n_vocab * sizeof *s->order);
+  if (!s->vals || !s->sel || !s->probs || !s->order) goto oom;
+  return s;
+oom:
+  snprintf(err, errlen, "sampler: out of memory for %lld-token vocabulary", (long long)n_vocab);
+  df_sampler_destroy(&s);
+  return NULL;
+}
+
+void df_sampler_destroy(df_sampler **sp) {
+  if (!sp || !*sp) return;
+  df_sampler *s = *sp;
+  free(s->vals);
+  free(s->sel);
+  free(s->probs);
+  free(s->order);
+  free(s);
+  *sp = NULL;
+}
+
+/* k-th largest (1-based) of a[0..n) by quickselect; a is permuted. */
+static float kth_largest(float *a, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n - 1, want = k - 1;
+  while (lo < hi) {
+    float piv = a[lo + (hi - lo) / 2];
+    int64_t i = lo, j = hi;
+    while (i <= j) {
+      while (a[i] > piv) i++;
+      while (a[j] < piv) j--;
+      if (i <= j) {
+        float t = a[i];
+        a[i++] = a[j];
+        a[j--] = t;
+      }
+    }
+    if (want <= j) hi = j;
+    else if (want >= i) lo = i;
+    else return a[want];
+  }
+  return a[want];
+}
+
+/* ascending probability; ties: higher id first (so lower ids survive top-p removal) */
+static int cmp_prob_asc(const void *a, const void *b, void *ctx) {
+  const float *probs = ctx;
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  float px = probs[x], py = probs[y];
+  if (px != py) return px < py ? -1 : 1;
+  return x > y ? -1 : (x < y ? 1 : 0);
+}
+
+void df_sampler_probs(df_sampler *s, const float *logits, float *probs) {
+  int64_t n = s->n;
+  if (s->p.temperature == 0) {
+    memset(probs, 0, (size_t)n * sizeof *probs);
+    probs[df_argmax_f32(logits, n)] = 1.0f;
+    return;
+  }
+  float inv_t = (float)s->p.temperature;
+  for (int64_t i = 0; i < n; i++) s->vals[i] = logits[i] / inv_t;
+  float thresh = -INFINITY;
+  if (s->p.top_k > 0 && s->p.top_k < n) {
+    memcpy(s->sel, s->vals, (size_t)n * sizeof *s->sel);
+    thresh = kth_largest(s->sel, n, s->p.top_k);
+  }
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; i++)
+    if (s->vals[i] >= thresh && s->vals[i] > mx) mx = s->vals[i];
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    probs[i] = s->vals[i] >= thresh ? expf(s->vals[i] - mx) : 0.0f;
+    sum += probs[i];
+  }
+  for (int64_t i = 0; i < n; i++) probs[i] = (float)(probs[i] / sum);
+  if (s->p.top_p < 1.0) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (probs[i] > 0) s->order[m++] = (int32_t)i;
+    qsort_r(s->order, (size_t)m, sizeof *s->order, cmp_prob_asc, probs);
+    double cum = 0;
+    /* remove from the least probable while the cumulative mass stays <= 1 - top_p; keep the
+     * most probable token always */
+    for (int64_t j = 0; j < m - 1; j++) {
+      cum += probs[s->order[j]];
+      if (cum <= 1.0 - s->p.top_p) probs[s->order[j]] = 0.0f;
+      else break;
+    }
+    sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += probs[i];
+    for (int64_t i = 0; i < n; i++) probs[i] = (float)(probs[i] / sum);
+  }
+}
+
+int32_t df_sampler_sample(df_sampler *s, const float *logits) {
+  if (s->p.temperature == 0) return df_argmax_f32(logits, s->n);
+  df_sampler_probs(s, logits, s->probs);
+  double u = df_sampler_uniform(s), cum = 0;
+  int32_t last = -1;
+  for (int64_t i = 0; i < s->n; i++) {
+    if (s->probs[i] <= 0) continue;
+    last = (int32_t)i;
+    cum += s->probs[i];
+    if (u < cum) return (int32_t)i;
+  }
+  return last;
+}

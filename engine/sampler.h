@@ -1,0 +1,47 @@
+/* engine/sampler.h — next-token choice from logits: greedy, temperature, top-k, top-p.
+ *
+ * Owns: the sampling pipeline and its seeded random stream. Semantics follow transformers'
+ * logits warpers in their usual order: temperature (logits / T), top-k (keep the k largest;
+ * ties at the boundary: lower token id first), top-p (Holtzman et al. 2019: keep the
+ * smallest set of most probable tokens whose probability reaches p; always at least one),
+ * then a draw from the renormalised distribution. temperature 0 means greedy (argmax,
+ * lowest id on ties). The same seed and logits give the same tokens on every machine:
+ * the random stream is splitmix64 → xoshiro256** with 53-bit uniform doubles.
+ */
+#ifndef DF_ENGINE_SAMPLER_H
+#define DF_ENGINE_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct df_sampler_params {
+  double temperature; /* 0 = greedy */
+  double top_p;       /* (0, 1]; 1 = off */
+  int64_t top_k;      /* 0 = off */
+  uint64_t seed;
+} df_sampler_params;
+
+typedef struct df_sampler df_sampler;
+
+/* A sampler for a vocabulary of n_vocab tokens; plans its work buffers (n_vocab entries).
+ * Errors (NULL + message): temperature < 0, top_p outside (0, 1], top_k < 0, n_vocab <= 0,
+ * out of memory. */
+df_sampler *df_sampler_new(const df_sampler_params *p, int64_t n_vocab, char *err,
+                           size_t errlen);
+void df_sampler_destroy(df_sampler **s);
+
+/* Choose the next token from logits [n_vocab] fp32 (not modified). */
+int32_t df_sampler_sample(df_sampler *s, const float *logits);
+
+/* The filtered, renormalised distribution the sampler would draw from: probs [n_vocab]
+ * fp32 (zeros outside the kept set). For greedy it is one-hot. Used by speculative decoding's
+ * acceptance test and by tests. */
+void df_sampler_probs(df_sampler *s, const float *logits, float *probs);
+
+/* A uniform double in [0, 1) from the sampler's stream. */
+double df_sampler_uniform(df_sampler *s);
+
+/* argmax of logits [n] (lowest index on ties). */
+int32_t df_argmax_f32(const float *logits, int64_t n);
+
+#endif
