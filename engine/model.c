@@ -54,9 +54,7 @@ struct df_model {
 /* ---- loading --------------------------------------------------------------------------- */
 
 static const char *file_of(const df_model *m, const df_st_tensor *t) {
-  const char *p = df_st_file_path(m->st, t->file_index);
-  const char *b = strrchr(p, '/');
-  return b ? b + 1 : p;
+  return df_st_file_path(m->st, t->file_index);
 }
 
 static int track(df_model *m, df_t_tensor *t) {
