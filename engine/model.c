@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/expert_local.h"
 #include "engine/kernels.h"
@@ -49,7 +50,30 @@ struct df_model {
   int64_t *pos;       /* [R] */
   df_expert_backend *backend;
   df_model_bytes bytes;
+  bool profiling;
+  df_model_profile prof;
 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Adds the time since *t0 to *acc and restarts the clock (only while profiling). */
+static inline void prof_lap(const df_model *m, double *acc, double *t0) {
+  if (!m->profiling) return;
+  double t = now_s();
+  *acc += t - *t0;
+  *t0 = t;
+}
+
+void df_model_profile_enable(df_model *m, bool on) {
+  m->profiling = on;
+  memset(&m->prof, 0, sizeof m->prof);
+}
+
+df_model_profile df_model_profile_get(const df_model *m) { return m->prof; }
 
 /* ---- loading --------------------------------------------------------------------------- */
 
@@ -278,6 +302,7 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
     return -1;
   }
   snprintf(m->dir, sizeof m->dir, "%s", dir);
+  df_t_set_threads(opts ? opts->threads : 0);
   if (df_cfg_load(dir, &m->cfg, err, errlen) != 0) goto fail;
   if (df_gen_cfg_load(dir, &m->cfg, &m->gen, err, errlen) != 0) goto fail;
   if (df_st_open(dir, &m->st, err, errlen) != 0) goto fail;
@@ -400,6 +425,7 @@ static int moe_block(df_model *m, int layer, int64_t R, char *err, size_t errlen
   const df_model_config *c = &m->cfg;
   const layer_w *L = &m->layers[layer];
   int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
+  double t0 = m->profiling ? now_s() : 0;
   df_t_linear(m->xn, 0, R, L->router, NULL, m->router_logits);
   df_t_router_topk(m->router_logits, R, k, c->norm_topk_prob, m->top_idx, m->top_w);
   /* group (row, choice) pairs by expert id, ascending; rows ascending within a group */
@@ -426,7 +452,9 @@ static int moe_block(df_model *m, int layer, int64_t R, char *err, size_t errlen
     }
   df_expert_request req = {.layer = layer, .n_groups = n_groups, .experts = m->experts,
                            .offsets = m->offsets, .x = m->xs, .y = m->ys};
+  prof_lap(m, &m->prof.router, &t0);
   if (df_expert_backend_run(m->backend, &req, err, errlen) != 0) return -1;
+  prof_lap(m, &m->prof.experts, &t0);
   const float *ys = df_t_f32(m->ys);
   float *out = df_t_f32(m->tmp);
   for (int64_t r = 0; r < R; r++) {
@@ -434,6 +462,7 @@ static int moe_block(df_model *m, int layer, int64_t R, char *err, size_t errlen
     memset(o, 0, (size_t)H * sizeof(float));
     for (int64_t j = 0; j < k; j++) df_k_axpy(o, m->top_w[r * k + j], ys + m->slot[r * k + j] * H, H);
   }
+  prof_lap(m, &m->prof.combine, &t0);
   return 0;
 }
 
@@ -445,10 +474,12 @@ static int forward_chunk(df_model *m, df_kv_cache *kv, const int32_t *ids, int64
           nkv = c->num_key_value_heads, p0 = kv->len;
   float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
   for (int64_t r = 0; r < R; r++) m->pos[r] = p0 + r;
+  double t0 = m->profiling ? now_s() : 0;
   df_t_embed(ids, R, m->embed, m->x);
   float *x = df_t_f32(m->x), *tmp = df_t_f32(m->tmp);
   for (int64_t l = 0; l < c->num_hidden_layers; l++) {
     const layer_w *L = &m->layers[l];
+    prof_lap(m, &m->prof.embed, &t0);
     df_t_rmsnorm(m->x, R, L->in_norm, eps, m->xn);
     df_t_linear(m->xn, 0, R, L->q, L->qb, m->q);
     df_t_linear(m->xn, 0, R, L->k, L->kb, m->k);
@@ -468,15 +499,18 @@ static int forward_chunk(df_model *m, df_kv_cache *kv, const int32_t *ids, int64
     df_t_attention(m->q, R, p0, nh, kv->k[l], kv->v[l], scale, m->att, m->scratch);
     df_t_linear(m->att, 0, R, L->o, L->ob, m->tmp);
     df_k_add(x, tmp, R * H);
+    prof_lap(m, &m->prof.attention, &t0);
     df_t_rmsnorm(m->x, R, L->post_norm, eps, m->xn);
     if (L->moe) {
       if (moe_block(m, (int)l, R, err, errlen) != 0) return -1;
+      if (m->profiling) t0 = now_s();
     } else {
       df_t_swiglu_ffn(m->xn, 0, R, L->mlp_gate, L->mlp_up, L->mlp_down, m->g, m->u, m->tmp);
+      prof_lap(m, &m->prof.dense_mlp, &t0);
     }
     df_k_add(x, tmp, R * H);
   }
-  df_t_rmsnorm(m->x, R, m->final_norm, eps, m->xn);
+  prof_lap(m, &m->prof.embed, &t0);
   return 0;
 }
 
@@ -507,12 +541,19 @@ int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n
       return -1;
     }
     kv->len += R;
+    double t0 = m->profiling ? now_s() : 0;
+    if (mode != DF_LOGITS_NONE) df_t_rmsnorm(m->x, R, m->final_norm, (float)c->rms_norm_eps, m->xn);
     if (mode == DF_LOGITS_ALL) {
       df_t_linear(m->xn, 0, R, m->lm_head, NULL, m->logits);
       memcpy(logits + done * V, df_t_f32(m->logits), (size_t)(R * V) * sizeof(float));
     } else if (mode == DF_LOGITS_LAST && done + R == n) {
       df_t_linear(m->xn, R - 1, 1, m->lm_head, NULL, m->logits);
       memcpy(logits, df_t_f32(m->logits) + (R - 1) * V, (size_t)V * sizeof(float));
+    }
+    prof_lap(m, &m->prof.lm_head, &t0);
+    if (m->profiling) {
+      m->prof.forwards++;
+      m->prof.tokens += R;
     }
     done += R;
   }

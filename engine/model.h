@@ -32,6 +32,7 @@ typedef struct df_model df_model;
 typedef struct df_model_opts {
   int64_t max_ctx;  /* tokens a sequence may hold; 0 = min(max_position_embeddings, 4096) */
   int64_t max_rows; /* rows per forward chunk (prefill chunk size); 0 = 64 */
+  int threads;      /* compute threads; 0 = every online CPU */
 } df_model_opts;
 
 /* Memory plan of a loaded model, in bytes of the stored tensors. */
@@ -74,6 +75,23 @@ int df_model_expert_weights(const df_model *m, int layer, int expert, const df_t
 /* Replace the expert backend (the model takes ownership; the previous one is destroyed).
  * NULL restores the local backend. */
 void df_model_set_expert_backend(df_model *m, df_expert_backend *be);
+
+/* Wall time per part of the forward, accumulated while profiling is on (seconds). */
+typedef struct df_model_profile {
+  double attention; /* input norm, q/k/v/o projections, q/k norms, RoPE, attention */
+  double router;    /* post-attention norm, gate linear, softmax/top-k, grouping */
+  double experts;   /* routed experts through the expert backend */
+  double combine;   /* weighting and summing the expert outputs */
+  double dense_mlp; /* dense SwiGLU layers */
+  double lm_head;   /* final norm and lm_head */
+  double embed;     /* embedding lookup and residual adds */
+  int64_t forwards, tokens;
+} df_model_profile;
+
+/* Turn per-part timing on or off (off by default: it adds two clock reads per part) and
+ * reset the counters. */
+void df_model_profile_enable(df_model *m, bool on);
+df_model_profile df_model_profile_get(const df_model *m);
 
 typedef enum {
   DF_LOGITS_NONE = 0, /* only fill the KV cache */

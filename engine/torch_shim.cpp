@@ -10,6 +10,9 @@ extern "C" {
 
 #include <ATen/ATen.h>
 
+#include <ATen/Parallel.h>
+#include <omp.h>
+
 #include <cassert>
 #include <cstdio>
 #include <cstring>
@@ -35,6 +38,18 @@ static at::ScalarType to_scalar_type(df_dtype dt, bool *ok) {
   case DF_DT_I32: return at::kInt;
   default: *ok = false; return at::kFloat;
   }
+}
+
+extern "C" int df_t_set_threads(int n) {
+  if (n <= 0) n = omp_get_num_procs();
+  try {
+    at::init_num_threads();
+    at::set_num_threads(n);
+  } catch (const std::exception &) {
+    // libtorch refuses to change the count after its pool started; OpenMP still follows.
+  }
+  omp_set_num_threads(n);
+  return omp_get_max_threads();
 }
 
 extern "C" df_t_tensor *df_t_wrap(const void *data, df_dtype dt, int ndim, const int64_t *shape,

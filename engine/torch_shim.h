@@ -31,6 +31,11 @@ extern "C" {
 
 typedef struct df_t_tensor df_t_tensor;
 
+/* Set the threads every op uses (libtorch intra-op and the OpenMP kernels); n <= 0 means
+ * the online CPUs. libtorch otherwise picks its own default (1 on some builds) on first use.
+ * Returns the count now in effect. */
+int df_t_set_threads(int n);
+
 /* Wrap existing memory (typically a safetensors mmap) as a tensor without copying.
  * `data` must stay valid and unchanged for the tensor's lifetime; the tensor never writes
  * to it. dtype BF16/F16/F32/I32; ndim 1..8. Returns NULL (message in err) on a bad dtype
