@@ -12,3 +12,8 @@ set_tests_properties(test_engine_rss PROPERTIES FIXTURES_REQUIRED ckpt_rss200m)
 
 add_test(NAME bad_checkpoints COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/bad_checkpoints.py
   $<TARGET_FILE:deltafin> ${DF_FIXTURES}/tiny-moe-sparse ${PROJECT_BINARY_DIR}/bad-checkpoints)
+
+df_add_cmocka_test(test_sampler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_sampler.c LIBS dfengine)
+
+add_test(NAME cli_run COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli_run.py
+  $<TARGET_FILE:deltafin> ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/cli-run)
