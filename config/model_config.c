@@ -1,1 +1,653 @@
-/* config/model_config.c — placeholder; see model_config.h. */
+/* config/model_config.c — config.json and generation_config.json of the supported families.
+ *
+ * Owns: strict JSON parsing (jansson, duplicate keys rejected, line:column on syntax errors),
+ * the per-family required keys and defaults, range checks, and derived values (head_dim,
+ * num_key_value_heads, the per-layer MoE map). Does not own: tensors or the forward pass.
+ *
+ * Semantics follow transformers' Qwen3Config / Qwen3MoeConfig and their modeling files:
+ *   layer i is a sparse MoE layer iff model_type == "qwen3_moe" && num_experts > 0 &&
+ *   i not in mlp_only_layers && (i + 1) % decoder_sparse_step == 0
+ * (Qwen3MoeDecoderLayer.__init__), head_dim = getattr(config, "head_dim",
+ * hidden_size // num_attention_heads) (Qwen3MoeAttention), rope_scaling's legacy "type" key
+ * overrides "rope_type" (Qwen3Config.__init__), and YaRN's beta_fast / beta_slow fall back to
+ * 32 / 1 when absent or zero (_compute_yarn_parameters). Qwen3Config's own constructor
+ * default for an absent head_dim is 128; published qwen3 configs always carry the key, and
+ * this parser applies the modeling-code fallback to both families, as the header documents.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "config/model_config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CFG_MAX_FILE (16u * 1024 * 1024) /* config files are a few KiB */
+#define CFG_SUPPORTED_TYPES "qwen3_moe, qwen3"
+#define CFG_SUPPORTED_ROPE "default, linear, yarn"
+#define CFG_MAX_DIM INT32_MAX /* sizes stay < 2^31 so products of two fit in int64 */
+
+typedef struct {
+  const char *file; /* name used in messages */
+  char *err;
+  size_t errlen;
+} ctx;
+
+static void fail(ctx *c, const char *fmt, ...) {
+  if (!c->err || c->errlen == 0) return;
+  int n = snprintf(c->err, c->errlen, "%s: ", c->file);
+  if (n >= 0 && (size_t)n < c->errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+  }
+  for (char *p = c->err; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
+static const char *type_name(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: return "an object";
+  case JSON_ARRAY: return "an array";
+  case JSON_STRING: return "a string";
+  case JSON_INTEGER: return "an integer";
+  case JSON_REAL: return "a real number";
+  case JSON_TRUE:
+  case JSON_FALSE: return "a boolean";
+  case JSON_NULL: return "null";
+  }
+  return "?";
+}
+
+/* A key that is absent or JSON null counts as absent (transformers reads both as None). */
+static json_t *get(json_t *o, const char *key) {
+  json_t *v = json_object_get(o, key);
+  return json_is_null(v) ? NULL : v;
+}
+
+/* Integer key in [lo, hi]; absent: error when required, else *out = def. */
+static int get_int(ctx *c, json_t *o, const char *key, bool required, int64_t def, int64_t lo,
+                   int64_t hi, int64_t *out) {
+  json_t *v = get(o, key);
+  if (!v) {
+    if (required) {
+      fail(c, "missing required key '%s'", key);
+      return -1;
+    }
+    *out = def;
+    return 0;
+  }
+  if (!json_is_integer(v)) {
+    fail(c, "key '%s': expected an integer, got %s", key, type_name(v));
+    return -1;
+  }
+  json_int_t x = json_integer_value(v);
+  if (x < lo || x > hi) {
+    fail(c, "key '%s': %lld is out of range (expected %lld..%lld)", key, (long long)x,
+         (long long)lo, (long long)hi);
+    return -1;
+  }
+  *out = (int64_t)x;
+  return 0;
+}
+
+/* Number (integer or real) key; absent: *out = def. */
+static int get_num(ctx *c, json_t *o, const char *key, double def, double *out) {
+  json_t *v = get(o, key);
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  if (!json_is_number(v)) {
+    fail(c, "key '%s': expected a number, got %s", key, type_name(v));
+    return -1;
+  }
+  *out = json_number_value(v);
+  return 0;
+}
+
+static int get_bool(ctx *c, json_t *o, const char *key, bool def, bool *out) {
+  json_t *v = get(o, key);
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  if (!json_is_boolean(v)) {
+    fail(c, "key '%s': expected true or false, got %s", key, type_name(v));
+    return -1;
+  }
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* String key; absent: *out = def (may be NULL). */
+static int get_str(ctx *c, json_t *o, const char *key, const char *def, const char **out) {
+  json_t *v = get(o, key);
+  if (!v) {
+    *out = def;
+    return 0;
+  }
+  if (!json_is_string(v)) {
+    fail(c, "key '%s': expected a string, got %s", key, type_name(v));
+    return -1;
+  }
+  *out = json_string_value(v);
+  return 0;
+}
+
+/* A token id key: integer or absent/null (-1). vocab <= 0: no upper bound. */
+static int get_token(ctx *c, json_t *o, const char *key, int64_t vocab, int64_t *out) {
+  int64_t hi = vocab > 0 ? vocab - 1 : INT64_MAX;
+  return get_int(c, o, key, false, -1, 0, hi, out);
+}
+
+/* eos_token_id: an integer or a list of at most DF_CFG_MAX_EOS integers; absent: *n = 0. */
+static int get_eos(ctx *c, json_t *o, const char *key, int64_t vocab, int64_t *ids, int *n,
+                   bool *present) {
+  json_t *v = get(o, key);
+  int64_t hi = vocab > 0 ? vocab - 1 : INT64_MAX;
+  *n = 0;
+  if (present) *present = v != NULL;
+  if (!v) return 0;
+  if (json_is_integer(v)) return get_int(c, o, key, true, 0, 0, hi, &ids[(*n)++]);
+  if (!json_is_array(v)) {
+    fail(c, "key '%s': expected an integer or a list of integers, got %s", key, type_name(v));
+    return -1;
+  }
+  size_t cnt = json_array_size(v);
+  if (cnt > DF_CFG_MAX_EOS) {
+    fail(c, "key '%s': %zu token ids, more than the %d supported", key, cnt, DF_CFG_MAX_EOS);
+    return -1;
+  }
+  for (size_t i = 0; i < cnt; i++) {
+    json_t *e = json_array_get(v, i);
+    if (!json_is_integer(e)) {
+      fail(c, "key '%s[%zu]': expected an integer, got %s", key, i, type_name(e));
+      return -1;
+    }
+    json_int_t x = json_integer_value(e);
+    if (x < 0 || x > hi) {
+      fail(c, "key '%s[%zu]': token id %lld is out of range (expected 0..%lld)", key, i,
+           (long long)x, (long long)hi);
+      return -1;
+    }
+    ids[(*n)++] = (int64_t)x;
+  }
+  return 0;
+}
+
+/* rope_scaling (or transformers >= 5's rope_parameters), `key` names it in messages. */
+static int parse_rope(ctx *c, json_t *rs, const char *key, df_rope_scaling *r) {
+  memset(r, 0, sizeof *r);
+  r->type = DF_ROPE_DEFAULT;
+  r->factor = 1.0;
+  if (!rs) return 0;
+  if (!json_is_object(rs)) {
+    fail(c, "key '%s': expected an object or null, got %s", key, type_name(rs));
+    return -1;
+  }
+  json_t *tv = get(rs, "type"); /* legacy name; overrides rope_type as transformers does */
+  const char *tkey = "type";
+  if (!tv) {
+    tv = get(rs, "rope_type");
+    tkey = "rope_type";
+  }
+  if (!tv) {
+    fail(c, "key '%s': missing 'rope_type' (supported: " CFG_SUPPORTED_ROPE ")", key);
+    return -1;
+  }
+  if (!json_is_string(tv)) {
+    fail(c, "key '%s.%s': expected a string, got %s", key, tkey, type_name(tv));
+    return -1;
+  }
+  const char *t = json_string_value(tv);
+  if (strcmp(t, "default") == 0) return 0;
+  if (strcmp(t, "linear") == 0) r->type = DF_ROPE_LINEAR;
+  else if (strcmp(t, "yarn") == 0) r->type = DF_ROPE_YARN;
+  else {
+    fail(c, "key '%s.%s': unsupported rope type '%.64s' (supported: " CFG_SUPPORTED_ROPE ")",
+         key, tkey, t);
+    return -1;
+  }
+  json_t *fv = get(rs, "factor");
+  if (!fv) {
+    fail(c, "key '%s': rope type '%s' requires 'factor'", key, t);
+    return -1;
+  }
+  if (!json_is_number(fv)) {
+    fail(c, "key '%s.factor': expected a number, got %s", key, type_name(fv));
+    return -1;
+  }
+  r->factor = json_number_value(fv);
+  if (!(r->factor >= 1.0)) {
+    fail(c, "key '%s.factor': %g is out of range (expected >= 1)", key, r->factor);
+    return -1;
+  }
+  if (r->type != DF_ROPE_YARN) return 0;
+
+  static const char *unsupported[] = {"mscale", "mscale_all_dim"};
+  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+    if (get(rs, unsupported[i])) {
+      fail(c, "key '%s.%s': not supported for model types " CFG_SUPPORTED_TYPES, key,
+           unsupported[i]);
+      return -1;
+    }
+  }
+  json_t *tr = get(rs, "truncate");
+  if (tr && !json_is_true(tr)) {
+    fail(c, "key '%s.truncate': only true (the default) is supported", key);
+    return -1;
+  }
+  json_t *ov = get(rs, "original_max_position_embeddings");
+  if (ov) {
+    if (!json_is_integer(ov) || json_integer_value(ov) <= 0 ||
+        json_integer_value(ov) > CFG_MAX_DIM) {
+      fail(c, "key '%s.original_max_position_embeddings': expected a positive integer", key);
+      return -1;
+    }
+    r->original_max_position_embeddings = (int64_t)json_integer_value(ov);
+  }
+  struct {
+    const char *name;
+    double *dst;
+    double def;
+  } nums[] = {{"beta_fast", &r->beta_fast, 32.0},
+              {"beta_slow", &r->beta_slow, 1.0},
+              {"attention_factor", &r->attention_factor, 0.0}};
+  for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
+    json_t *v = get(rs, nums[i].name);
+    if (v && !json_is_number(v)) {
+      fail(c, "key '%s.%s': expected a number, got %s", key, nums[i].name, type_name(v));
+      return -1;
+    }
+    double x = v ? json_number_value(v) : 0.0;
+    *nums[i].dst = x != 0.0 ? x : nums[i].def; /* `or` semantics: 0 means the default */
+  }
+  if (r->attention_factor < 0.0) {
+    fail(c, "key '%s.attention_factor': %g is negative", key, r->attention_factor);
+    return -1;
+  }
+  if (r->beta_fast < r->beta_slow) {
+    fail(c, "key '%s': beta_fast %g is below beta_slow %g", key, r->beta_fast, r->beta_slow);
+    return -1;
+  }
+  return 0;
+}
+
+static int load_json(ctx *c, const char *json, size_t len, json_t **root) {
+  json_error_t jerr;
+  *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+  if (!*root) {
+    /* fail() prefixes "file: "; syntax errors read "file:line:column: ..." instead. */
+    if (c->err && c->errlen)
+      snprintf(c->err, c->errlen, "%s:%d:%d: JSON syntax error: %s", c->file, jerr.line,
+               jerr.column, jerr.text);
+    return -1;
+  }
+  if (!json_is_object(*root)) {
+    fail(c, "expected a JSON object at the top level, got %s", type_name(*root));
+    json_decref(*root);
+    *root = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+  size_t n = strlen(src);
+  if (n >= cap) n = cap - 1;
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+static int parse_model(ctx *c, json_t *root, df_model_config *m) {
+  const char *mt;
+  if (get_str(c, root, "model_type", NULL, &mt) != 0) return -1;
+  if (!mt) {
+    fail(c, "missing required key 'model_type' (supported: " CFG_SUPPORTED_TYPES ")");
+    return -1;
+  }
+  if (strcmp(mt, "qwen3_moe") == 0) m->arch = DF_ARCH_QWEN3_MOE;
+  else if (strcmp(mt, "qwen3") == 0) m->arch = DF_ARCH_QWEN3;
+  else {
+    fail(c, "key 'model_type': unsupported model type '%.64s' (supported: " CFG_SUPPORTED_TYPES
+            ")",
+         mt);
+    return -1;
+  }
+  copy_str(m->model_type, sizeof m->model_type, mt);
+
+  if (get_int(c, root, "vocab_size", true, 0, 1, CFG_MAX_DIM, &m->vocab_size) ||
+      get_int(c, root, "hidden_size", true, 0, 1, CFG_MAX_DIM, &m->hidden_size) ||
+      get_int(c, root, "num_hidden_layers", true, 0, 1, INT64_MAX, &m->num_hidden_layers) ||
+      get_int(c, root, "num_attention_heads", true, 0, 1, CFG_MAX_DIM,
+              &m->num_attention_heads))
+    return -1;
+  if (m->num_hidden_layers > DF_CFG_MAX_LAYERS) {
+    fail(c, "key 'num_hidden_layers': %lld layers, more than the %d supported",
+         (long long)m->num_hidden_layers, DF_CFG_MAX_LAYERS);
+    return -1;
+  }
+  if (get_int(c, root, "num_key_value_heads", false, m->num_attention_heads, 1, CFG_MAX_DIM,
+              &m->num_key_value_heads))
+    return -1;
+  if (m->num_attention_heads % m->num_key_value_heads != 0) {
+    fail(c, "key 'num_key_value_heads': %lld query heads are not divisible by %lld kv heads",
+         (long long)m->num_attention_heads, (long long)m->num_key_value_heads);
+    return -1;
+  }
+  int64_t derived_hd = m->hidden_size / m->num_attention_heads;
+  if (!get(root, "head_dim") && derived_hd == 0) {
+    fail(c, "key 'head_dim' absent and hidden_size %lld / num_attention_heads %lld is 0",
+         (long long)m->hidden_size, (long long)m->num_attention_heads);
+    return -1;
+  }
+  if (get_int(c, root, "head_dim", false, derived_hd, 1, CFG_MAX_DIM, &m->head_dim)) return -1;
+
+  const char *act;
+  if (get_str(c, root, "hidden_act", "silu", &act)) return -1;
+  if (strcmp(act, "silu") != 0) {
+    fail(c, "key 'hidden_act': unsupported activation '%.64s' (supported: silu)", act);
+    return -1;
+  }
+  bool sliding;
+  if (get_bool(c, root, "use_sliding_window", false, &sliding)) return -1;
+  if (sliding) {
+    fail(c, "key 'use_sliding_window': sliding-window attention is not supported");
+    return -1;
+  }
+  if (get_num(c, root, "rms_norm_eps", 1e-6, &m->rms_norm_eps)) return -1;
+  if (!(m->rms_norm_eps > 0.0)) {
+    fail(c, "key 'rms_norm_eps': %g is out of range (expected > 0)", m->rms_norm_eps);
+    return -1;
+  }
+  /* transformers >= 5 folds rope_theta and rope_scaling into rope_parameters. */
+  json_t *rp = get(root, "rope_parameters");
+  if (rp && !json_is_object(rp)) {
+    fail(c, "key 'rope_parameters': expected an object or null, got %s", type_name(rp));
+    return -1;
+  }
+  double theta_def = 10000.0;
+  json_t *rpt = rp ? get(rp, "rope_theta") : NULL;
+  if (rpt) {
+    if (!json_is_number(rpt)) {
+      fail(c, "key 'rope_parameters.rope_theta': expected a number, got %s", type_name(rpt));
+      return -1;
+    }
+    theta_def = json_number_value(rpt);
+  }
+  if (get_num(c, root, "rope_theta", theta_def, &m->rope_theta)) return -1;
+  if (!(m->rope_theta > 0.0)) {
+    fail(c, "key 'rope_theta': %g is out of range (expected > 0)", m->rope_theta);
+    return -1;
+  }
+  json_t *rs = get(root, "rope_scaling");
+  if (!rs && rp && !get(rp, "rope_type") && !get(rp, "type")) rp = NULL; /* theta only */
+  if (rs ? parse_rope(c, rs, "rope_scaling", &m->rope_scaling)
+         : parse_rope(c, rp, "rope_parameters", &m->rope_scaling))
+    return -1;
+  if (get_int(c, root, "max_position_embeddings", false, 32768, 1, CFG_MAX_DIM,
+              &m->max_position_embeddings) ||
+      get_bool(c, root, "tie_word_embeddings", false, &m->tie_word_embeddings) ||
+      get_bool(c, root, "attention_bias", false, &m->attention_bias))
+    return -1;
+  const char *dt;
+  if (get_str(c, root, "torch_dtype", NULL, &dt)) return -1;
+  if (!dt && get_str(c, root, "dtype", NULL, &dt)) return -1; /* transformers >= 4.56 name */
+  copy_str(m->torch_dtype, sizeof m->torch_dtype, dt ? dt : "");
+  if (get_token(c, root, "bos_token_id", m->vocab_size, &m->bos_token_id) ||
+      get_eos(c, root, "eos_token_id", m->vocab_size, m->eos_token_ids, &m->n_eos, NULL))
+    return -1;
+
+  int64_t n_layers = m->num_hidden_layers;
+  if (m->arch == DF_ARCH_QWEN3) {
+    m->decoder_sparse_step = 1;
+    return get_int(c, root, "intermediate_size", true, 0, 1, CFG_MAX_DIM, &m->intermediate_size);
+  }
+
+  /* qwen3_moe */
+  const char *ne_key = get(root, "num_experts") ? "num_experts" : "num_local_experts";
+  if (get_int(c, root, ne_key, false, -1, 0, CFG_MAX_DIM, &m->num_experts)) return -1;
+  if (m->num_experts < 0) {
+    fail(c, "missing required key 'num_experts'");
+    return -1;
+  }
+  if (get_int(c, root, "decoder_sparse_step", false, 1, 1, CFG_MAX_DIM,
+              &m->decoder_sparse_step) ||
+      get_bool(c, root, "norm_topk_prob", false, &m->norm_topk_prob))
+    return -1;
+  bool mlp_only[DF_CFG_MAX_LAYERS] = {false};
+  json_t *mo = get(root, "mlp_only_layers");
+  if (mo) {
+    if (!json_is_array(mo)) {
+      fail(c, "key 'mlp_only_layers': expected a list of layer indices, got %s", type_name(mo));
+      return -1;
+    }
+    for (size_t i = 0; i < json_array_size(mo); i++) {
+      json_t *e = json_array_get(mo, i);
+      if (!json_is_integer(e)) {
+        fail(c, "key 'mlp_only_layers[%zu]': expected an integer, got %s", i, type_name(e));
+        return -1;
+      }
+      json_int_t x = json_integer_value(e);
+      if (x < 0 || x >= n_layers) {
+        fail(c, "key 'mlp_only_layers[%zu]': layer %lld is out of range (expected 0..%lld)", i,
+             (long long)x, (long long)(n_layers - 1));
+        return -1;
+      }
+      mlp_only[x] = true;
+    }
+  }
+  int64_t n_dense = 0;
+  for (int64_t i = 0; i < n_layers; i++) {
+    m->is_moe_layer[i] =
+        m->num_experts > 0 && !mlp_only[i] && (i + 1) % m->decoder_sparse_step == 0;
+    if (!m->is_moe_layer[i]) n_dense++;
+  }
+  if (m->num_experts > 0) {
+    if (get_int(c, root, "num_experts_per_tok", true, 0, 1, CFG_MAX_DIM,
+                &m->num_experts_per_tok) ||
+        get_int(c, root, "moe_intermediate_size", true, 0, 1, CFG_MAX_DIM,
+                &m->moe_intermediate_size))
+      return -1;
+    if (m->num_experts_per_tok > m->num_experts) {
+      fail(c, "key 'num_experts_per_tok': top-k %lld exceeds num_experts %lld",
+           (long long)m->num_experts_per_tok, (long long)m->num_experts);
+      return -1;
+    }
+  }
+  /* The dense MLP width matters only when some layer is dense; then it is required. */
+  return get_int(c, root, "intermediate_size", n_dense > 0, 0, 1, CFG_MAX_DIM,
+                 &m->intermediate_size);
+}
+
+int df_cfg_parse(const char *json, size_t len, const char *name, df_model_config *out,
+                 char *err, size_t errlen) {
+  ctx c = {name ? name : "config.json", err, errlen};
+  json_t *root = NULL;
+  int rc = -1;
+  df_model_config *m = NULL;
+  if (!out) {
+    fail(&c, "NULL output");
+    return -1;
+  }
+  memset(out, 0, sizeof *out);
+  if (!json) {
+    fail(&c, "NULL text");
+    goto done;
+  }
+  m = calloc(1, sizeof *m);
+  if (!m) {
+    fail(&c, "out of memory");
+    goto done;
+  }
+  if (load_json(&c, json, len, &root) != 0) goto done;
+  if (parse_model(&c, root, m) != 0) goto done;
+  *out = *m;
+  rc = 0;
+done:
+  free(m);
+  json_decref(root);
+  return rc;
+}
+
+/* Read DIR/NAME into a NUL-terminated buffer. Returns 0, -1 on error, or 1 when the file
+ * does not exist and `optional` is set. *path_out is always set (owned by the caller). */
+static int read_file(const char *dir, const char *name, bool optional, char **path_out,
+                     char **buf, size_t *len, char *err, size_t errlen) {
+  int rc = -1;
+  FILE *f = NULL;
+  char *b = NULL;
+  *buf = NULL;
+  *path_out = NULL;
+  ctx c = {name, err, errlen};
+  if (!dir) {
+    fail(&c, "NULL model folder");
+    goto done;
+  }
+  size_t dl = strlen(dir), nl = strlen(name);
+  char *path = malloc(dl + nl + 2);
+  if (!path) {
+    fail(&c, "out of memory");
+    goto done;
+  }
+  *path_out = path;
+  c.file = path;
+  memcpy(path, dir, dl);
+  size_t o = dl;
+  if (dl > 0 && dir[dl - 1] != '/') path[o++] = '/';
+  memcpy(path + o, name, nl + 1);
+  f = fopen(path, "rb");
+  if (!f) {
+    if (optional && errno == ENOENT) rc = 1;
+    else fail(&c, "cannot open: %s", strerror(errno));
+    goto done;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fail(&c, "not a regular file");
+    goto done;
+  }
+  if (st.st_size < 0 || (uint64_t)st.st_size > CFG_MAX_FILE) {
+    fail(&c, "%lld bytes, more than the %u-byte limit", (long long)st.st_size, CFG_MAX_FILE);
+    goto done;
+  }
+  size_t n = (size_t)st.st_size;
+  b = malloc(n + 1);
+  if (!b) {
+    fail(&c, "out of memory");
+    goto done;
+  }
+  if (fread(b, 1, n, f) != n) {
+    fail(&c, "read failed");
+    goto done;
+  }
+  b[n] = '\0';
+  *buf = b;
+  *len = n;
+  b = NULL;
+  rc = 0;
+done:
+  free(b);
+  if (f) fclose(f);
+  return rc;
+}
+
+int df_cfg_load(const char *dir, df_model_config *out, char *err, size_t errlen) {
+  char *path = NULL, *text = NULL;
+  size_t len = 0;
+  if (out) memset(out, 0, sizeof *out);
+  int rc = read_file(dir, "config.json", false, &path, &text, &len, err, errlen);
+  if (rc == 0) rc = df_cfg_parse(text, len, path, out, err, errlen);
+  free(text);
+  free(path);
+  return rc == 0 ? 0 : -1;
+}
+
+static void gen_defaults(const df_model_config *mc, df_gen_config *g) {
+  memset(g, 0, sizeof *g);
+  g->do_sample = false;
+  g->temperature = 1.0;
+  g->top_p = 1.0;
+  g->top_k = 50;
+  g->bos_token_id = mc ? mc->bos_token_id : -1;
+  if (mc && mc->n_eos > 0 && mc->n_eos <= DF_CFG_MAX_EOS) {
+    memcpy(g->eos_token_ids, mc->eos_token_ids, (size_t)mc->n_eos * sizeof(int64_t));
+    g->n_eos = mc->n_eos;
+  }
+}
+
+int df_gen_cfg_parse(const char *json, size_t len, const char *name, const df_model_config *mc,
+                     df_gen_config *out, char *err, size_t errlen) {
+  ctx c = {name ? name : "generation_config.json", err, errlen};
+  json_t *root = NULL;
+  int rc = -1;
+  if (!out) {
+    fail(&c, "NULL output");
+    return -1;
+  }
+  gen_defaults(mc, out);
+  if (!json) {
+    fail(&c, "NULL text");
+    goto done;
+  }
+  if (load_json(&c, json, len, &root) != 0) goto done;
+  df_gen_config g;
+  gen_defaults(mc, &g);
+  int64_t vocab = mc ? mc->vocab_size : 0;
+  int64_t bos;
+  bool eos_present;
+  if (get_bool(&c, root, "do_sample", false, &g.do_sample) ||
+      get_num(&c, root, "temperature", 1.0, &g.temperature) ||
+      get_num(&c, root, "top_p", 1.0, &g.top_p) ||
+      get_int(&c, root, "top_k", false, 50, 0, INT64_MAX, &g.top_k) ||
+      get_token(&c, root, "bos_token_id", vocab, &bos))
+    goto done;
+  if (!(g.temperature >= 0.0)) {
+    fail(&c, "key 'temperature': %g is negative", g.temperature);
+    goto done;
+  }
+  if (!(g.top_p > 0.0 && g.top_p <= 1.0)) {
+    fail(&c, "key 'top_p': %g is out of range (expected 0 < top_p <= 1)", g.top_p);
+    goto done;
+  }
+  if (bos >= 0) g.bos_token_id = bos;
+  int64_t ids[DF_CFG_MAX_EOS];
+  int n_ids = 0;
+  if (get_eos(&c, root, "eos_token_id", vocab, ids, &n_ids, &eos_present)) goto done;
+  if (eos_present) {
+    memcpy(g.eos_token_ids, ids, sizeof ids);
+    g.n_eos = n_ids;
+  }
+  *out = g;
+  rc = 0;
+done:
+  json_decref(root);
+  return rc;
+}
+
+int df_gen_cfg_load(const char *dir, const df_model_config *mc, df_gen_config *out, char *err,
+                    size_t errlen) {
+  char *path = NULL, *text = NULL;
+  size_t len = 0;
+  if (out) gen_defaults(mc, out);
+  int rc = read_file(dir, "generation_config.json", true, &path, &text, &len, err, errlen);
+  if (rc == 1) rc = out ? 0 : -1; /* absent: the defaults */
+  else if (rc == 0) rc = df_gen_cfg_parse(text, len, path, mc, out, err, errlen);
+  free(text);
+  free(path);
+  return rc;
+}
+
+const char *df_cfg_arch_name(df_arch a) {
+  switch (a) {
+  case DF_ARCH_QWEN3: return "qwen3";
+  case DF_ARCH_QWEN3_MOE: return "qwen3_moe";
+  }
+  return "unknown";
+}

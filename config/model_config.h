@@ -46,7 +46,8 @@ typedef struct df_model_config {
   int64_t num_attention_heads;       /* n_head (query heads) */
   int64_t num_key_value_heads;       /* n_head_kv; divides n_head (GQA) */
   int64_t head_dim;                  /* from config, else hidden_size / num_attention_heads */
-  int64_t intermediate_size;         /* dense MLP width (dense layers, qwen3 every layer) */
+  int64_t intermediate_size;         /* dense MLP width (dense layers, qwen3 every layer);
+                                        0 when absent and no layer is dense */
   int64_t moe_intermediate_size;     /* routed expert width; 0 for qwen3 */
   int64_t num_experts;               /* routed experts per MoE layer; 0 for qwen3 */
   int64_t num_experts_per_tok;       /* top-k; 0 for qwen3 */
@@ -77,6 +78,22 @@ typedef struct df_gen_config {
 } df_gen_config;
 
 /* Parse DIR/config.json into *out.
+ * Required keys: model_type, vocab_size, hidden_size, num_hidden_layers,
+ * num_attention_heads; qwen3: intermediate_size; qwen3_moe: num_experts (or
+ * num_local_experts), and when num_experts > 0 num_experts_per_tok and
+ * moe_intermediate_size; intermediate_size whenever some layer is dense (else 0 when absent).
+ * Defaults for absent (or null) keys: num_key_value_heads = num_attention_heads,
+ * head_dim = hidden_size / num_attention_heads (integer division), decoder_sparse_step 1,
+ * mlp_only_layers [], norm_topk_prob false, rms_norm_eps 1e-6, rope_theta 10000,
+ * rope_scaling null, max_position_embeddings 32768, tie_word_embeddings false,
+ * attention_bias false, hidden_act "silu", use_sliding_window false, bos -1, no eos.
+ * qwen3 leaves the MoE fields 0, decoder_sparse_step 1 and is_moe_layer all false.
+ * Sizes must lie in 1..2^31-1; token ids in 0..vocab_size-1; mlp_only_layers entries in
+ * 0..num_hidden_layers-1; rope factor >= 1; YaRN beta_fast >= beta_slow (an absent or 0
+ * beta takes its default, as in transformers); YaRN mscale / mscale_all_dim and
+ * truncate=false are refused. transformers >= 5's rope_parameters object (rope_type,
+ * rope_theta, ...) is read when rope_scaling / rope_theta are absent; "dtype" is read when
+ * "torch_dtype" is absent. Keys not listed here are ignored.
  * Errors (-1, one line in err naming the file and key): missing/unreadable file, JSON
  * syntax (with line:column), unknown model_type (message lists the supported ones),
  * missing required key, wrong JSON type, out-of-range value (non-positive sizes, heads not
@@ -90,9 +107,16 @@ int df_cfg_parse(const char *json, size_t len, const char *name, df_model_config
                  char *err, size_t errlen);
 
 /* Parse DIR/generation_config.json (optional: a missing file gives the defaults, with
- * eos/bos taken from `mc`). Errors (-1): malformed JSON or wrong key types. */
+ * eos/bos taken from `mc`). Errors (-1): malformed JSON or wrong key types; also
+ * temperature < 0, top_p outside (0, 1], top_k < 0, token ids outside 0..vocab_size-1 (no
+ * upper bound when mc is NULL), more than DF_CFG_MAX_EOS eos ids. Absent or null bos/eos keys
+ * fall back to mc's (mc may be NULL: bos -1, no eos). On error *out holds the defaults. */
 int df_gen_cfg_load(const char *dir, const df_model_config *mc, df_gen_config *out,
                     char *err, size_t errlen);
+
+/* Same as df_gen_cfg_load but from a JSON text in memory; `name` is used in messages. */
+int df_gen_cfg_parse(const char *json, size_t len, const char *name, const df_model_config *mc,
+                     df_gen_config *out, char *err, size_t errlen);
 
 /* Human-readable arch name ("qwen3_moe"). Never NULL. */
 const char *df_cfg_arch_name(df_arch a);
