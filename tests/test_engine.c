@@ -1,7 +1,7 @@
 /* tests/test_engine.c — the forward pass against the PyTorch reference's golden fixtures,
  * batch invariance, KV rollback, kernel ISA agreement and the libtorch oracles.
  *
- * Fixtures: tests/fixtures/tiny-*/ (checkpoint + golden.json + golden_logits.f32), made by
+ * Fixtures: tests/fixtures/tiny-NAME/ (checkpoint + golden.json + golden_logits.f32), made by
  * tests/reference/make_fixtures.sh with tests/reference/qwen3_ref.py in fp32 mode.
  * Tolerance: the engine and the reference both compute with fp32 activations over the same
  * bf16 weights, so logits differ only by fp32 summation order (observed max ~2e-5 on logits
