@@ -519,7 +519,7 @@ static pcre2_code *compile_re(load_ctx *L, const char *pat, size_t n, bool liter
   pcre2_code *re = NULL;
   int ec;
   PCRE2_SIZE eo;
-  uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   if (literal) {
     if (df_tok__buf_put(&tr, pat, n) != 0) goto oom;
   } else if (translate_regex(pat, n, &tr) != 0) {

