@@ -1,0 +1,392 @@
+/* engine/chat_template.c — recognising and rendering the known chat templates in C.
+ *
+ * Owns: reading the template text of a model folder, recognising it (FNV-1a 64 of the exact
+ * text), and one renderer per known template, written as a line-by-line transcription of the
+ * template's Jinja so that the output is byte-identical to jinja2's (checked against goldens in
+ * tests/tokenizer/chat_golden.json). Does not own: tokenization (engine/tokenizer.c).
+ */
+#include "engine/chat_template.h"
+#include "engine/tokenizer_internal.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct df_chat_template {
+  df_chat_family family;
+  char origin[512];
+};
+
+/* Known template texts, by FNV-1a 64 of the exact bytes. */
+static const struct {
+  uint64_t hash;
+  size_t len;
+  df_chat_family family;
+  const char *what;
+} k_known[] = {
+    {0x2bfdb7aa9754484eULL, 4116, DF_CHAT_QWEN3, "Qwen3 (hybrid thinking)"},
+};
+
+static uint64_t fnv1a64(const char *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+int df_chat_template_from_text(const char *text, size_t len, const char *origin,
+                               df_chat_template **out, char *err, size_t errlen) {
+  *out = NULL;
+  uint64_t h = fnv1a64(text, len);
+  for (size_t i = 0; i < sizeof k_known / sizeof k_known[0]; i++) {
+    if (k_known[i].hash == h && k_known[i].len == len) {
+      df_chat_template *t = calloc(1, sizeof *t);
+      if (!t) {
+        df_tok__seterr(err, errlen, "%s: out of memory", origin);
+        return -1;
+      }
+      t->family = k_known[i].family;
+      snprintf(t->origin, sizeof t->origin, "%s", origin);
+      *out = t;
+      return 0;
+    }
+  }
+  df_tok__seterr(err, errlen,
+                 "%s: chat template not recognised (%zu bytes, FNV-1a 64 %016llx); supported: "
+                 "Qwen3. Render it with jinja2, add a renderer to engine/chat_template.c and "
+                 "goldens to tests/tokenizer/", origin, len, (unsigned long long)h);
+  return -1;
+}
+
+static char *read_text_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  df_tok_buf b = {0};
+  char tmp[8192];
+  size_t r;
+  while ((r = fread(tmp, 1, sizeof tmp, f)) > 0) {
+    if (df_tok__buf_put(&b, tmp, r) != 0) {
+      df_tok__buf_free(&b);
+      fclose(f);
+      return NULL;
+    }
+  }
+  fclose(f);
+  if (!b.p && df_tok__buf_put(&b, "", 0) != 0) return NULL;
+  *len = b.n;
+  return b.p;
+}
+
+int df_chat_template_load(const char *dir, df_chat_template **out, char *err, size_t errlen) {
+  *out = NULL;
+  char path[1024];
+  int w = snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+  if (w < 0 || (size_t)w >= sizeof path) {
+    df_tok__seterr(err, errlen, "%.200s...: path too long", dir);
+    return -1;
+  }
+  struct stat st;
+  int rc = -1;
+  json_t *cfg = NULL;
+  if (stat(path, &st) == 0) {
+    json_error_t je;
+    cfg = json_load_file(path, 0, &je);
+    if (!cfg) {
+      df_tok__seterr(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
+      return -1;
+    }
+    json_t *ct = json_object_get(cfg, "chat_template");
+    if (json_is_array(ct)) { /* [{"name": "default", "template": "..."}, ...] */
+      json_t *pick = NULL, *v;
+      size_t i;
+      json_array_foreach(ct, i, v) {
+        const char *nm = json_string_value(json_object_get(v, "name"));
+        if (nm && strcmp(nm, "default") == 0) pick = json_object_get(v, "template");
+      }
+      ct = pick;
+      if (!json_is_string(ct)) {
+        df_tok__seterr(err, errlen, "%s: chat_template: a list without a \"default\" template",
+                       path);
+        goto done;
+      }
+    }
+    if (ct && !json_is_null(ct)) {
+      if (!json_is_string(ct)) {
+        df_tok__seterr(err, errlen, "%s: chat_template: expected a string", path);
+        goto done;
+      }
+      rc = df_chat_template_from_text(json_string_value(ct), json_string_length(ct), dir, out,
+                                      err, errlen);
+      goto done;
+    }
+  }
+  w = snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+  size_t len = 0;
+  char *text = (w > 0 && (size_t)w < sizeof path) ? read_text_file(path, &len) : NULL;
+  if (!text) {
+    df_tok__seterr(err, errlen, "%s: no chat template (neither tokenizer_config.json "
+                   "\"chat_template\" nor chat_template.jinja)", dir);
+    goto done;
+  }
+  rc = df_chat_template_from_text(text, len, dir, out, err, errlen);
+  free(text);
+done:
+  json_decref(cfg);
+  return rc;
+}
+
+void df_chat_template_destroy(df_chat_template **t) {
+  if (!t || !*t) return;
+  free(*t);
+  *t = NULL;
+}
+
+df_chat_family df_chat_template_family(const df_chat_template *t) { return t->family; }
+
+/* ---- rendering helpers ------------------------------------------------------------------ */
+
+typedef struct out_t {
+  df_tok_buf b;
+  df_tok_span *sp;
+  size_t n_sp, cap_sp;
+  int oom;
+} out_t;
+
+/* Template text (structure). */
+static void lit(out_t *o, const char *s) {
+  if (df_tok__buf_puts(&o->b, s) != 0) o->oom = 1;
+}
+
+/* Message bytes: recorded as a span (adjacent spans are merged). */
+static void data(out_t *o, const char *s, size_t n) {
+  if (n == 0) return;
+  size_t off = o->b.n;
+  if (df_tok__buf_put(&o->b, s, n) != 0) {
+    o->oom = 1;
+    return;
+  }
+  if (o->n_sp && o->sp[o->n_sp - 1].off + o->sp[o->n_sp - 1].len == off) {
+    o->sp[o->n_sp - 1].len += n;
+    return;
+  }
+  if (o->n_sp == o->cap_sp) {
+    size_t c = o->cap_sp ? o->cap_sp * 2 : 16;
+    df_tok_span *p = realloc(o->sp, c * sizeof *p);
+    if (!p) {
+      o->oom = 1;
+      return;
+    }
+    o->sp = p;
+    o->cap_sp = c;
+  }
+  o->sp[o->n_sp++] = (df_tok_span){off, n};
+}
+
+/* A view into a message string (Python str slicing done on bytes: the separators are ASCII). */
+typedef struct view {
+  const char *p;
+  size_t n;
+} view;
+
+static view v_of(const char *s) { return (view){s, strlen(s)}; }
+
+static const char *find_last(view v, const char *needle) {
+  size_t k = strlen(needle);
+  if (v.n < k) return NULL;
+  for (size_t i = v.n - k + 1; i-- > 0;)
+    if (memcmp(v.p + i, needle, k) == 0) return v.p + i;
+  return NULL;
+}
+
+static const char *find_first(view v, const char *needle) {
+  size_t k = strlen(needle);
+  if (v.n < k) return NULL;
+  for (size_t i = 0; i + k <= v.n; i++)
+    if (memcmp(v.p + i, needle, k) == 0) return v.p + i;
+  return NULL;
+}
+
+static view lstrip_nl(view v) {
+  while (v.n && v.p[0] == '\n') v.p++, v.n--;
+  return v;
+}
+
+static view rstrip_nl(view v) {
+  while (v.n && v.p[v.n - 1] == '\n') v.n--;
+  return v;
+}
+
+static bool starts_with(view v, const char *s) {
+  size_t k = strlen(s);
+  return v.n >= k && memcmp(v.p, s, k) == 0;
+}
+
+static bool ends_with(view v, const char *s) {
+  size_t k = strlen(s);
+  return v.n >= k && memcmp(v.p + v.n - k, s, k) == 0;
+}
+
+static bool role_is(const df_chat_msg *m, const char *r) { return strcmp(m->role, r) == 0; }
+
+/* ---- Qwen3 -----------------------------------------------------------------------------------
+ * A transcription of the Qwen3 template (tools branch excluded: `tools` is not an input here).
+ * Jinja line -> C line; comments quote the template. */
+static void render_qwen3(const df_chat_msg *msgs, size_t n, const df_chat_opts *opt, out_t *o) {
+  /* {%- if messages[0].role == 'system' %} '<|im_start|>system\n' + content + '<|im_end|>\n' */
+  if (role_is(&msgs[0], "system")) {
+    lit(o, "<|im_start|>system\n");
+    data(o, msgs[0].content, strlen(msgs[0].content));
+    lit(o, "<|im_end|>\n");
+  }
+  /* ns.last_query_index: the last user message that is not a <tool_response> wrapper */
+  bool multi_step_tool = true;
+  size_t last_query_index = n - 1;
+  for (size_t k = n; k-- > 0;) {
+    view c = v_of(msgs[k].content);
+    if (multi_step_tool && role_is(&msgs[k], "user") &&
+        !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
+      multi_step_tool = false;
+      last_query_index = k;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    const df_chat_msg *m = &msgs[i];
+    bool last = i + 1 == n;
+    if (role_is(m, "user") || (role_is(m, "system") && i != 0)) {
+      /* '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' */
+      lit(o, "<|im_start|>");
+      lit(o, m->role);
+      lit(o, "\n");
+      data(o, m->content, strlen(m->content));
+      lit(o, "<|im_end|>\n");
+    } else if (role_is(m, "assistant")) {
+      view content = v_of(m->content), reasoning = {"", 0};
+      if (m->reasoning_content) {
+        reasoning = v_of(m->reasoning_content);
+      } else if (find_first(content, "</think>")) {
+        /* content.split('</think>')[-1].lstrip('\n') */
+        const char *e = find_last(content, "</think>");
+        view after = {e + 8, (size_t)(content.p + content.n - (e + 8))};
+        /* content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+        const char *f = find_first(content, "</think>");
+        view before = rstrip_nl((view){content.p, (size_t)(f - content.p)});
+        const char *t = find_last(before, "<think>");
+        if (t) before = (view){t + 7, (size_t)(before.p + before.n - (t + 7))};
+        reasoning = lstrip_nl(before);
+        content = lstrip_nl(after);
+      }
+      /* {%- if loop.index0 > ns.last_query_index %} */
+      if (i > last_query_index && (last || reasoning.n > 0)) {
+        /* '<|im_start|>' + role + '\n<think>\n' + reasoning.strip('\n') + '\n</think>\n\n'
+         * + content.lstrip('\n') */
+        view r = rstrip_nl(lstrip_nl(reasoning));
+        view c = lstrip_nl(content);
+        lit(o, "<|im_start|>assistant\n<think>\n");
+        data(o, r.p, r.n);
+        lit(o, "\n</think>\n\n");
+        data(o, c.p, c.n);
+      } else {
+        lit(o, "<|im_start|>assistant\n");
+        data(o, content.p, content.n);
+      }
+      for (size_t k = 0; k < m->n_tool_calls; k++) {
+        /* {%- if (loop.first and content) or (not loop.first) %} '\n' */
+        if (k > 0 || content.n > 0) lit(o, "\n");
+        lit(o, "<tool_call>\n{\"name\": \"");
+        data(o, m->tool_calls[k].name, strlen(m->tool_calls[k].name));
+        lit(o, "\", \"arguments\": ");
+        data(o, m->tool_calls[k].arguments, strlen(m->tool_calls[k].arguments));
+        lit(o, "}\n</tool_call>");
+      }
+      lit(o, "<|im_end|>\n");
+    } else if (role_is(m, "tool")) {
+      /* {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %} */
+      if (i == 0 || !role_is(&msgs[i - 1], "tool")) lit(o, "<|im_start|>user");
+      lit(o, "\n<tool_response>\n");
+      data(o, m->content, strlen(m->content));
+      lit(o, "\n</tool_response>");
+      if (last || !role_is(&msgs[i + 1], "tool")) lit(o, "<|im_end|>\n");
+    }
+  }
+  if (opt->add_generation_prompt) {
+    lit(o, "<|im_start|>assistant\n");
+    /* {%- if enable_thinking is defined and enable_thinking is false %} */
+    if (opt->enable_thinking == 0) lit(o, "<think>\n\n</think>\n\n");
+  }
+}
+
+static bool valid(const char *s) { return df_tok__utf8_valid((const uint8_t *)s, strlen(s)); }
+
+int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
+                   const df_chat_opts *opts, df_chat_text *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  df_chat_opts dflt = {false, -1};
+  if (!opts) opts = &dflt;
+  if (n == 0 || !msgs) {
+    df_tok__seterr(err, errlen, "chat: no messages");
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const df_chat_msg *m = &msgs[i];
+    if (!m->role || !m->content) {
+      df_tok__seterr(err, errlen, "chat: messages[%zu].%s: missing", i, !m->role ? "role" : "content");
+      return -1;
+    }
+    if (!valid(m->role) || !valid(m->content) ||
+        (m->reasoning_content && !valid(m->reasoning_content))) {
+      df_tok__seterr(err, errlen, "chat: messages[%zu]: not valid UTF-8", i);
+      return -1;
+    }
+    if (m->n_tool_calls && !m->tool_calls) {
+      df_tok__seterr(err, errlen, "chat: messages[%zu].tool_calls: missing", i);
+      return -1;
+    }
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+      const df_chat_tool_call *c = &m->tool_calls[k];
+      if (!c->name || !c->arguments || !valid(c->name) || !valid(c->arguments)) {
+        df_tok__seterr(err, errlen, "chat: messages[%zu].tool_calls[%zu]: name and arguments "
+                       "must be UTF-8 strings", i, k);
+        return -1;
+      }
+    }
+  }
+  out_t o = {0};
+  if (df_tok__buf_put(&o.b, "", 0) != 0) o.oom = 1;
+  switch (t->family) {
+  case DF_CHAT_QWEN3:
+    if (!o.oom) render_qwen3(msgs, n, opts, &o);
+    break;
+  }
+  if (o.oom) {
+    df_tok__buf_free(&o.b);
+    free(o.sp);
+    df_tok__seterr(err, errlen, "chat: out of memory");
+    return -1;
+  }
+  out->text = o.b.p;
+  out->len = o.b.n;
+  out->spans = o.sp;
+  out->n_spans = o.n_sp;
+  return 0;
+}
+
+void df_chat_text_free(df_chat_text *out) {
+  if (!out) return;
+  free(out->text);
+  free(out->spans);
+  memset(out, 0, sizeof *out);
+}
+
+int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_msg *msgs,
+                   size_t n, const df_chat_opts *opts, int32_t **ids, size_t *n_ids, char *err,
+                   size_t errlen) {
+  *ids = NULL;
+  *n_ids = 0;
+  df_chat_text txt;
+  if (df_chat_render(t, msgs, n, opts, &txt, err, errlen) != 0) return -1;
+  int rc = df_tok_encode_spans(tok, txt.text, txt.len, 0, txt.spans, txt.n_spans, ids, n_ids, err,
+                               errlen);
+  df_chat_text_free(&txt);
+  return rc;
+}

@@ -1,0 +1,95 @@
+/* engine/chat_template.h — chat templates of the supported model families, rendered in C.
+ *
+ * Owns: reading a model's chat template (tokenizer_config.json "chat_template", or
+ * chat_template.jinja beside it), recognising it by the exact template text, and rendering a
+ * conversation to the prompt text byte-for-byte as Hugging Face transformers renders it with
+ * jinja2 (apply_chat_template, tokenize=False). Every byte that comes from a message (content,
+ * reasoning) is reported as a span, so the tokenizer can encode those bytes as plain text:
+ * only the template's own structure ever becomes a control token.
+ * Does not own: Jinja in general. A template that is not one of the known texts is refused
+ * with an error naming the model folder; supporting a new one means adding its renderer here,
+ * checked against jinja2 goldens (tests/tokenizer/gen_chat_goldens.py).
+ *
+ * Known templates:
+ *   DF_CHAT_QWEN3  the Qwen3 hybrid-thinking template (Qwen3 dense and Qwen3-MoE releases):
+ *                  system, user, assistant, tool messages; <think> reasoning kept only for
+ *                  assistant turns after the last user query; enable_thinking;
+ *                  add_generation_prompt. Tool definitions (`tools`) are not supported yet.
+ */
+#ifndef DF_ENGINE_CHAT_TEMPLATE_H
+#define DF_ENGINE_CHAT_TEMPLATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/tokenizer.h"
+
+typedef enum df_chat_family {
+  DF_CHAT_QWEN3 = 1,
+} df_chat_family;
+
+typedef struct df_chat_template df_chat_template;
+
+/* One tool call of an assistant message. */
+typedef struct df_chat_tool_call {
+  const char *name;      /* UTF-8, NUL-terminated */
+  const char *arguments; /* the arguments as JSON text, inserted verbatim (UTF-8) */
+} df_chat_tool_call;
+
+/* One message. Strings are UTF-8, NUL-terminated, borrowed for the call. */
+typedef struct df_chat_msg {
+  const char *role;              /* "system", "user", "assistant", "tool" (others render nothing) */
+  const char *content;           /* required (use "" for none) */
+  const char *reasoning_content; /* assistant only; NULL = not given (then taken from
+                                    <think>...</think> in content, as the template does) */
+  const df_chat_tool_call *tool_calls; /* assistant only; n_tool_calls of them */
+  size_t n_tool_calls;
+} df_chat_msg;
+
+typedef struct df_chat_opts {
+  bool add_generation_prompt; /* append the assistant header */
+  int enable_thinking;        /* -1 not given (template default), 0 false, 1 true */
+} df_chat_opts;
+
+/* A rendered prompt: text plus the byte spans that came from messages. */
+typedef struct df_chat_text {
+  char *text;         /* NUL-terminated, len bytes, malloc'd */
+  size_t len;
+  df_tok_span *spans; /* [n_spans], sorted, non-overlapping, malloc'd */
+  size_t n_spans;
+} df_chat_text;
+
+/* Load the chat template of model folder `dir` (tokenizer_config.json "chat_template", a string
+ * or a list whose "default" entry is used; else DIR/chat_template.jinja). Returns 0 with *out
+ * owning the template (free with df_chat_template_destroy), or -1 with *out NULL and err naming
+ * the folder, e.g. "models/x: chat template not recognised (...)" or a missing-file message. */
+int df_chat_template_load(const char *dir, df_chat_template **out, char *err, size_t errlen);
+
+/* Same from the template text itself; `origin` names it in messages (e.g. the folder). */
+int df_chat_template_from_text(const char *text, size_t len, const char *origin,
+                               df_chat_template **out, char *err, size_t errlen);
+
+/* Free a template and set *t to NULL. Accepts NULL. */
+void df_chat_template_destroy(df_chat_template **t);
+
+/* Which family the template was recognised as. */
+df_chat_family df_chat_template_family(const df_chat_template *t);
+
+/* Render messages[0..n) with opts (NULL = add_generation_prompt false, enable_thinking not
+ * given). On success returns 0 and fills *out (free with df_chat_text_free). Errors (-1, *out
+ * zeroed, err set): no messages, a NULL role/content, content that is not valid UTF-8, out of
+ * memory. */
+int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
+                   const df_chat_opts *opts, df_chat_text *out, char *err, size_t errlen);
+
+/* Free the buffers of a rendered prompt and zero it. Accepts a zeroed struct. */
+void df_chat_text_free(df_chat_text *out);
+
+/* Render and encode in one call: the template's structure is matched against added tokens,
+ * message bytes are plain text (df_tok_encode_spans). *ids is malloc'd (caller frees). */
+int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_msg *msgs,
+                   size_t n, const df_chat_opts *opts, int32_t **ids, size_t *n_ids, char *err,
+                   size_t errlen);
+
+#endif
