@@ -36,8 +36,8 @@ endforeach()
 
 # Chat templates: C renderers vs the committed jinja2 goldens, and the goldens vs a fresh
 # jinja2 rendering (Debian python3-jinja2).
-df_add_cmocka_test(test_chat_template SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_chat_template.c
+df_add_cmocka_test(test_tok_chat_template SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_chat_template.c
   LIBS dftok)
-set_tests_properties(test_chat_template PROPERTIES ENVIRONMENT "DF_TOK_NPM=${DF_TOK_NPM}")
+set_tests_properties(test_tok_chat_template PROPERTIES ENVIRONMENT "DF_TOK_NPM=${DF_TOK_NPM}")
 add_test(NAME tok_chat_goldens_jinja2
   COMMAND ${DF_PYTHON} ${DF_TOK_DIR}/gen_chat_goldens.py --check)
