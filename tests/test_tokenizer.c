@@ -510,6 +510,58 @@ static void test_deepseek_special(void **state) {
   df_tok_destroy(&t);
 }
 
+/* Random byte strings (biased towards UTF-8 lead/continuation bytes, spaces, digits and '<|')
+ * through encode, decode and the stream: decode(encode(x)) == NFC(repair(x)), and the stream
+ * equals the one-shot decode. A deterministic generator keeps failures reproducible. */
+static void test_random_roundtrip(void **state) {
+  (void)state;
+  df_tok *t = load_npm("qwen3");
+  static const uint8_t alpha[] = {' ', ' ', '\n', '\t', 'a', 'b', 'Z', '1', '9', '<', '|', '>',
+                                  '\'', 's', 0xC3, 0xA9, 0xCC, 0x81, 0xE4, 0xBD, 0xA0, 0xF0,
+                                  0x9F, 0x98, 0x80, 0xFF, 0xED, 0xA0, 0xC2, 0x85, 0xE2, 0x80};
+  uint64_t x = 0x9E3779B97F4A7C15ULL;
+  char err[256], buf[96];
+  for (int iter = 0; iter < 3000; iter++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t n = (size_t)(x % sizeof buf);
+    for (size_t i = 0; i < n; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      buf[i] = (char)((x >> 8) % 5 == 0 ? (uint8_t)(x >> 16) : alpha[(x >> 24) % sizeof alpha]);
+    }
+    int32_t *ids = NULL;
+    size_t k = 0;
+    assert_int_equal(df_tok_encode(t, buf, n, 0, &ids, &k, err, sizeof err), 0);
+    size_t cl, nl, dl;
+    char *clean = df_tok_utf8_sanitize(buf, n, &cl);
+    char *nfc = df_tok_utf8_nfc(clean, cl, &nl);
+    char *dec = NULL;
+    assert_int_equal(df_tok_decode(t, ids, k, 0, &dec, &dl, err, sizeof err), 0);
+    assert_int_equal(dl, nl);
+    assert_memory_equal(dec, nfc, nl);
+    df_tok_stream *s = NULL;
+    assert_int_equal(df_tok_stream_new(t, 0, &s, err, sizeof err), 0);
+    char acc[1024];
+    size_t al = 0;
+    for (size_t i = 0; i <= k; i++) {
+      const char *o;
+      size_t ol;
+      if (i < k) assert_int_equal(df_tok_stream_feed(s, ids[i], &o, &ol, err, sizeof err), 0);
+      else assert_int_equal(df_tok_stream_flush(s, &o, &ol, err, sizeof err), 0);
+      assert_true(al + ol < sizeof acc);
+      memcpy(acc + al, o, ol);
+      al += ol;
+    }
+    assert_int_equal(al, dl);
+    assert_memory_equal(acc, dec, dl);
+    df_tok_stream_destroy(&s);
+    free(dec);
+    free(nfc);
+    free(clean);
+    free(ids);
+  }
+  df_tok_destroy(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_utf8_repair),
@@ -521,6 +573,7 @@ int main(void) {
       cmocka_unit_test(test_stream_edges),
       cmocka_unit_test(test_qwen3_control_strings),
       cmocka_unit_test(test_deepseek_special),
+      cmocka_unit_test(test_random_roundtrip),
   };
   return cmocka_run_group_tests_name("tokenizer", tests, setup, NULL);
 }
