@@ -1,8 +1,7 @@
-/* coordinator/cmd_run.c — `deltafin run`: prefill a prompt, decode, print tokens.
+/* coordinator/cmd_run.c — `deltafin run`: prefill a prompt, generate, print tokens.
  *
- * Owns: the run subcommand's options, the generation loop of a single sequence
- * (prefill in chunks, decode one token per forward, stop on EOS or --max-new), --stats and
- * --logits-out. Text prompts go through the model's tokenizer when one is built in.
+ * Owns: the run subcommand's options and output (ids, --stats, --logits-out); the
+ * generation itself (target alone or with a draft) is coordinator/spec.c.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -13,6 +12,7 @@
 #include "coordinator/cli.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "coordinator/spec.h"
 
 static void run_usage(FILE *f) {
   fprintf(f,
@@ -27,13 +27,17 @@ static void run_usage(FILE *f) {
           "  --ignore-eos         do not stop at end-of-sequence tokens\n"
           "  --ctx N              context capacity in tokens (default min(max_position, 4096))\n"
           "  --chunk N            prefill chunk size in tokens (default 64)\n"
-          "  --stats              print prefill/decode speed to stderr\n"
+          "  --draft DIR          draft model for speculative decoding (same vocabulary)\n"
+          "  --no-draft           run the target alone\n"
+          "  --draft-k K          first draft length, 1..8 (default 4; adapts unless --fixed-k)\n"
+          "  --fixed-k            keep the draft length fixed\n"
+          "  --stats              print prefill/decode speed (and drafting figures) to stderr\n"
           "  --logits-out FILE    write fp32 logits of every prompt position, raw little-endian\n"
           "                       row-major [n_prompt, vocab_size]\n");
 }
 
 enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_LOGITS, O_CTX,
-       O_CHUNK, O_NOEOS, O_HELP };
+       O_CHUNK, O_NOEOS, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_FIXEDK };
 
 int df_cmd_run(int argc, char **argv) {
   static const struct option opts[] = {
@@ -43,11 +47,13 @@ int df_cmd_run(int argc, char **argv) {
       {"seed", required_argument, 0, O_SEED},      {"stats", no_argument, 0, O_STATS},
       {"logits-out", required_argument, 0, O_LOGITS}, {"ctx", required_argument, 0, O_CTX},
       {"chunk", required_argument, 0, O_CHUNK},    {"ignore-eos", no_argument, 0, O_NOEOS},
-      {"help", no_argument, 0, O_HELP},            {0, 0, 0, 0}};
-  const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL;
-  int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0;
+      {"help", no_argument, 0, O_HELP},            {"draft", required_argument, 0, O_DRAFT},
+      {"no-draft", no_argument, 0, O_NODRAFT},     {"draft-k", required_argument, 0, O_DRAFTK},
+      {"fixed-k", no_argument, 0, O_FIXEDK},       {0, 0, 0, 0}};
+  const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL, *draft_dir = NULL;
+  int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0, draft_k = 4;
   double temp = -1, top_p = -1;
-  bool stats = false, ignore_eos = false;
+  bool stats = false, ignore_eos = false, no_draft = false, fixed_k = false;
   int c, rc = 1;
   optind = 1;
   opterr = 0;
@@ -65,6 +71,10 @@ int df_cmd_run(int argc, char **argv) {
     case O_STATS: stats = true; break;
     case O_NOEOS: ignore_eos = true; break;
     case O_LOGITS: logits_path = optarg; break;
+    case O_DRAFT: draft_dir = optarg; break;
+    case O_NODRAFT: no_draft = true; break;
+    case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SPEC_K_MAX, &draft_k)) return 2; break;
+    case O_FIXEDK: fixed_k = true; break;
     case O_HELP: run_usage(stdout); return 0;
     default:
       fprintf(stderr, "deltafin run: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -81,29 +91,30 @@ int df_cmd_run(int argc, char **argv) {
     run_usage(stderr);
     return 2;
   }
-  int32_t *prompt = NULL, *out_ids = NULL;
+  int32_t *prompt = NULL;
   int64_t n_prompt = df_cli_ids("prompt-ids", ids_arg, &prompt);
   if (n_prompt < 0) return 2;
 
   char err[1024];
-  df_model *m = NULL;
-  df_kv_cache *kv = NULL;
-  df_sampler *smp = NULL;
+  df_model *m = NULL, *dm = NULL;
+  df_spec *gen = NULL;
   float *logits = NULL;
   FILE *lf = NULL;
   double t0 = df_cli_now();
   df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk};
-  if (ctx == 0) {
-    /* size the context to the job, within the model's limit */
-    mo.max_ctx = 0;
-  }
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
+  if (draft_dir && !no_draft) {
+    /* a draft that cannot be loaded is not fatal: the target runs alone */
+    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1};
+    if (df_model_load(draft_dir, &dmo, &dm, err, sizeof err) != 0)
+      fprintf(stderr, "deltafin: drafting off: draft %s: %s; the target runs alone\n", draft_dir, err);
+  }
   double t_load = df_cli_now() - t0;
   const df_model_config *cfg = df_model_cfg(m);
-  const df_gen_config *gen = df_model_gen_cfg(m);
+  const df_gen_config *gcfg = df_model_gen_cfg(m);
   int64_t V = cfg->vocab_size;
   if (n_prompt + max_new > df_model_max_ctx(m)) {
     fprintf(stderr, "deltafin: prompt %lld + max-new %lld tokens exceeds the context of %lld "
@@ -113,24 +124,24 @@ int df_cmd_run(int argc, char **argv) {
     goto done;
   }
   df_sampler_params sp = {
-      .temperature = temp >= 0 ? temp : (gen->do_sample ? gen->temperature : 0.0),
-      .top_p = top_p > 0 ? top_p : (gen->do_sample ? gen->top_p : 1.0),
-      .top_k = top_k >= 0 ? top_k : (gen->do_sample ? gen->top_k : 0),
+      .temperature = temp >= 0 ? temp : (gcfg->do_sample ? gcfg->temperature : 0.0),
+      .top_p = top_p > 0 ? top_p : (gcfg->do_sample ? gcfg->top_p : 1.0),
+      .top_k = top_k >= 0 ? top_k : (gcfg->do_sample ? gcfg->top_k : 0),
       .seed = (uint64_t)seed};
-  if (!(smp = df_sampler_new(&sp, V, err, sizeof err)) ||
-      !(kv = df_model_kv_new(m, 0, err, sizeof err))) {
+  df_spec_params pp = {.k_init = (int)draft_k, .adaptive = !fixed_k};
+  if (!(gen = df_spec_new(m, dm, &sp, &pp, 0, err, sizeof err))) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
-  logits = malloc((size_t)(logits_path ? n_prompt : 1) * (size_t)V * sizeof(float));
-  out_ids = malloc((size_t)(max_new > 0 ? max_new : 1) * sizeof *out_ids);
-  if (!logits || !out_ids) {
-    fprintf(stderr, "deltafin: out of memory\n");
-    goto done;
+  if (logits_path) {
+    logits = malloc((size_t)n_prompt * (size_t)V * sizeof(float));
+    if (!logits) {
+      fprintf(stderr, "deltafin: out of memory for --logits-out\n");
+      goto done;
+    }
   }
   double t1 = df_cli_now();
-  if (df_model_forward(m, kv, prompt, n_prompt, logits_path ? DF_LOGITS_ALL : DF_LOGITS_LAST,
-                       logits, err, sizeof err) != 0) {
+  if (df_spec_prefill(gen, prompt, n_prompt, logits, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: prefill: %s\n", err);
     goto done;
   }
@@ -144,41 +155,54 @@ int df_cmd_run(int argc, char **argv) {
       goto done;
     }
     lf = NULL;
-    memmove(logits, logits + (n_prompt - 1) * V, (size_t)V * sizeof(float));
   }
   int64_t n_out = 0;
+  bool stop = max_new == 0;
   double t2 = df_cli_now();
-  while (n_out < max_new) {
-    int32_t tok = df_sampler_sample(smp, logits);
-    out_ids[n_out++] = tok;
-    printf("%s%d", n_out > 1 ? " " : "", tok);
-    fflush(stdout);
-    bool eos = false;
-    for (int i = 0; i < gen->n_eos; i++) eos |= gen->eos_token_ids[i] == tok;
-    if ((eos && !ignore_eos) || n_out == max_new) break;
-    if (df_model_forward(m, kv, &tok, 1, DF_LOGITS_LAST, logits, err, sizeof err) != 0) {
+  while (!stop) {
+    int32_t toks[DF_SPEC_K_MAX + 1];
+    int n = df_spec_step(gen, toks, err, sizeof err);
+    if (n < 0) {
       fprintf(stderr, "\ndeltafin: decode: %s\n", err);
       goto done;
     }
+    for (int i = 0; i < n && !stop; i++) {
+      printf("%s%d", n_out ? " " : "", toks[i]);
+      n_out++;
+      bool eos = false;
+      for (int e = 0; e < gcfg->n_eos; e++) eos |= gcfg->eos_token_ids[e] == toks[i];
+      stop = (eos && !ignore_eos) || n_out == max_new;
+    }
+    fflush(stdout);
   }
   printf("\n");
   double t_decode = df_cli_now() - t2;
   if (stats) {
-    int64_t steps = n_out > 1 ? n_out - 1 : 0; /* forwards after the prefill */
+    df_spec_stats st = df_spec_get_stats(gen);
     fprintf(stderr,
-            "load %.3f s | prefill %lld tokens in %.3f s = %.1f tok/s | decode %lld tokens in "
+            "load %.3f s | prefill %lld tokens in %.3f s = %.1f tok/s | generate %lld tokens in "
             "%.3f s = %.2f tok/s, %.2f ms/token\n",
-            t_load, (long long)n_prompt, t_prefill, n_prompt / t_prefill, (long long)steps,
-            t_decode, steps ? steps / t_decode : 0.0, steps ? 1e3 * t_decode / steps : 0.0);
+            t_load, (long long)n_prompt, t_prefill, n_prompt / t_prefill, (long long)n_out,
+            t_decode, n_out ? n_out / t_decode : 0.0, n_out ? 1e3 * t_decode / n_out : 0.0);
+    if (st.rounds) {
+      fprintf(stderr,
+              "draft: %lld rounds, acceptance %.3f, mean accepted length %.2f (+1 target token "
+              "per round), draft %.2f ms and verify %.2f ms per round, k histogram",
+              (long long)st.rounds, st.drafted ? (double)st.accepted / st.drafted : 0.0,
+              (double)st.accepted / st.rounds, st.draft_ms / st.rounds,
+              st.verify_ms / (st.target_forwards ? st.target_forwards : 1));
+      for (int i = 0; i <= DF_SPEC_K_MAX; i++)
+        if (st.k_hist[i]) fprintf(stderr, " %s%d:%d", i ? "k=" : "alone", i ? i : 0, st.k_hist[i]);
+      fprintf(stderr, "%s%s\n", st.drafting ? "" : " | off: ", st.drafting ? "" : st.off_reason);
+    }
   }
   rc = 0;
 done:
   if (lf) fclose(lf);
   free(prompt);
-  free(out_ids);
   free(logits);
-  df_sampler_destroy(&smp);
-  df_kv_destroy(&kv);
+  df_spec_destroy(&gen);
+  df_model_destroy(&dm);
   df_model_destroy(&m);
   return rc;
 }

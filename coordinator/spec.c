@@ -1,0 +1,348 @@
+/* coordinator/spec.c — target-alone and speculative generation of one sequence; see spec.h.
+ *
+ * State invariant: `seq` holds the committed tokens. The target's KV cache holds
+ * seq[0 .. len-2] and seq[len-1] is "pending" (not yet fed), except right after a prefill
+ * that asked for every prompt logit: then the cache holds all of seq and `p_next` holds the
+ * target logits for position len. The draft's cache holds a prefix of seq of length <= len-1
+ * and catches up at the start of each round.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "coordinator/spec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct df_spec {
+  df_model *t, *d;
+  df_kv_cache *tkv, *dkv;
+  df_sampler *smp;
+  df_spec_params pp;
+  int64_t V, ctx;
+  int32_t *seq;
+  int64_t len;
+  bool pending;     /* seq[len-1] not yet in the target cache */
+  float *p_next;    /* [V] target logits for position len when !pending */
+  float *tlogits;   /* [K_MAX + 1, V] verify logits */
+  float *q;         /* [K_MAX, V] draft distributions of d1..dk */
+  float *pbuf;      /* [V] target distribution scratch */
+  float *dlogits;   /* [V] */
+  bool greedy;
+  bool drafting;
+  int k;
+  double rate[DF_SPEC_K_MAX + 1]; /* EMA of emitted tokens per ms at each k (0 = target alone) */
+  int rate_n[DF_SPEC_K_MAX + 1];
+  int64_t since_choice;
+  df_spec_stats st;
+};
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void df_spec_disable(df_spec *s, const char *reason) {
+  if (!s->drafting && s->st.off_reason[0]) return;
+  s->drafting = false;
+  s->st.drafting = false;
+  snprintf(s->st.off_reason, sizeof s->st.off_reason, "%s", reason);
+  if (!s->pp.quiet) fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", reason);
+}
+
+df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params *sp,
+                     const df_spec_params *pp, int64_t ctx, char *err, size_t errlen) {
+  df_spec *s = calloc(1, sizeof *s);
+  if (!s) goto oom;
+  s->t = target;
+  s->V = df_model_cfg(target)->vocab_size;
+  s->ctx = ctx > 0 ? ctx : df_model_max_ctx(target);
+  if (pp) s->pp = *pp;
+  if (s->pp.k_min <= 0) s->pp.k_min = 1;
+  if (s->pp.k_max <= 0 || s->pp.k_max > DF_SPEC_K_MAX) s->pp.k_max = DF_SPEC_K_MAX;
+  if (s->pp.k_min > s->pp.k_max) s->pp.k_min = s->pp.k_max;
+  if (s->pp.k_init <= 0) s->pp.k_init = 4;
+  if (s->pp.k_init < s->pp.k_min) s->pp.k_init = s->pp.k_min;
+  if (s->pp.k_init > s->pp.k_max) s->pp.k_init = s->pp.k_max;
+  s->k = s->pp.k_init;
+  s->st.k = s->k;
+  s->greedy = sp->temperature == 0;
+  if (!(s->smp = df_sampler_new(sp, s->V, err, errlen))) goto fail;
+  if (!(s->tkv = df_model_kv_new(target, s->ctx, err, errlen))) goto fail;
+  s->seq = malloc((size_t)s->ctx * sizeof *s->seq);
+  s->p_next = malloc((size_t)s->V * sizeof(float));
+  s->tlogits = malloc((size_t)(DF_SPEC_K_MAX + 1) * (size_t)s->V * sizeof(float));
+  s->pbuf = malloc((size_t)s->V * sizeof(float));
+  if (!s->seq || !s->p_next || !s->tlogits || !s->pbuf) goto oom;
+  if (draft) {
+    char derr[256];
+    if (df_model_cfg(draft)->vocab_size != s->V) {
+      snprintf(derr, sizeof derr, "the draft's vocabulary (%lld tokens) differs from the target's "
+               "(%lld)", (long long)df_model_cfg(draft)->vocab_size, (long long)s->V);
+      df_spec_disable(s, derr);
+    } else if (!(s->dkv = df_model_kv_new(draft, s->ctx, derr, sizeof derr))) {
+      char why[200];
+      snprintf(why, sizeof why, "draft KV cache: %s", derr);
+      df_spec_disable(s, why);
+    } else {
+      s->q = malloc((size_t)DF_SPEC_K_MAX * (size_t)s->V * sizeof(float));
+      s->dlogits = malloc((size_t)s->V * sizeof(float));
+      if (!s->q || !s->dlogits) goto oom;
+      s->d = draft;
+      s->drafting = true;
+      s->st.drafting = true;
+    }
+  }
+  return s;
+oom:
+  snprintf(err, errlen, "generator: out of memory");
+fail:
+  df_spec_destroy(&s);
+  return NULL;
+}
+
+void df_spec_destroy(df_spec **sp) {
+  if (!sp || !*sp) return;
+  df_spec *s = *sp;
+  df_kv_destroy(&s->tkv);
+  df_kv_destroy(&s->dkv);
+  df_sampler_destroy(&s->smp);
+  free(s->seq);
+  free(s->p_next);
+  free(s->tlogits);
+  free(s->q);
+  free(s->pbuf);
+  free(s->dlogits);
+  free(s);
+  *sp = NULL;
+}
+
+int64_t df_spec_len(const df_spec *s) { return s->len; }
+df_spec_stats df_spec_get_stats(const df_spec *s) { return s->st; }
+
+int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all, char *err,
+                    size_t errlen) {
+  if (n <= 0 || s->len != 0) {
+    snprintf(err, errlen, n <= 0 ? "empty prompt" : "prefill on a sequence already started");
+    return -1;
+  }
+  if (n >= s->ctx) {
+    snprintf(err, errlen, "prompt of %lld tokens leaves no room in a context of %lld",
+             (long long)n, (long long)s->ctx);
+    return -1;
+  }
+  if (logits_all) {
+    if (df_model_forward(s->t, s->tkv, ids, n, DF_LOGITS_ALL, logits_all, err, errlen) != 0)
+      return -1;
+    memcpy(s->p_next, logits_all + (n - 1) * s->V, (size_t)s->V * sizeof(float));
+    s->pending = false;
+  } else {
+    if (n > 1 && df_model_forward(s->t, s->tkv, ids, n - 1, DF_LOGITS_NONE, NULL, err, errlen) != 0)
+      return -1;
+    s->pending = true;
+  }
+  memcpy(s->seq, ids, (size_t)n * sizeof *ids);
+  s->len = n;
+  return 0;
+}
+
+/* Draw from a distribution over V tokens (ascending-id cumulative scan). */
+static int32_t draw(df_spec *s, const float *probs) {
+  double u = df_sampler_uniform(s->smp), cum = 0;
+  int32_t last = 0;
+  for (int64_t i = 0; i < s->V; i++) {
+    if (probs[i] <= 0) continue;
+    last = (int32_t)i;
+    cum += probs[i];
+    if (u < cum) return (int32_t)i;
+  }
+  return last;
+}
+
+static int32_t choose(df_spec *s, const float *logits) {
+  if (s->greedy) return df_argmax_f32(logits, s->V);
+  df_sampler_probs(s->smp, logits, s->pbuf);
+  return draw(s, s->pbuf);
+}
+
+static void record_rate(df_spec *s, int k, int emitted, double ms) {
+  double r = emitted / (ms > 1e-3 ? ms : 1e-3);
+  s->rate[k] = s->rate_n[k] ? 0.7 * s->rate[k] + 0.3 * r : r;
+  s->rate_n[k]++;
+}
+
+/* Adaptive k: every few rounds, try an unmeasured neighbour (or target alone), else take
+ * the best measured rate; stop drafting when target alone is measurably faster. */
+static void adapt(df_spec *s) {
+  if (!s->pp.adaptive || !s->drafting || ++s->since_choice < 4) return;
+  s->since_choice = 0;
+  int cand[3] = {s->k - 1, s->k + 1, 0};
+  for (int i = 0; i < 3; i++) {
+    int c = cand[i];
+    if ((c == 0 || (c >= s->pp.k_min && c <= s->pp.k_max)) && s->rate_n[c] < 2) {
+      s->k = c;
+      return;
+    }
+  }
+  int best = -1;
+  for (int c = s->pp.k_min; c <= s->pp.k_max; c++)
+    if (s->rate_n[c] >= 2 && (best < 0 || s->rate[c] > s->rate[best])) best = c;
+  if (best < 0) return;
+  if (s->rate_n[0] >= 2 && s->rate[0] > 1.05 * s->rate[best]) {
+    char why[160];
+    snprintf(why, sizeof why, "it does not pay (%.2f tok/s with k=%d, %.2f tok/s target alone)",
+             s->rate[best] * 1e3, best, s->rate[0] * 1e3);
+    df_spec_disable(s, why);
+    return;
+  }
+  s->k = best;
+}
+
+static int step_target_alone(df_spec *s, int32_t *out, char *err, size_t errlen) {
+  double t0 = now_ms();
+  const float *logits = s->p_next;
+  if (s->pending) {
+    if (s->len >= s->ctx) {
+      snprintf(err, errlen, "context full: %lld tokens", (long long)s->ctx);
+      return -1;
+    }
+    if (df_model_forward(s->t, s->tkv, &s->seq[s->len - 1], 1, DF_LOGITS_LAST, s->tlogits, err,
+                         errlen) != 0)
+      return -1;
+    logits = s->tlogits;
+    s->st.target_forwards++;
+  }
+  if (s->len >= s->ctx) {
+    snprintf(err, errlen, "context full: %lld tokens", (long long)s->ctx);
+    return -1;
+  }
+  int32_t x = df_sampler_sample(s->smp, logits);
+  s->seq[s->len++] = x;
+  s->pending = true;
+  out[0] = x;
+  double ms = now_ms() - t0;
+  s->st.verify_ms += ms;
+  s->st.emitted++;
+  s->st.k_hist[0]++;
+  record_rate(s, 0, 1, ms);
+  return 1;
+}
+
+int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
+  if (s->len == 0) {
+    snprintf(err, errlen, "step before prefill");
+    return -1;
+  }
+  /* room: the verify writes pending + k tokens; the sequence grows by up to k + 1 */
+  int k = s->k;
+  while (k > 0 && s->len + k + 1 > s->ctx) k--;
+  if (!s->drafting || k == 0) {
+    int n = step_target_alone(s, out, err, errlen);
+    if (n > 0 && s->drafting) adapt(s);
+    return n;
+  }
+  int64_t L = s->len, V = s->V;
+  double t0 = now_ms();
+  /* draft: catch up to seq[0..L-1], then propose d1..dk */
+  int64_t D = s->dkv->len;
+  if (D > L - 1) D = L - 1;
+  df_kv_truncate(s->dkv, D);
+  if (df_model_forward(s->d, s->dkv, &s->seq[D], L - D, DF_LOGITS_LAST, s->dlogits, err,
+                       errlen) != 0)
+    goto draft_failed;
+  int32_t dtok[DF_SPEC_K_MAX];
+  for (int i = 0; i < k; i++) {
+    float *qi = s->q + (int64_t)i * V;
+    if (s->greedy) {
+      dtok[i] = df_argmax_f32(s->dlogits, V);
+    } else {
+      df_sampler_probs(s->smp, s->dlogits, qi);
+      dtok[i] = draw(s, qi);
+    }
+    if (i + 1 < k && df_model_forward(s->d, s->dkv, &dtok[i], 1, DF_LOGITS_LAST, s->dlogits, err,
+                                      errlen) != 0)
+      goto draft_failed;
+  }
+  double t1 = now_ms();
+  /* verify: one target forward over [pending?] + d1..dk -> p_0..p_k */
+  int32_t vt[DF_SPEC_K_MAX + 1];
+  int nv = 0;
+  if (s->pending) vt[nv++] = s->seq[L - 1];
+  memcpy(vt + nv, dtok, (size_t)k * sizeof *dtok);
+  nv += k;
+  float *rows = s->tlogits;
+  if (!s->pending) {
+    memcpy(rows, s->p_next, (size_t)V * sizeof(float));
+    rows += V;
+  }
+  if (df_model_forward(s->t, s->tkv, vt, nv, DF_LOGITS_ALL, rows, err, errlen) != 0) {
+    /* the target's cache is untouched on error; the sequence state is unchanged */
+    return -1;
+  }
+  s->st.target_forwards++;
+  /* accept */
+  int a = 0;
+  int32_t x = -1;
+  for (int i = 0; i < k; i++) {
+    const float *p = s->tlogits + (int64_t)i * V;
+    if (s->greedy) {
+      int32_t best = df_argmax_f32(p, V);
+      if (dtok[i] == best) {
+        a++;
+        continue;
+      }
+      x = best;
+      break;
+    }
+    df_sampler_probs(s->smp, p, s->pbuf);
+    const float *qi = s->q + (int64_t)i * V;
+    double pr = s->pbuf[dtok[i]], qr = qi[dtok[i]];
+    if (df_sampler_uniform(s->smp) < (qr > 0 ? pr / qr : 1.0)) {
+      a++;
+      continue;
+    }
+    /* residual distribution normalise(max(0, p - q)) */
+    double z = 0;
+    for (int64_t j = 0; j < V; j++) {
+      float r = s->pbuf[j] - qi[j];
+      s->pbuf[j] = r > 0 ? r : 0;
+      z += s->pbuf[j];
+    }
+    if (z > 0) {
+      for (int64_t j = 0; j < V; j++) s->pbuf[j] = (float)(s->pbuf[j] / z);
+      x = draw(s, s->pbuf);
+    } else {
+      x = choose(s, p); /* p == q exactly: any rejection is impossible; keep a valid token */
+    }
+    break;
+  }
+  if (a == k) x = choose(s, s->tlogits + (int64_t)k * V);
+  /* commit d1..da, x; roll both caches back */
+  memcpy(s->seq + L, dtok, (size_t)a * sizeof *dtok);
+  s->seq[L + a] = x;
+  s->len = L + a + 1;
+  df_kv_truncate(s->tkv, L + a);
+  if (s->dkv->len > L + a) df_kv_truncate(s->dkv, L + a);
+  s->pending = true;
+  memcpy(out, s->seq + L, (size_t)(a + 1) * sizeof *out);
+  double t2 = now_ms();
+  s->st.rounds++;
+  s->st.drafted += k;
+  s->st.accepted += a;
+  s->st.emitted += a + 1;
+  s->st.draft_ms += t1 - t0;
+  s->st.verify_ms += t2 - t1;
+  s->st.k_hist[k]++;
+  record_rate(s, k, a + 1, t2 - t0);
+  adapt(s);
+  s->st.k = s->k;
+  return a + 1;
+draft_failed : {
+  char why[200];
+  snprintf(why, sizeof why, "draft forward failed: %s", err);
+  df_spec_disable(s, why);
+  return step_target_alone(s, out, err, errlen);
+}
+}
