@@ -8,17 +8,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coordinator/cli.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "coordinator/spec.h"
+#include "engine/chat_template.h"
+#include "engine/tokenizer.h"
 
 static void run_usage(FILE *f) {
   fprintf(f,
-          "usage: deltafin run --model DIR --prompt-ids 1,2,3 [options]\n"
-          "  --model DIR          Hugging Face model folder (config.json, *.safetensors)\n"
-          "  --prompt-ids LIST    prompt as comma-separated token ids\n"
+          "usage: deltafin run [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+          "  --model DIR          Hugging Face model folder (config.json, *.safetensors,\n"
+          "                       tokenizer.json); default: the bundled demo model\n"
+          "  --prompt TEXT        prompt text (tokenized with the model's tokenizer); the\n"
+          "                       continuation is streamed as text\n"
+          "  --chat               wrap the prompt as a user turn with the model's chat template\n"
+          "  --system TEXT        system message for --chat\n"
+          "  --no-think           --chat with enable_thinking=false\n"
+          "  --prompt-ids LIST    prompt as comma-separated token ids; prints generated ids\n"
           "  --max-new N          tokens to generate (default 32)\n"
           "  --temperature T      0 = greedy (default: generation_config.json, else greedy)\n"
           "  --top-p P            nucleus sampling mass in (0, 1] (default from generation_config)\n"
@@ -37,7 +46,8 @@ static void run_usage(FILE *f) {
 }
 
 enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_LOGITS, O_CTX,
-       O_CHUNK, O_NOEOS, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_FIXEDK };
+       O_CHUNK, O_NOEOS, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_FIXEDK,
+       O_PROMPT, O_CHAT, O_SYSTEM, O_NOTHINK };
 
 int df_cmd_run(int argc, char **argv) {
   static const struct option opts[] = {
@@ -49,8 +59,12 @@ int df_cmd_run(int argc, char **argv) {
       {"chunk", required_argument, 0, O_CHUNK},    {"ignore-eos", no_argument, 0, O_NOEOS},
       {"help", no_argument, 0, O_HELP},            {"draft", required_argument, 0, O_DRAFT},
       {"no-draft", no_argument, 0, O_NODRAFT},     {"draft-k", required_argument, 0, O_DRAFTK},
-      {"fixed-k", no_argument, 0, O_FIXEDK},       {0, 0, 0, 0}};
+      {"fixed-k", no_argument, 0, O_FIXEDK},       {"prompt", required_argument, 0, O_PROMPT},
+      {"chat", no_argument, 0, O_CHAT},            {"system", required_argument, 0, O_SYSTEM},
+      {"no-think", no_argument, 0, O_NOTHINK},     {0, 0, 0, 0}};
   const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL, *draft_dir = NULL;
+  const char *text = NULL, *system = NULL;
+  bool chat = false, no_think = false;
   int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0, draft_k = 4;
   double temp = -1, top_p = -1;
   bool stats = false, ignore_eos = false, no_draft = false, fixed_k = false;
@@ -75,6 +89,10 @@ int df_cmd_run(int argc, char **argv) {
     case O_NODRAFT: no_draft = true; break;
     case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SPEC_K_MAX, &draft_k)) return 2; break;
     case O_FIXEDK: fixed_k = true; break;
+    case O_PROMPT: text = optarg; break;
+    case O_CHAT: chat = true; break;
+    case O_SYSTEM: system = optarg; break;
+    case O_NOTHINK: no_think = true; break;
     case O_HELP: run_usage(stdout); return 0;
     default:
       fprintf(stderr, "deltafin run: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -86,16 +104,72 @@ int df_cmd_run(int argc, char **argv) {
     fprintf(stderr, "deltafin run: unexpected argument '%s'\n", argv[optind]);
     return 2;
   }
-  if (!model_dir || !ids_arg) {
-    fprintf(stderr, "deltafin run: --model and --prompt-ids are required\n");
+  if (!!text == !!ids_arg) {
+    fprintf(stderr, "deltafin run: give exactly one of --prompt TEXT or --prompt-ids LIST\n");
     run_usage(stderr);
     return 2;
   }
+  if ((chat || system || no_think) && !text) {
+    fprintf(stderr, "deltafin run: --chat, --system and --no-think need --prompt TEXT\n");
+    return 2;
+  }
+  if (!model_dir) {
+    model_dir = DF_DEFAULT_MODEL;
+    if (!draft_dir && !no_draft && access(DF_DEFAULT_DRAFT "/config.json", R_OK) == 0)
+      draft_dir = DF_DEFAULT_DRAFT;
+    if (access(DF_DEFAULT_MODEL "/config.json", R_OK) != 0) {
+      fprintf(stderr, "deltafin run: no --model given and the bundled demo model %s is missing; "
+              "pass --model DIR\n", DF_DEFAULT_MODEL);
+      return 2;
+    }
+  }
   int32_t *prompt = NULL;
-  int64_t n_prompt = df_cli_ids("prompt-ids", ids_arg, &prompt);
-  if (n_prompt < 0) return 2;
-
+  int64_t n_prompt = 0;
   char err[1024];
+  df_tok *tok = NULL;
+  df_tok_stream *stream = NULL;
+  df_chat_template *tmpl = NULL;
+  if (ids_arg) {
+    n_prompt = df_cli_ids("prompt-ids", ids_arg, &prompt);
+    if (n_prompt < 0) return 2;
+  } else {
+    size_t n = 0;
+    int rc_enc;
+    if (df_tok_load(model_dir, &tok, err, sizeof err) != 0) {
+      fprintf(stderr, "deltafin: %s\n", err);
+      return 1;
+    }
+    if (chat) {
+      if (df_chat_template_load(model_dir, &tmpl, err, sizeof err) != 0) {
+        fprintf(stderr, "deltafin: %s\n", err);
+        df_tok_destroy(&tok);
+        return 1;
+      }
+      df_chat_msg msgs[2] = {{.role = "system", .content = system},
+                             {.role = "user", .content = text}};
+      df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = no_think ? 0 : -1};
+      rc_enc = df_chat_encode(tmpl, tok, system ? msgs : msgs + 1, system ? 2 : 1, &co, &prompt,
+                              &n, err, sizeof err);
+    } else {
+      rc_enc = df_tok_encode(tok, text, strlen(text), DF_TOK_ADD_SPECIAL, &prompt, &n, err,
+                             sizeof err);
+    }
+    if (rc_enc != 0 || df_tok_stream_new(tok, DF_TOK_SKIP_SPECIAL, &stream, err, sizeof err) != 0) {
+      fprintf(stderr, "deltafin: %s\n", err);
+      df_chat_template_destroy(&tmpl);
+      df_tok_destroy(&tok);
+      free(prompt);
+      return 1;
+    }
+    n_prompt = (int64_t)n;
+    if (n_prompt == 0) {
+      fprintf(stderr, "deltafin: --prompt: the text encodes to no tokens\n");
+      df_tok_stream_destroy(&stream);
+      df_tok_destroy(&tok);
+      return 2;
+    }
+  }
+
   df_model *m = NULL, *dm = NULL;
   df_spec *gen = NULL;
   float *logits = NULL;
@@ -167,13 +241,29 @@ int df_cmd_run(int argc, char **argv) {
       goto done;
     }
     for (int i = 0; i < n && !stop; i++) {
-      printf("%s%d", n_out ? " " : "", toks[i]);
+      if (stream) {
+        const char *piece;
+        size_t plen;
+        if (df_tok_stream_feed(stream, toks[i], &piece, &plen, err, sizeof err) != 0) {
+          fprintf(stderr, "\ndeltafin: decode: %s\n", err);
+          goto done;
+        }
+        fwrite(piece, 1, plen, stdout);
+      } else {
+        printf("%s%d", n_out ? " " : "", toks[i]);
+      }
       n_out++;
       bool eos = false;
       for (int e = 0; e < gcfg->n_eos; e++) eos |= gcfg->eos_token_ids[e] == toks[i];
       stop = (eos && !ignore_eos) || n_out == max_new;
     }
     fflush(stdout);
+  }
+  if (stream) {
+    const char *piece;
+    size_t plen;
+    if (df_tok_stream_flush(stream, &piece, &plen, err, sizeof err) == 0)
+      fwrite(piece, 1, plen, stdout);
   }
   printf("\n");
   double t_decode = df_cli_now() - t2;
@@ -199,6 +289,9 @@ int df_cmd_run(int argc, char **argv) {
   rc = 0;
 done:
   if (lf) fclose(lf);
+  df_tok_stream_destroy(&stream);
+  df_chat_template_destroy(&tmpl);
+  df_tok_destroy(&tok);
   free(prompt);
   free(logits);
   df_spec_destroy(&gen);

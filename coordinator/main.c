@@ -3,10 +3,7 @@
 #include <string.h>
 
 #include "coordinator/cli.h"
-#if defined(DF_HAVE_TOKENIZER) && __has_include("coordinator/cmd_tokenize.h")
 #include "coordinator/cmd_tokenize.h"
-#define DF_CMD_TOKENIZE 1
-#endif
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -15,9 +12,7 @@ static void usage(FILE *f) {
           "commands:\n"
           "  run       generate from a prompt (deltafin run --help)\n"
           "  inspect   config summary, tensor inventory and memory plan of a model folder\n"
-#ifdef DF_CMD_TOKENIZE
           "  tokenize  print the token ids and pieces of a text\n"
-#endif
           "\n"
           "deltafin --version\n");
 }
@@ -30,9 +25,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "run")) return df_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "inspect")) return df_cmd_inspect(argc - 1, argv + 1);
-#ifdef DF_CMD_TOKENIZE
   if (!strcmp(cmd, "tokenize")) return df_cmd_tokenize(argc - 1, argv + 1);
-#endif
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
     printf("deltafin 0.1.0\n");
     return 0;

