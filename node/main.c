@@ -1,0 +1,170 @@
+/* node/main.c — the df-node command line: `df-node join`, `df-node status`.
+ *
+ * Owns: option parsing (sizes with K/M/G/T suffixes, binary) and the status report of a
+ * node's state directory. The agent itself is node/node.c.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "node/node.h"
+#include "transport/keys.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: df-node join HOST:PORT [--token T] [--memory BYTES] [--model-dir DIR]\n"
+          "                              [--state-dir DIR] [--name NAME] [--threads N] [--quiet]\n"
+          "       df-node status [--state-dir DIR]\n"
+          "  --token T        join token from 'deltafin cluster token' (first join only; later\n"
+          "                   joins use the key stored in the state directory)\n"
+          "  --memory BYTES   expert memory budget, K/M/G/T suffixes (default: half the RAM)\n"
+          "  --model-dir DIR  this machine's copy of the checkpoint (tensors are checked against\n"
+          "                   the coordinator's SHA-256 manifest; missing ones are streamed)\n"
+          "  --state-dir DIR  keys and shard cache (default ~/.local/state/deltafin-node)\n");
+}
+
+/* "12G" -> bytes; -1 on a malformed value. */
+static int parse_size(const char *s, uint64_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || !(v > 0)) return -1;
+  double mul = 1;
+  switch (*end) {
+  case 'k': case 'K': mul = 1024.0; end++; break;
+  case 'm': case 'M': mul = 1048576.0; end++; break;
+  case 'g': case 'G': mul = 1073741824.0; end++; break;
+  case 't': case 'T': mul = 1099511627776.0; end++; break;
+  default: break;
+  }
+  if (*end == 'i' || *end == 'B') end++;
+  if (*end == 'B') end++;
+  if (*end || v * mul > 1.8e19) return -1;
+  *out = (uint64_t)(v * mul);
+  return 0;
+}
+
+static int state_dir_of(const char *given, char *buf, size_t cap) {
+  char err[256];
+  if (given) {
+    snprintf(buf, cap, "%s", given);
+    return 0;
+  }
+  if (df_proto_state_default("deltafin-node", buf, cap, err, sizeof err) != 0) {
+    fprintf(stderr, "df-node: %s\n", err);
+    return -1;
+  }
+  return 0;
+}
+
+static int cmd_status(const char *state) {
+  char p[4300], err[512];
+  df_proto_keypair kp;
+  snprintf(p, sizeof p, "%s/node.key", state);
+  if (df_proto_keys_load(p, false, &kp, NULL, err, sizeof err) != 0) {
+    fprintf(stderr, "df-node: not joined yet (%s)\n", err);
+    return 1;
+  }
+  char fp[17];
+  df_proto_key_fingerprint(kp.pub, fp);
+  printf("state dir     %s\nnode key      %s (fingerprint %s)\n", state, kp.pub, fp);
+  snprintf(p, sizeof p, "%s/coordinator", state);
+  FILE *f = fopen(p, "r");
+  char key[64] = "", ep[256] = "";
+  if (f && fscanf(f, "%63s %255s", key, ep) >= 1) {
+    df_proto_key_fingerprint(key, fp);
+    printf("coordinator   %s (key fingerprint %s)\n", ep, fp);
+  } else {
+    printf("coordinator   none pinned\n");
+  }
+  if (f) fclose(f);
+  snprintf(p, sizeof p, "%s/cache/sha256", state);
+  DIR *d = opendir(p);
+  uint64_t bytes = 0, n = 0;
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (e->d_name[0] == '.') continue;
+      char q[4600];
+      struct stat st;
+      snprintf(q, sizeof q, "%s/%s", p, e->d_name);
+      if (stat(q, &st) == 0 && S_ISREG(st.st_mode)) {
+        n++;
+        bytes += (uint64_t)st.st_size;
+      }
+    }
+    closedir(d);
+  }
+  printf("shard cache   %llu tensors, %.1f MiB\n", (unsigned long long)n, bytes / 1048576.0);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *cmd = argv[1];
+  static const struct option opts[] = {
+      {"token", required_argument, 0, 't'},   {"memory", required_argument, 0, 'm'},
+      {"model-dir", required_argument, 0, 'd'}, {"state-dir", required_argument, 0, 's'},
+      {"name", required_argument, 0, 'n'},    {"threads", required_argument, 0, 'j'},
+      {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  df_node_opts o = {0};
+  const char *state_arg = NULL;
+  int c;
+  optind = 2;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case 't': o.token = optarg; break;
+    case 'm':
+      if (parse_size(optarg, &o.memory) != 0) {
+        fprintf(stderr, "df-node: --memory: expected a size like 512M or 12G, got '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    case 'd': o.model_dir = optarg; break;
+    case 's': state_arg = optarg; break;
+    case 'n': o.name = optarg; break;
+    case 'j': o.threads = atoi(optarg); break;
+    case 'q': o.quiet = true; break;
+    case 'h': usage(stdout); return 0;
+    default:
+      fprintf(stderr, "df-node: unknown or incomplete option '%s'\n", argv[optind - 1]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  char state[4096];
+  if (state_dir_of(state_arg, state, sizeof state) != 0) return 1;
+  if (!strcmp(cmd, "status")) return cmd_status(state);
+  if (strcmp(cmd, "join")) {
+    fprintf(stderr, "df-node: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "df-node join: expected one HOST:PORT argument\n");
+    return 2;
+  }
+  char ep[512];
+  const char *hp = argv[optind];
+  if (!strchr(hp, ':')) snprintf(ep, sizeof ep, "tcp://%s:7070", hp);
+  else snprintf(ep, sizeof ep, "%s%s", strncmp(hp, "tcp://", 6) ? "tcp://" : "", hp);
+  o.endpoint = ep;
+  o.state_dir = state;
+  if (!o.memory) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    o.memory = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2 : (1ull << 30);
+  }
+  char err[1024] = "";
+  int rc = df_node_run(&o, err, sizeof err);
+  if (rc != 0) fprintf(stderr, "df-node: %s\n", err);
+  return rc;
+}

@@ -1,0 +1,597 @@
+/* node/node.c — the df-node agent loop; see node.h.
+ *
+ * One thread owns the DEALER socket and its monitor. States: JOINING (waiting for the CURVE
+ * handshake, then for the ASSIGN that answers our JOIN), PROVISIONING (pulling missing
+ * tensors with FETCH, a window of chunks in flight), SERVING (FFN/PING/STATS). A closed
+ * connection, a BYE or 10 s of silence drop every per-connection resource (buffers, weight
+ * views, cache mappings) and start over; libzmq reconnects with backoff. Nothing here
+ * busy-waits: every wait is a zmq_poll with the next deadline as its timeout.
+ */
+#define _GNU_SOURCE
+#include "node/node.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "engine/torch_shim.h"
+#include "node/store.h"
+#include "transport/keys.h"
+#include "transport/sock.h"
+
+#define SILENCE_MS 10000      /* no message from the coordinator: rejoin */
+#define JOIN_REPLY_MS 10000   /* JOIN unanswered: reconnect */
+#define CHUNK (1u << 20)      /* FETCH length */
+#define WINDOW 8              /* FETCHes in flight */
+#define MAX_ACT_BYTES (1ull << 30) /* cap on planned activation buffers */
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int s) { (void)s; g_stop = 1; }
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+enum { JOINING, PROVISIONING, SERVING };
+
+typedef struct pair_w {
+  int32_t layer, expert;
+  df_t_tensor *w[3]; /* gate, up, down */
+} pair_w;
+
+typedef struct node {
+  const df_node_opts *o;
+  df_proto_keypair kp;
+  char server_pub[DF_PROTO_Z85_KEY + 1];
+  char token_secret[DF_PROTO_SECRET_HEX + 1]; /* "" after a successful join */
+  void *ctx, *sock, *mon;
+  int state;
+  bool joined_once;
+  int64_t last_rx, join_sent;
+  uint64_t next_id;
+  df_node_store *store;
+  /* current assignment */
+  df_proto_msg assign; /* decoded ASSIGN (owns pairs/tensors) */
+  bool have_assign;
+  pair_w *pw;          /* [n_pairs] sorted by (layer, expert) */
+  int64_t n_pw;
+  uint64_t held;
+  /* provisioning */
+  int64_t *missing;    /* tensor indices still to fetch */
+  int64_t n_missing, cur_missing;
+  uint64_t requested;  /* bytes of the current tensor requested so far */
+  int in_flight;
+  /* planned buffers */
+  df_t_tensor *x, *y, *g, *u;
+  int64_t cap_rows;    /* rows of x and y */
+  /* stats */
+  uint64_t served, rows_done, busy_us;
+} node;
+
+#define LOG(n, ...) do { if (!(n)->o->quiet) { fprintf(stderr, "df-node: " __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+static void drop_assignment(node *n) {
+  for (int64_t i = 0; i < n->n_pw; i++)
+    for (int k = 0; k < 3; k++) df_t_destroy(&n->pw[i].w[k]);
+  free(n->pw);
+  n->pw = NULL;
+  n->n_pw = 0;
+  free(n->missing);
+  n->missing = NULL;
+  n->n_missing = n->cur_missing = 0;
+  n->in_flight = 0;
+  n->requested = 0;
+  df_proto_msg_free(&n->assign);
+  n->have_assign = false;
+  n->held = 0;
+  if (n->store) {
+    df_node_store_abort(n->store);
+    df_node_store_release(n->store);
+  }
+}
+
+/* Everything that belongs to one connection. */
+static void drop_connection(node *n) {
+  drop_assignment(n);
+  df_t_destroy(&n->x);
+  df_t_destroy(&n->y);
+  df_t_destroy(&n->g);
+  df_t_destroy(&n->u);
+  n->cap_rows = 0;
+  n->state = JOINING;
+  n->join_sent = 0;
+}
+
+static void close_socket(node *n) {
+  if (n->mon) zmq_close(n->mon);
+  if (n->sock) {
+    zmq_socket_monitor(n->sock, NULL, 0);
+    zmq_close(n->sock);
+  }
+  n->mon = n->sock = NULL;
+}
+
+static int open_socket(node *n, char *err, size_t errlen) {
+  /* the largest legal inbound message: an FFN of max rows, or a shard chunk, + header */
+  int64_t max_msg = (int64_t)MAX_ACT_BYTES + (64ll << 20);
+  n->sock = df_proto_client_open(n->ctx, n->o->endpoint, &n->kp, n->server_pub, max_msg, err, errlen);
+  if (!n->sock) return -1;
+  char ep[64];
+  static int seq;
+  snprintf(ep, sizeof ep, "inproc://df-node-mon-%d", seq++);
+  if (zmq_socket_monitor(n->sock, ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                                          ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
+      !(n->mon = zmq_socket(n->ctx, ZMQ_PAIR)) || zmq_connect(n->mon, ep) != 0) {
+    snprintf(err, errlen, "cannot monitor the node socket: %s", zmq_strerror(zmq_errno()));
+    close_socket(n);
+    return -1;
+  }
+  n->last_rx = now_ms();
+  return 0;
+}
+
+static int send_msg(node *n, df_proto_msg *m, const void *payload, size_t len) {
+  char err[256];
+  if (df_proto_send(n->sock, NULL, 0, m, payload, len, ZMQ_DONTWAIT, err, sizeof err) != 0) {
+    LOG(n, "%s", err);
+    return -1;
+  }
+  return 0;
+}
+
+static void send_join(node *n) {
+  df_proto_msg m = {.op = DF_PROTO_JOIN, .id = ++n->next_id, .memory = n->o->memory,
+                    .has_model = n->o->model_dir != NULL};
+  char host[64] = "node";
+  if (n->o->name) snprintf(host, sizeof host, "%s", n->o->name);
+  else gethostname(host, sizeof host - 1);
+  snprintf(m.name, sizeof m.name, "%s", host);
+  snprintf(m.token, sizeof m.token, "%s", n->token_secret);
+  if (send_msg(n, &m, NULL, 0) == 0) {
+    n->join_sent = now_ms();
+    LOG(n, "joining %s%s", n->o->endpoint, n->token_secret[0] ? " with a token" : " with the stored key");
+  }
+}
+
+static int cmp_pw(const void *a, const void *b) {
+  const pair_w *x = a, *y = b;
+  if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+  return x->expert < y->expert ? -1 : x->expert > y->expert;
+}
+
+static const pair_w *find_pair(const node *n, int32_t layer, int32_t expert) {
+  pair_w key = {.layer = layer, .expert = expert};
+  return bsearch(&key, n->pw, (size_t)n->n_pw, sizeof *n->pw, cmp_pw);
+}
+
+/* Wrap every tensor of the assignment (all present now) and report READY. */
+static int finish_provisioning(node *n, char *err, size_t errlen) {
+  const df_proto_msg *a = &n->assign;
+  n->pw = calloc(a->n_pairs ? (size_t)a->n_pairs : 1, sizeof *n->pw);
+  if (!n->pw) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  n->n_pw = a->n_pairs;
+  n->held = 0;
+  for (int64_t p = 0; p < a->n_pairs; p++) {
+    pair_w *w = &n->pw[p];
+    w->layer = a->pairs[2 * p];
+    w->expert = a->pairs[2 * p + 1];
+    for (int k = 0; k < 3; k++) {
+      const df_proto_tensor *t = &a->tensors[3 * p + k];
+      const void *data = df_node_store_get(n->store, t);
+      df_dtype dt;
+      if (!data) {
+        snprintf(err, errlen, "tensor %s vanished from the cache", t->name);
+        return -1;
+      }
+      if (df_dtype_from_name(t->dtype, &dt) != 0 || !df_dtype_is_supported(dt) ||
+          (uint64_t)t->shape[0] * (uint64_t)t->shape[1] * df_dtype_size(dt) != t->nbytes) {
+        snprintf(err, errlen, "tensor %s: dtype %s / shape unsupported", t->name, t->dtype);
+        return -1;
+      }
+      int64_t want0 = k == 2 ? a->hidden : a->inter, want1 = k == 2 ? a->inter : a->hidden;
+      if (t->shape[0] != want0 || t->shape[1] != want1) {
+        snprintf(err, errlen, "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", t->name,
+                 (long long)t->shape[0], (long long)t->shape[1], (long long)want0, (long long)want1);
+        return -1;
+      }
+      if (!(w->w[k] = df_t_wrap(data, dt, 2, t->shape, err, errlen))) return -1;
+      n->held += t->nbytes;
+    }
+  }
+  qsort(n->pw, (size_t)n->n_pw, sizeof *n->pw, cmp_pw);
+  for (int64_t i = 1; i < n->n_pw; i++)
+    if (!cmp_pw(&n->pw[i - 1], &n->pw[i])) {
+      snprintf(err, errlen, "assignment lists layer %d expert %d twice", n->pw[i].layer, n->pw[i].expert);
+      return -1;
+    }
+  /* plan g, u for max_rows rows of one group */
+  df_t_destroy(&n->g);
+  df_t_destroy(&n->u);
+  if (a->n_pairs > 0) {
+    int64_t shp[2] = {a->max_rows, a->inter};
+    if (!(n->g = df_t_new_f32(2, shp, err, errlen)) || !(n->u = df_t_new_f32(2, shp, err, errlen)))
+      return -1;
+  }
+  n->state = SERVING;
+  df_proto_msg r = {.op = DF_PROTO_READY, .id = ++n->next_id, .epoch = a->epoch, .held = n->held};
+  send_msg(n, &r, NULL, 0);
+  LOG(n, "ready: epoch %llu, %lld experts, %.1f MiB held", (unsigned long long)a->epoch,
+      (long long)n->n_pw, n->held / 1048576.0);
+  return 0;
+}
+
+/* Keep the FETCH window full for the current missing tensor. */
+static void pump_fetch(node *n) {
+  if (n->cur_missing >= n->n_missing) return;
+  const df_proto_tensor *t = &n->assign.tensors[n->missing[n->cur_missing]];
+  while (n->in_flight < WINDOW && n->requested < t->nbytes) {
+    uint64_t len = t->nbytes - n->requested < CHUNK ? t->nbytes - n->requested : CHUNK;
+    df_proto_msg f = {.op = DF_PROTO_FETCH, .id = ++n->next_id, .epoch = n->assign.epoch,
+                      .tensor = (uint64_t)n->missing[n->cur_missing], .offset = n->requested,
+                      .length = len};
+    if (send_msg(n, &f, NULL, 0) != 0) return;
+    n->requested += len;
+    n->in_flight++;
+  }
+}
+
+/* Start the next missing tensor's download, or finish. */
+static int next_missing(node *n, char *err, size_t errlen) {
+  while (n->cur_missing < n->n_missing) {
+    const df_proto_tensor *t = &n->assign.tensors[n->missing[n->cur_missing]];
+    if (df_node_store_get(n->store, t)) { /* an earlier download had the same bytes */
+      n->cur_missing++;
+      continue;
+    }
+    if (df_node_store_begin(n->store, t, err, errlen) != 0) return -1;
+    n->requested = 0;
+    n->in_flight = 0;
+    pump_fetch(n);
+    return 0;
+  }
+  return finish_provisioning(n, err, errlen);
+}
+
+static void on_assign(node *n, df_proto_msg *m) {
+  char err[512];
+  drop_assignment(n);
+  n->assign = *m; /* take ownership of the arrays */
+  memset(m, 0, sizeof *m);
+  n->have_assign = true;
+  n->token_secret[0] = 0; /* admitted: the token is spent */
+  const df_proto_msg *a = &n->assign;
+  if (a->n_pairs > 0 &&
+      ((uint64_t)a->max_rows * (uint64_t)a->inter * 8 > MAX_ACT_BYTES || a->max_rows <= 0 ||
+       a->hidden <= 0 || a->inter <= 0)) {
+    LOG(n, "assignment refused: max_rows %lld x inter %lld exceeds the node's buffers",
+        (long long)a->max_rows, (long long)a->inter);
+    df_proto_send_error(n->sock, NULL, 0, a->id, DF_PROTO_E_BAD_REQUEST, "assignment too large");
+    drop_assignment(n);
+    return;
+  }
+  uint64_t total = 0;
+  n->missing = malloc((size_t)(a->n_tensors ? a->n_tensors : 1) * sizeof *n->missing);
+  if (!n->missing) {
+    df_proto_send_error(n->sock, NULL, 0, a->id, DF_PROTO_E_INTERNAL, "out of memory");
+    drop_assignment(n);
+    return;
+  }
+  int64_t from_store = 0;
+  for (int64_t i = 0; i < a->n_tensors; i++) {
+    total += a->tensors[i].nbytes;
+    if (df_node_store_get(n->store, &a->tensors[i])) from_store++;
+    else n->missing[n->n_missing++] = i;
+  }
+  if (total > n->o->memory)
+    LOG(n, "warning: assignment holds %.1f MiB, over the declared %.1f MiB", total / 1048576.0,
+        n->o->memory / 1048576.0);
+  LOG(n, "assigned epoch %llu: %lld experts, %lld tensors local, %lld to fetch",
+      (unsigned long long)a->epoch, (long long)a->n_pairs, (long long)from_store,
+      (long long)n->n_missing);
+  n->state = PROVISIONING;
+  if (next_missing(n, err, sizeof err) != 0) {
+    LOG(n, "provisioning failed: %s", err);
+    df_proto_send_error(n->sock, NULL, 0, a->id, DF_PROTO_E_INTERNAL, err);
+    drop_assignment(n);
+    n->state = JOINING;
+  }
+}
+
+static void on_chunk(node *n, const df_proto_msg *m, df_proto_frames *f) {
+  char err[512];
+  if (n->state != PROVISIONING || !n->have_assign || m->epoch != n->assign.epoch) return;
+  if (n->cur_missing >= n->n_missing || m->tensor != (uint64_t)n->missing[n->cur_missing] ||
+      !f->has_payload || f->n_frames != 2) {
+    LOG(n, "unexpected shard chunk ignored");
+    return;
+  }
+  const df_proto_tensor *t = &n->assign.tensors[m->tensor];
+  if (m->total != t->nbytes ||
+      df_node_store_write(n->store, m->offset, zmq_msg_data(&f->payload), zmq_msg_size(&f->payload),
+                          err, sizeof err) != 0) {
+    LOG(n, "shard stream error: %s", m->total != t->nbytes ? "size disagrees with the manifest" : err);
+    goto fail;
+  }
+  n->in_flight--;
+  if (df_node_store_written(n->store) == t->nbytes) {
+    if (df_node_store_finish(n->store, err, sizeof err) != 0) {
+      LOG(n, "%s: %s", t->name, err);
+      goto fail;
+    }
+    n->cur_missing++;
+    if (next_missing(n, err, sizeof err) != 0) {
+      LOG(n, "provisioning failed: %s", err);
+      goto fail;
+    }
+  } else {
+    pump_fetch(n);
+  }
+  return;
+fail:
+  df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_INTERNAL, "provisioning failed");
+  drop_assignment(n);
+  n->state = JOINING;
+}
+
+static int grow_rows(node *n, int64_t rows, int64_t H, char *err, size_t errlen) {
+  if (rows <= n->cap_rows) return 0;
+  if ((uint64_t)rows * (uint64_t)H * 4 > MAX_ACT_BYTES / 2) {
+    snprintf(err, errlen, "request of %lld rows exceeds the node's buffers", (long long)rows);
+    return -1;
+  }
+  int64_t cap = n->cap_rows ? n->cap_rows : 64;
+  while (cap < rows) cap *= 2;
+  df_t_destroy(&n->x);
+  df_t_destroy(&n->y);
+  n->cap_rows = 0;
+  int64_t shp[2] = {cap, H};
+  if (!(n->x = df_t_new_f32(2, shp, err, errlen)) || !(n->y = df_t_new_f32(2, shp, err, errlen))) return -1;
+  n->cap_rows = cap;
+  return 0;
+}
+
+static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
+  char err[256];
+  const df_proto_msg *a = &n->assign;
+  if (n->state != SERVING) {
+    df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_NOT_READY, "node is not ready");
+    return;
+  }
+  if (m->cols != a->hidden || !f->has_payload || f->n_frames != 2 ||
+      (int64_t)zmq_msg_size(&f->payload) != df_proto_payload_bytes(m)) {
+    df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_MALFORMED,
+                        "FFN payload disagrees with its header");
+    return;
+  }
+  const pair_w **ws = malloc((size_t)m->n_groups * sizeof *ws);
+  if (!ws) {
+    df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_INTERNAL, "out of memory");
+    return;
+  }
+  for (int g = 0; g < m->n_groups; g++) {
+    ws[g] = find_pair(n, m->layer, m->experts[g]);
+    if (!ws[g] || m->rows[g] > a->max_rows) {
+      snprintf(err, sizeof err, "layer %d expert %d %s", m->layer, m->experts[g],
+               ws[g] ? "group exceeds max_rows" : "is not held by this node");
+      df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_BAD_REQUEST, err);
+      free(ws);
+      return;
+    }
+  }
+  if (grow_rows(n, m->total_rows, a->hidden, err, sizeof err) != 0) {
+    df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_BAD_REQUEST, err);
+    free(ws);
+    return;
+  }
+  int64_t t0 = now_ms();
+  size_t bytes = zmq_msg_size(&f->payload);
+  memcpy(df_t_f32(n->x), zmq_msg_data(&f->payload), bytes);
+  int64_t r0 = 0;
+  for (int g = 0; g < m->n_groups; g++) {
+    df_t_swiglu_ffn(n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1], ws[g]->w[2], n->g, n->u, n->y);
+    r0 += m->rows[g];
+  }
+  free(ws);
+  df_proto_msg r = {.op = DF_PROTO_RESULT, .id = m->id, .total_rows = m->total_rows, .cols = m->cols};
+  send_msg(n, &r, df_t_f32(n->y), bytes);
+  n->served++;
+  n->rows_done += (uint64_t)m->total_rows;
+  n->busy_us += (uint64_t)(now_ms() - t0) * 1000;
+}
+
+/* Handle one message from the coordinator. Returns 3 on a definitive refusal. */
+static int on_message(node *n, df_proto_frames *f, char *err, size_t errlen) {
+  df_proto_msg m;
+  int code;
+  char why[256];
+  n->last_rx = now_ms();
+  if (df_proto_decode(zmq_msg_data(&f->hdr), zmq_msg_size(&f->hdr), &m, &code, why, sizeof why) != 0) {
+    LOG(n, "bad message from the coordinator: %s", why);
+    df_proto_send_error(n->sock, NULL, 0, m.id, (uint32_t)code, why);
+    return 0;
+  }
+  int rc = 0;
+  switch (m.op) {
+  case DF_PROTO_ASSIGN: on_assign(n, &m); break;
+  case DF_PROTO_SHARD_CHUNK: on_chunk(n, &m, f); break;
+  case DF_PROTO_FFN: on_ffn(n, &m, f); break;
+  case DF_PROTO_PING: {
+    df_proto_msg r = {.op = DF_PROTO_PONG, .id = m.id};
+    send_msg(n, &r, NULL, 0);
+    break;
+  }
+  case DF_PROTO_STATS: {
+    df_proto_msg r = {.op = DF_PROTO_STATS, .id = m.id, .held = n->held, .served = n->served,
+                      .rows_done = n->rows_done, .busy_us = n->busy_us};
+    send_msg(n, &r, NULL, 0);
+    break;
+  }
+  case DF_PROTO_BYE:
+    LOG(n, "coordinator said bye: %s", m.reason);
+    drop_connection(n);
+    close_socket(n); /* reopened by the main loop: a fresh session */
+    break;
+  case DF_PROTO_ERROR:
+    LOG(n, "coordinator error %u: %s", m.code, m.reason);
+    if (m.code == DF_PROTO_E_UNAUTHORIZED) {
+      snprintf(err, errlen, "refused by the coordinator: %s", m.reason);
+      rc = 3;
+    }
+    break;
+  default:
+    df_proto_send_error(n->sock, NULL, 0, m.id, DF_PROTO_E_BAD_REQUEST, "unexpected op");
+    break;
+  }
+  df_proto_msg_free(&m);
+  return rc;
+}
+
+/* Read one monitor event; returns 3 on an authentication refusal. */
+static int on_monitor(node *n, char *err, size_t errlen) {
+  zmq_msg_t a, b;
+  zmq_msg_init(&a);
+  zmq_msg_init(&b);
+  int rc = 0;
+  if (zmq_msg_recv(&a, n->mon, ZMQ_DONTWAIT) < 0) goto done;
+  if (zmq_msg_more(&a)) zmq_msg_recv(&b, n->mon, 0);
+  if (zmq_msg_size(&a) < 6) goto done;
+  uint16_t ev;
+  memcpy(&ev, zmq_msg_data(&a), 2);
+  if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+    drop_connection(n); /* a new session starts with a JOIN */
+    send_join(n);
+  } else if (ev == ZMQ_EVENT_DISCONNECTED) {
+    if (n->state != JOINING || n->have_assign) LOG(n, "disconnected from the coordinator; reconnecting");
+    drop_connection(n);
+  } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+    snprintf(err, errlen, "refused by the coordinator: this node's key is not admitted (join "
+             "with a fresh --token from 'deltafin cluster token')");
+    rc = 3;
+  } else {
+    LOG(n, "handshake with the coordinator failed (is the coordinator key pinned in the state "
+        "directory the right one?); retrying");
+  }
+done:
+  zmq_msg_close(&a);
+  zmq_msg_close(&b);
+  return rc;
+}
+
+static int load_identity(node *n, char *err, size_t errlen) {
+  const df_node_opts *o = n->o;
+  char p[4200];
+  if (df_proto_state_mkdir(o->state_dir, err, errlen) != 0) return -1;
+  snprintf(p, sizeof p, "%s/node.key", o->state_dir);
+  if (df_proto_keys_load(p, true, &n->kp, NULL, err, errlen) != 0) return -1;
+  snprintf(p, sizeof p, "%s/coordinator", o->state_dir);
+  if (o->token) {
+    if (df_proto_token_parse(o->token, n->server_pub, n->token_secret, err, errlen) != 0) return -1;
+    char line[256];
+    int len = snprintf(line, sizeof line, "%s %s\n", n->server_pub, o->endpoint);
+    if (df_proto_write_atomic(p, line, (size_t)len, 0600, err, errlen) != 0) return -1;
+  } else {
+    FILE *f = fopen(p, "r");
+    char key[64] = "";
+    if (!f || fscanf(f, "%63s", key) != 1 || strlen(key) != DF_PROTO_Z85_KEY) {
+      if (f) fclose(f);
+      snprintf(err, errlen, "no --token and no stored coordinator key in %s (first join needs "
+               "a token from 'deltafin cluster token')", p);
+      return -1;
+    }
+    fclose(f);
+    memcpy(n->server_pub, key, DF_PROTO_Z85_KEY + 1);
+  }
+  return 0;
+}
+
+int df_node_run(const df_node_opts *o, char *err, size_t errlen) {
+  node nd;
+  memset(&nd, 0, sizeof nd);
+  node *n = &nd;
+  n->o = o;
+  int rc = 1;
+  g_stop = 0;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  if (load_identity(n, err, errlen) != 0) goto done;
+  if (!(n->store = df_node_store_new(o->state_dir, o->model_dir, err, errlen))) goto done;
+  df_t_set_threads(o->threads);
+  if (!(n->ctx = zmq_ctx_new())) {
+    snprintf(err, errlen, "zmq_ctx_new failed");
+    goto done;
+  }
+  char fp[17];
+  df_proto_key_fingerprint(n->kp.pub, fp);
+  LOG(n, "key %s, budget %.1f MiB, coordinator %s", fp, o->memory / 1048576.0, o->endpoint);
+  while (!g_stop) {
+    if (!n->sock) {
+      drop_connection(n);
+      if (open_socket(n, err, errlen) != 0) goto done;
+    }
+    int64_t t = now_ms(), timeout = SILENCE_MS;
+    if (n->state == JOINING && n->join_sent) timeout = n->join_sent + JOIN_REPLY_MS - t;
+    else if (n->state != JOINING) timeout = n->last_rx + SILENCE_MS - t;
+    if (timeout < 0) timeout = 0;
+    zmq_pollitem_t it[2] = {{n->sock, 0, ZMQ_POLLIN, 0}, {n->mon, 0, ZMQ_POLLIN, 0}};
+    int r = zmq_poll(it, 2, (long)timeout);
+    if (r < 0) {
+      if (zmq_errno() == EINTR) continue;
+      snprintf(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+      goto done;
+    }
+    if (it[1].revents & ZMQ_POLLIN) {
+      int x = on_monitor(n, err, errlen);
+      if (x) {
+        rc = x;
+        goto done;
+      }
+    }
+    if (n->sock && (it[0].revents & ZMQ_POLLIN)) {
+      df_proto_frames f;
+      while (n->sock && df_proto_recv(n->sock, false, ZMQ_DONTWAIT, &f) == 0) {
+        int x = on_message(n, &f, err, errlen);
+        df_proto_frames_close(&f);
+        if (x) {
+          rc = x;
+          goto done;
+        }
+      }
+    }
+    t = now_ms();
+    if (n->sock && n->state == JOINING && n->join_sent && t - n->join_sent >= JOIN_REPLY_MS) {
+      LOG(n, "no answer to JOIN; reconnecting");
+      close_socket(n);
+    } else if (n->sock && n->state != JOINING && t - n->last_rx >= SILENCE_MS) {
+      LOG(n, "coordinator silent for %d s; reconnecting", SILENCE_MS / 1000);
+      close_socket(n);
+    }
+  }
+  LOG(n, "stopping");
+  if (n->sock && n->state != JOINING) {
+    df_proto_msg b = {.op = DF_PROTO_BYE, .id = ++n->next_id};
+    snprintf(b.reason, sizeof b.reason, "node shutting down");
+    send_msg(n, &b, NULL, 0);
+  }
+  rc = 0;
+done:
+  drop_connection(n);
+  close_socket(n);
+  if (n->ctx) zmq_ctx_term(n->ctx);
+  df_node_store_destroy(&n->store);
+  return rc;
+}

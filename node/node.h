@@ -1,0 +1,34 @@
+/* node/node.h — the df-node agent: joins a coordinator, holds the expert shards it is
+ * assigned, and runs FFN requests on them (docs/PROTOCOL.md).
+ *
+ * Owns: the node's one DEALER socket and its monitor (one thread: the caller's), the
+ * join/rejoin state machine with backoff, shard provisioning through node/store.h, the
+ * planned activation buffers, and the expert execution (df_t_swiglu_ffn over the same
+ * weight bytes as the coordinator, so results are bitwise identical). Stateless between
+ * requests: no sequence state lives here.
+ */
+#ifndef DF_NODE_NODE_H
+#define DF_NODE_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct df_node_opts {
+  const char *endpoint;  /* "tcp://HOST:PORT" of the coordinator */
+  const char *state_dir; /* keys, pinned coordinator key, shard cache */
+  const char *model_dir; /* own copy of the checkpoint, or NULL */
+  const char *token;     /* join token, or NULL to rejoin with the stored key */
+  const char *name;      /* shown in cluster status; NULL = hostname */
+  uint64_t memory;       /* expert memory budget, bytes (> 0) */
+  int threads;           /* compute threads, 0 = all CPUs */
+  bool quiet;            /* only errors on stderr */
+} df_node_opts;
+
+/* Run the agent until SIGINT/SIGTERM (returns 0) or a definitive refusal: the coordinator
+ * refused the token or does not admit this key (returns 3, reason in err), or a local error
+ * (bad token text, state directory, keys: returns 1). Progress goes to stderr, one line
+ * per event, prefixed "df-node:". */
+int df_node_run(const df_node_opts *o, char *err, size_t errlen);
+
+#endif
