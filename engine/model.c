@@ -47,7 +47,10 @@ struct df_model {
   int64_t *counts;    /* [E + 1] */
   int32_t *experts;   /* [E] */
   int64_t *offsets;   /* [E + 1] */
-  int64_t *pos;       /* [R] */
+  int64_t *pos;       /* [R] position of each row in its sequence */
+  int32_t *row_seq;   /* [R] sequence of each row */
+  int32_t *row_ids;   /* [R] token of each row */
+  float **row_out;    /* [R] where each logits row goes */
   df_expert_backend *backend;
   df_model_bytes bytes;
   bool profiling;
@@ -283,7 +286,11 @@ static int plan_buffers(df_model *m, char *err, size_t errlen) {
   m->experts = calloc((size_t)E, sizeof *m->experts);
   m->offsets = calloc((size_t)(E + 1), sizeof *m->offsets);
   m->pos = calloc((size_t)R, sizeof *m->pos);
-  if (!m->top_idx || !m->top_w || !m->slot || !m->counts || !m->experts || !m->offsets || !m->pos) {
+  m->row_seq = calloc((size_t)R, sizeof *m->row_seq);
+  m->row_ids = calloc((size_t)R, sizeof *m->row_ids);
+  m->row_out = calloc((size_t)R, sizeof *m->row_out);
+  if (!m->top_idx || !m->top_w || !m->slot || !m->counts || !m->experts || !m->offsets ||
+      !m->pos || !m->row_seq || !m->row_ids || !m->row_out) {
     snprintf(err, errlen, "out of memory planning buffers");
     return -1;
   }
@@ -374,6 +381,9 @@ void df_model_destroy(df_model **mp) {
   free(m->experts);
   free(m->offsets);
   free(m->pos);
+  free(m->row_seq);
+  free(m->row_ids);
+  free(m->row_out);
   df_st_close(&m->st);
   free(m);
   *mp = NULL;
@@ -466,14 +476,15 @@ static int moe_block(df_model *m, int layer, int64_t R, char *err, size_t errlen
   return 0;
 }
 
-/* One chunk of R <= max_rows tokens at positions kv->len .. kv->len+R-1. */
-static int forward_chunk(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t R, char *err,
-                         size_t errlen) {
+/* One chunk of R <= max_rows rows. Row r belongs to sequence row_seq[r] and sits at
+ * position m->pos[r] of that sequence's cache; rows of one sequence are consecutive and in
+ * position order. */
+static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
+                         const int32_t *ids, int64_t R, char *err, size_t errlen) {
   const df_model_config *c = &m->cfg;
   int64_t H = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads,
-          nkv = c->num_key_value_heads, p0 = kv->len;
+          nkv = c->num_key_value_heads;
   float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
-  for (int64_t r = 0; r < R; r++) m->pos[r] = p0 + r;
   double t0 = m->profiling ? now_s() : 0;
   df_t_embed(ids, R, m->embed, m->x);
   float *x = df_t_f32(m->x), *tmp = df_t_f32(m->tmp);
@@ -488,15 +499,25 @@ static int forward_chunk(df_model *m, df_kv_cache *kv, const int32_t *ids, int64
     df_t_rmsnorm(m->k, R * nkv, L->k_norm, eps, m->k);
     df_t_rope(m->q, R, nh, m->pos, m->rope_cos, m->rope_sin);
     df_t_rope(m->k, R, nkv, m->pos, m->rope_cos, m->rope_sin);
-    /* append K/V: cache layout [n_kv, ctx, hd] */
-    float *kc = df_t_f32(kv->k[l]), *vc = df_t_f32(kv->v[l]);
+    /* append K/V to each row's own cache: layout [n_kv, ctx, hd] */
     const float *kr = df_t_f32(m->k), *vr = df_t_f32(m->v);
-    for (int64_t r = 0; r < R; r++)
+    for (int64_t r = 0; r < R; r++) {
+      df_kv_cache *kv = kvs[row_seq[r]];
+      float *kc = df_t_f32(kv->k[l]), *vc = df_t_f32(kv->v[l]);
       for (int64_t h = 0; h < nkv; h++) {
-        memcpy(kc + (h * kv->ctx + p0 + r) * hd, kr + (r * nkv + h) * hd, (size_t)hd * 4);
-        memcpy(vc + (h * kv->ctx + p0 + r) * hd, vr + (r * nkv + h) * hd, (size_t)hd * 4);
+        memcpy(kc + (h * kv->ctx + m->pos[r]) * hd, kr + (r * nkv + h) * hd, (size_t)hd * 4);
+        memcpy(vc + (h * kv->ctx + m->pos[r]) * hd, vr + (r * nkv + h) * hd, (size_t)hd * 4);
       }
-    df_t_attention(m->q, R, p0, nh, kv->k[l], kv->v[l], scale, m->att, m->scratch);
+    }
+    /* attention per run of rows of one sequence, each over its own cache */
+    for (int64_t r0 = 0; r0 < R;) {
+      int64_t r1 = r0 + 1;
+      while (r1 < R && row_seq[r1] == row_seq[r0]) r1++;
+      df_kv_cache *kv = kvs[row_seq[r0]];
+      df_t_attention_rows(m->q, r0, r1 - r0, m->pos[r0], nh, kv->k[l], kv->v[l], scale, m->att,
+                          m->scratch);
+      r0 = r1;
+    }
     df_t_linear(m->att, 0, R, L->o, L->ob, m->tmp);
     df_k_add(x, tmp, R * H);
     prof_lap(m, &m->prof.attention, &t0);
@@ -514,43 +535,91 @@ static int forward_chunk(df_model *m, df_kv_cache *kv, const int32_t *ids, int64
   return 0;
 }
 
-int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n,
-                     df_logits_mode mode, float *logits, char *err, size_t errlen) {
+int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *err,
+                           size_t errlen) {
   const df_model_config *c = &m->cfg;
-  int64_t V = c->vocab_size;
-  if (n <= 0) {
-    snprintf(err, errlen, "forward: no tokens");
+  int64_t V = c->vocab_size, H = c->hidden_size, total = 0;
+  if (n_seqs <= 0 || n_seqs > DF_MODEL_MAX_BATCH) {
+    snprintf(err, errlen, "forward: %d sequences (expected 1..%d)", n_seqs, DF_MODEL_MAX_BATCH);
     return -1;
   }
-  if (kv->len + n > kv->ctx) {
-    snprintf(err, errlen, "context overflow: %lld cached + %lld new tokens > context %lld",
-             (long long)kv->len, (long long)n, (long long)kv->ctx);
-    return -1;
+  for (int s = 0; s < n_seqs; s++) {
+    const df_batch_seq *q = &seqs[s];
+    if (q->n <= 0) {
+      snprintf(err, errlen, "forward: sequence %d has no tokens", s);
+      return -1;
+    }
+    if (q->kv->len + q->n > q->kv->ctx) {
+      snprintf(err, errlen, "context overflow: %lld cached + %lld new tokens > context %lld",
+               (long long)q->kv->len, (long long)q->n, (long long)q->kv->ctx);
+      return -1;
+    }
+    for (int t = 0; t < s; t++)
+      if (seqs[t].kv == q->kv) {
+        snprintf(err, errlen, "forward: sequences %d and %d share a KV cache", t, s);
+        return -1;
+      }
+    for (int64_t i = 0; i < q->n; i++)
+      if (q->ids[i] < 0 || q->ids[i] >= V) {
+        snprintf(err, errlen, "token id %d at index %lld out of range [0, %lld)", q->ids[i],
+                 (long long)i, (long long)V);
+        return -1;
+      }
+    total += q->n;
   }
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= V) {
-      snprintf(err, errlen, "token id %d at index %lld out of range [0, %lld)", ids[i],
-               (long long)i, (long long)V);
+  df_kv_cache *kvs[DF_MODEL_MAX_BATCH];
+  int64_t start[DF_MODEL_MAX_BATCH];
+  for (int s = 0; s < n_seqs; s++) {
+    kvs[s] = seqs[s].kv;
+    start[s] = seqs[s].kv->len;
+  }
+  /* walk the concatenated rows in chunks of max_rows; (s, i) = next token to place */
+  int s = 0;
+  int64_t i = 0;
+  for (int64_t done = 0; done < total;) {
+    int64_t R = total - done < m->max_rows ? total - done : m->max_rows;
+    int cs = s;
+    int64_t ci = i;
+    for (int64_t r = 0; r < R; r++) {
+      m->row_seq[r] = s;
+      m->row_ids[r] = seqs[s].ids[i];
+      m->pos[r] = start[s] + i;
+      if (++i == seqs[s].n) {
+        s++;
+        i = 0;
+      }
+    }
+    if (forward_chunk(m, kvs, m->row_seq, m->row_ids, R, err, errlen) != 0) {
+      for (int t = 0; t < n_seqs; t++) kvs[t]->len = start[t];
       return -1;
     }
-  int64_t start = kv->len;
-  for (int64_t done = 0; done < n;) {
-    int64_t R = n - done < m->max_rows ? n - done : m->max_rows;
-    if (forward_chunk(m, kv, ids + done, R, err, errlen) != 0) {
-      kv->len = start;
-      return -1;
-    }
-    kv->len += R;
+    /* rows that need logits, gathered so lm_head streams its weights once per chunk */
     double t0 = m->profiling ? now_s() : 0;
-    if (mode != DF_LOGITS_NONE) df_t_rmsnorm(m->x, R, m->final_norm, (float)c->rms_norm_eps, m->xn);
-    if (mode == DF_LOGITS_ALL) {
-      df_t_linear(m->xn, 0, R, m->lm_head, NULL, m->logits);
-      memcpy(logits + done * V, df_t_f32(m->logits), (size_t)(R * V) * sizeof(float));
-    } else if (mode == DF_LOGITS_LAST && done + R == n) {
-      df_t_linear(m->xn, R - 1, 1, m->lm_head, NULL, m->logits);
-      memcpy(logits, df_t_f32(m->logits) + (R - 1) * V, (size_t)V * sizeof(float));
+    int64_t nl = 0;
+    const float *xr = df_t_f32(m->x);
+    float *g = df_t_f32(m->tmp);
+    for (int64_t r = 0, ss = cs, ii = ci; r < R; r++) {
+      const df_batch_seq *q = &seqs[ss];
+      bool want = q->mode == DF_LOGITS_ALL || (q->mode == DF_LOGITS_LAST && ii == q->n - 1);
+      if (want) {
+        memcpy(g + nl * H, xr + r * H, (size_t)H * sizeof(float));
+        m->row_out[nl++] = q->mode == DF_LOGITS_ALL ? q->logits + ii * V : q->logits;
+      }
+      if (++ii == q->n) {
+        ss++;
+        ii = 0;
+      }
+    }
+    if (nl > 0) {
+      df_t_rmsnorm(m->tmp, nl, m->final_norm, (float)c->rms_norm_eps, m->xn);
+      df_t_linear(m->xn, 0, nl, m->lm_head, NULL, m->logits);
+      for (int64_t j = 0; j < nl; j++)
+        memcpy(m->row_out[j], df_t_f32(m->logits) + j * V, (size_t)V * sizeof(float));
     }
     prof_lap(m, &m->prof.lm_head, &t0);
+    /* the chunk's rows are in the caches now */
+    for (int64_t r = 0; r < R; r++)
+      if (m->pos[r] + 1 > kvs[m->row_seq[r]]->len) kvs[m->row_seq[r]]->len = m->pos[r] + 1;
     if (m->profiling) {
       m->prof.forwards++;
       m->prof.tokens += R;
@@ -558,4 +627,10 @@ int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n
     done += R;
   }
   return 0;
+}
+
+int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n,
+                     df_logits_mode mode, float *logits, char *err, size_t errlen) {
+  df_batch_seq q = {.kv = kv, .ids = ids, .n = n, .mode = mode, .logits = logits};
+  return df_model_forward_batch(m, &q, 1, err, errlen);
 }

@@ -99,6 +99,28 @@ typedef enum {
   DF_LOGITS_ALL = 2,  /* logits [n, vocab] of every token */
 } df_logits_mode;
 
+/* Most sequences one df_model_forward_batch call takes. */
+#define DF_MODEL_MAX_BATCH 64
+
+/* One sequence's part of a batched forward. */
+typedef struct df_batch_seq {
+  df_kv_cache *kv;       /* the sequence's own cache; tokens go to kv->len .. kv->len+n-1 */
+  const int32_t *ids;    /* [n] token ids */
+  int64_t n;             /* >= 1 */
+  df_logits_mode mode;   /* which logits this sequence wants */
+  float *logits;         /* [vocab] (LAST) or [n, vocab] (ALL) or NULL (NONE), caller-owned */
+} df_batch_seq;
+
+/* Continuous batching: the rows of several sequences, each with its own KV cache, go
+ * through every weight matrix together (rows concatenated in the order given, in chunks of
+ * max_rows; attention runs per sequence over its own cache). Every kernel is
+ * batch-invariant, so each sequence's logits are bitwise those it would get alone.
+ * Errors (-1, message; every cache left at its length before the call): n_seqs outside
+ * 1..DF_MODEL_MAX_BATCH, a sequence with no tokens, two sequences sharing a cache, an id out
+ * of range, context overflow, an expert backend error. */
+int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *err,
+                           size_t errlen);
+
 /* Run n tokens at positions kv->len .. kv->len+n-1, in chunks of max_rows, appending their
  * keys/values to kv (kv->len += n on success).
  *   ids    [n] token ids, each in [0, vocab_size)

@@ -154,14 +154,22 @@ extern "C" void df_t_rope(df_t_tensor *x, int64_t rows, int64_t n_heads, const i
   df_k_rope(df_t_f32(x), rows, n_heads, d, pos, cf32(cos_t), cf32(sin_t));
 }
 
+extern "C" void df_t_attention_rows(const df_t_tensor *q, int64_t row0, int64_t rows,
+                                    int64_t pos0, int64_t n_head, const df_t_tensor *kc,
+                                    const df_t_tensor *vc, float scale, df_t_tensor *out,
+                                    df_t_tensor *scratch) {
+  int64_t n_kv = kc->t.size(0), ctx = kc->t.size(1), d = kc->t.size(2);
+  assert(pos0 + rows <= ctx && n_head % n_kv == 0);
+  assert((row0 + rows) * n_head * d <= q->t.numel() && (row0 + rows) * n_head * d <= out->t.numel());
+  assert(scratch->t.numel() >= (int64_t)df_k_max_threads() * ctx);
+  df_k_attention(cf32(q) + row0 * n_head * d, rows, pos0, n_head, n_kv, d, ctx, cf32(kc),
+                 cf32(vc), scale, df_t_f32(out) + row0 * n_head * d, df_t_f32(scratch));
+}
+
 extern "C" void df_t_attention(const df_t_tensor *q, int64_t rows, int64_t pos0, int64_t n_head,
                                const df_t_tensor *kc, const df_t_tensor *vc, float scale,
                                df_t_tensor *out, df_t_tensor *scratch) {
-  int64_t n_kv = kc->t.size(0), ctx = kc->t.size(1), d = kc->t.size(2);
-  assert(pos0 + rows <= ctx && n_head % n_kv == 0);
-  assert(scratch->t.numel() >= (int64_t)df_k_max_threads() * ctx);
-  df_k_attention(cf32(q), rows, pos0, n_head, n_kv, d, ctx, cf32(kc), cf32(vc), scale,
-                 df_t_f32(out), df_t_f32(scratch));
+  df_t_attention_rows(q, 0, rows, pos0, n_head, kc, vc, scale, out, scratch);
 }
 
 extern "C" void df_t_router_topk(const df_t_tensor *logits, int64_t rows, int64_t k, bool norm,

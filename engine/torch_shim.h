@@ -81,6 +81,11 @@ void df_t_attention(const df_t_tensor *q, int64_t rows, int64_t pos0, int64_t n_
                     const df_t_tensor *kc, const df_t_tensor *vc, float scale, df_t_tensor *out,
                     df_t_tensor *scratch);
 
+/* Same over rows [row0, row0 + rows) of q and out (rows of one sequence in a batch). */
+void df_t_attention_rows(const df_t_tensor *q, int64_t row0, int64_t rows, int64_t pos0,
+                         int64_t n_head, const df_t_tensor *kc, const df_t_tensor *vc,
+                         float scale, df_t_tensor *out, df_t_tensor *scratch);
+
 /* Router: softmax over logits [>= rows, E] in fp32, top-k (ties: lower index), optional
  * renormalisation. idx [rows, k] int32 and wts [rows, k] fp32 are host arrays. */
 void df_t_router_topk(const df_t_tensor *logits, int64_t rows, int64_t k, bool norm,

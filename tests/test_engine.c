@@ -240,6 +240,74 @@ static void test_kv_rollback(void **state) {
   df_model_destroy(&m);
 }
 
+/* Continuous batching: sequences at different positions, joining at different times, with
+ * chunk boundaries splitting sequences, get bitwise the logits they get alone. */
+static void test_multi_sequence_batch(void **state) {
+  (void)state;
+  golden g;
+  load_golden("tiny-moe-sparse", &g);
+  df_model *m = load_fixture_model("tiny-moe-sparse", 7);
+  char err[1024];
+  int64_t V = df_model_cfg(m)->vocab_size;
+  enum { NS = 3, STEPS = 12 };
+  int64_t plen[NS] = {9, 20, 4}, join[NS] = {0, 0, 5}; /* step at which each sequence starts */
+  const int32_t *prompt[NS] = {g.prompt, g.prompt + 9, g.prompt + 40};
+  /* alone: prefill then greedy decode; record the logits of every step */
+  float *solo = malloc((size_t)(NS * STEPS * V) * sizeof(float));
+  for (int s = 0; s < NS; s++) {
+    df_kv_cache *kv = df_model_kv_new(m, 0, err, sizeof err);
+    float *lg = solo + (int64_t)s * STEPS * V;
+    assert_int_equal(df_model_forward(m, kv, prompt[s], plen[s], DF_LOGITS_LAST, lg, err, sizeof err), 0);
+    for (int t = 1; t < STEPS; t++) {
+      int32_t tok = argmax(lg + (t - 1) * V, V);
+      assert_int_equal(df_model_forward(m, kv, &tok, 1, DF_LOGITS_LAST, lg + t * V, err, sizeof err), 0);
+    }
+    df_kv_destroy(&kv);
+  }
+  /* together */
+  df_kv_cache *kvs[NS];
+  float *lg = malloc((size_t)(NS * STEPS * V) * sizeof(float));
+  int32_t next[NS];
+  for (int s = 0; s < NS; s++) kvs[s] = df_model_kv_new(m, 0, err, sizeof err);
+  for (int step = 0; step < STEPS + 5; step++) {
+    df_batch_seq b[NS];
+    int nb = 0, who[NS];
+    for (int s = 0; s < NS; s++) {
+      int64_t t = step - join[s];
+      if (t < 0 || t >= STEPS) continue;
+      float *out = lg + ((int64_t)s * STEPS + t) * V;
+      if (t == 0)
+        b[nb] = (df_batch_seq){kvs[s], prompt[s], plen[s], DF_LOGITS_LAST, out};
+      else {
+        next[s] = argmax(out - V, V);
+        b[nb] = (df_batch_seq){kvs[s], &next[s], 1, DF_LOGITS_LAST, out};
+      }
+      who[nb++] = s;
+    }
+    (void)who;
+    if (nb == 0) continue;
+    if (df_model_forward_batch(m, b, nb, err, sizeof err) != 0) fail_msg("%s", err);
+  }
+  assert_memory_equal(solo, lg, (size_t)(NS * STEPS * V) * sizeof(float));
+  /* errors leave every cache as it was */
+  int32_t bad = 100000, ok = 1;
+  int64_t len0 = kvs[0]->len, len1 = kvs[1]->len;
+  df_batch_seq eb[2] = {{kvs[0], &ok, 1, DF_LOGITS_NONE, NULL}, {kvs[1], &bad, 1, DF_LOGITS_NONE, NULL}};
+  assert_int_equal(df_model_forward_batch(m, eb, 2, err, sizeof err), -1);
+  assert_non_null(strstr(err, "token id 100000"));
+  eb[1].kv = kvs[0];
+  eb[1].ids = &ok;
+  assert_int_equal(df_model_forward_batch(m, eb, 2, err, sizeof err), -1);
+  assert_non_null(strstr(err, "share a KV cache"));
+  assert_int_equal(kvs[0]->len, len0);
+  assert_int_equal(kvs[1]->len, len1);
+  for (int s = 0; s < NS; s++) df_kv_destroy(&kvs[s]);
+  free(solo);
+  free(lg);
+  free(g.logits);
+  df_model_destroy(&m);
+}
+
 /* Forward errors leave the cache untouched; the message names the numbers. */
 static void test_forward_errors(void **state) {
   (void)state;
@@ -311,6 +379,7 @@ int main(void) {
       cmocka_unit_test(test_kernels_vs_libtorch), cmocka_unit_test(test_golden_fixtures),
       cmocka_unit_test(test_batch_invariance),    cmocka_unit_test(test_isa_agreement),
       cmocka_unit_test(test_kv_rollback),         cmocka_unit_test(test_forward_errors),
+      cmocka_unit_test(test_multi_sequence_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
