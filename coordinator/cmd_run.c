@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "coordinator/cli.h"
+#include "coordinator/cluster.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "coordinator/spec.h"
@@ -42,12 +43,20 @@ static void run_usage(FILE *f) {
           "  --fixed-k            keep the draft length fixed\n"
           "  --stats              print prefill/decode speed (and drafting figures) to stderr\n"
           "  --logits-out FILE    write fp32 logits of every prompt position, raw little-endian\n"
-          "                       row-major [n_prompt, vocab_size]\n");
+          "                       row-major [n_prompt, vocab_size]\n"
+          "  --cluster            run routed experts on df-node agents (docs/CLUSTER.md)\n"
+          "  --cluster-port N     port of the cluster socket (default 7070)\n"
+          "  --cluster-bind HOST  interface to bind (default: all)\n"
+          "  --cluster-wait S     seconds to wait for nodes before generating (default 10)\n"
+          "  --cluster-nodes N    stop waiting once N nodes are ready (default 1)\n"
+          "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
+          "  --state-dir DIR      cluster keys, tokens and nodes (default ~/.local/state/deltafin)\n");
 }
 
 enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_LOGITS, O_CTX,
        O_CHUNK, O_NOEOS, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_FIXEDK,
-       O_PROMPT, O_CHAT, O_SYSTEM, O_NOTHINK };
+       O_PROMPT, O_CHAT, O_SYSTEM, O_NOTHINK,
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE };
 
 int df_cmd_run(int argc, char **argv) {
   static const struct option opts[] = {
@@ -61,13 +70,20 @@ int df_cmd_run(int argc, char **argv) {
       {"no-draft", no_argument, 0, O_NODRAFT},     {"draft-k", required_argument, 0, O_DRAFTK},
       {"fixed-k", no_argument, 0, O_FIXEDK},       {"prompt", required_argument, 0, O_PROMPT},
       {"chat", no_argument, 0, O_CHAT},            {"system", required_argument, 0, O_SYSTEM},
-      {"no-think", no_argument, 0, O_NOTHINK},     {0, 0, 0, 0}};
+      {"no-think", no_argument, 0, O_NOTHINK},
+      {"cluster", no_argument, 0, O_CLUSTER},      {"cluster-port", required_argument, 0, O_CPORT},
+      {"cluster-bind", required_argument, 0, O_CBIND}, {"cluster-wait", required_argument, 0, O_CWAIT},
+      {"cluster-nodes", required_argument, 0, O_CNODES},
+      {"cluster-timeout", required_argument, 0, O_CTIMEOUT},
+      {"state-dir", required_argument, 0, O_STATE}, {0, 0, 0, 0}};
   const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL, *draft_dir = NULL;
   const char *text = NULL, *system = NULL;
   bool chat = false, no_think = false;
   int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0, draft_k = 4;
   double temp = -1, top_p = -1;
-  bool stats = false, ignore_eos = false, no_draft = false, fixed_k = false;
+  bool stats = false, ignore_eos = false, no_draft = false, fixed_k = false, cluster = false;
+  df_cluster_opts copts = {.wait_s = -1};
+  int64_t cport = 0, cnodes = 0;
   int c, rc = 1;
   optind = 1;
   opterr = 0;
@@ -93,6 +109,13 @@ int df_cmd_run(int argc, char **argv) {
     case O_CHAT: chat = true; break;
     case O_SYSTEM: system = optarg; break;
     case O_NOTHINK: no_think = true; break;
+    case O_CLUSTER: cluster = true; break;
+    case O_CPORT: if (df_cli_int("cluster-port", optarg, 1, 65535, &cport)) return 2; copts.port = (int)cport; break;
+    case O_CBIND: copts.bind_host = optarg; break;
+    case O_CWAIT: if (df_cli_double("cluster-wait", optarg, 0, 86400, &copts.wait_s)) return 2; break;
+    case O_CNODES: if (df_cli_int("cluster-nodes", optarg, 1, 256, &cnodes)) return 2; copts.min_nodes = (int)cnodes; break;
+    case O_CTIMEOUT: if (df_cli_double("cluster-timeout", optarg, 0.01, 86400, &copts.timeout_s)) return 2; break;
+    case O_STATE: copts.state_dir = optarg; break;
     case O_HELP: run_usage(stdout); return 0;
     default:
       fprintf(stderr, "deltafin run: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -185,6 +208,11 @@ int df_cmd_run(int argc, char **argv) {
     df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1};
     if (df_model_load(draft_dir, &dmo, &dm, err, sizeof err) != 0)
       fprintf(stderr, "deltafin: drafting off: draft %s: %s; the target runs alone\n", draft_dir, err);
+  }
+  copts.stats = stats;
+  if (cluster && df_cluster_attach(m, &copts, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: cluster: %s\n", err);
+    goto done;
   }
   double t_load = df_cli_now() - t0;
   const df_model_config *cfg = df_model_cfg(m);

@@ -4,6 +4,7 @@
 
 #include "coordinator/cli.h"
 #include "coordinator/cmd_tokenize.h"
+#include "coordinator/cluster.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -13,6 +14,7 @@ static void usage(FILE *f) {
           "  run       generate from a prompt (deltafin run --help)\n"
           "  inspect   config summary, tensor inventory and memory plan of a model folder\n"
           "  tokenize  print the token ids and pieces of a text\n"
+          "  cluster   cluster keys, join tokens and status (deltafin cluster --help)\n"
           "\n"
           "deltafin --version\n");
 }
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run")) return df_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "inspect")) return df_cmd_inspect(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return df_cmd_tokenize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "cluster")) return df_cmd_cluster(argc - 1, argv + 1);
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
     printf("deltafin 0.1.0\n");
     return 0;

@@ -480,8 +480,7 @@ static int on_monitor(node *n, char *err, size_t errlen) {
              "with a fresh --token from 'deltafin cluster token')");
     rc = 3;
   } else {
-    LOG(n, "handshake with the coordinator failed (is the coordinator key pinned in the state "
-        "directory the right one?); retrying");
+    LOG(n, "handshake with the coordinator failed; retrying");
   }
 done:
   zmq_msg_close(&a);

@@ -122,9 +122,6 @@ int df_proto_recv(void *sock, bool router, int flags, df_proto_frames *f) {
     errno = e;
     return -1;
   }
-  const char *uid = zmq_msg_gets(&m, "User-Id");
-  if (uid && strlen(uid) == DF_PROTO_Z85_KEY) memcpy(f->user, uid, DF_PROTO_Z85_KEY + 1);
-  f->fd = zmq_msg_get(&m, ZMQ_SRCFD);
   int idx = router ? -1 : 0; /* frame index after the routing id */
   for (;;) {
     bool more = zmq_msg_more(&m);
@@ -133,6 +130,10 @@ int df_proto_recv(void *sock, bool router, int flags, df_proto_frames *f) {
       memcpy(f->rid, zmq_msg_data(&m), f->rid_len);
       zmq_msg_close(&m);
     } else if (idx == 0) {
+      /* connection properties ride on every data frame */
+      const char *uid = zmq_msg_gets(&m, "User-Id");
+      if (uid && strlen(uid) == DF_PROTO_Z85_KEY) memcpy(f->user, uid, DF_PROTO_Z85_KEY + 1);
+      f->fd = zmq_msg_get(&m, ZMQ_SRCFD);
       zmq_msg_move(&f->hdr, &m);
       zmq_msg_close(&m);
     } else if (idx == 1) {
