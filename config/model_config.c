@@ -13,6 +13,10 @@
  * 32 / 1 when absent or zero (_compute_yarn_parameters). Qwen3Config's own constructor
  * default for an absent head_dim is 128; published qwen3 configs always carry the key, and
  * this parser applies the modeling-code fallback to both families, as the header documents.
+ * deepseek_v3 / kimi_k2 follow DeepseekV3Config and modeling_deepseek_v3.py; the MoE layer
+ * rule adds the published checkpoints' moe_layer_freq (modeling_deepseek.py:
+ * n_routed_experts && i >= first_k_dense_replace && i % moe_layer_freq == 0), which
+ * transformers drops (it equals 1 in every published config).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -27,7 +31,8 @@
 #include <sys/stat.h>
 
 #define CFG_MAX_FILE (16u * 1024 * 1024) /* config files are a few KiB */
-#define CFG_SUPPORTED_TYPES "qwen3_moe, qwen3"
+#define CFG_SUPPORTED_TYPES "qwen3_moe, qwen3, deepseek_v3, kimi_k2"
+#define CFG_QWEN_TYPES "qwen3_moe, qwen3"
 #define CFG_SUPPORTED_ROPE "default, linear, yarn"
 #define CFG_MAX_DIM INT32_MAX /* sizes stay < 2^31 so products of two fit in int64 */
 
@@ -181,8 +186,10 @@ static int get_eos(ctx *c, json_t *o, const char *key, int64_t vocab, int64_t *i
   return 0;
 }
 
-/* rope_scaling (or transformers >= 5's rope_parameters), `key` names it in messages. */
-static int parse_rope(ctx *c, json_t *rs, const char *key, df_rope_scaling *r) {
+/* rope_scaling (or transformers >= 5's rope_parameters), `key` names it in messages.
+ * allow_mscale: YaRN mscale / mscale_all_dim are read (deepseek_v3) instead of refused. */
+static int parse_rope(ctx *c, json_t *rs, const char *key, bool allow_mscale,
+                      df_rope_scaling *r) {
   memset(r, 0, sizeof *r);
   r->type = DF_ROPE_DEFAULT;
   r->factor = 1.0;
@@ -230,13 +237,21 @@ static int parse_rope(ctx *c, json_t *rs, const char *key, df_rope_scaling *r) {
   }
   if (r->type != DF_ROPE_YARN) return 0;
 
-  static const char *unsupported[] = {"mscale", "mscale_all_dim"};
-  for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
-    if (get(rs, unsupported[i])) {
-      fail(c, "key '%s.%s': not supported for model types " CFG_SUPPORTED_TYPES, key,
-           unsupported[i]);
+  static const char *mscales[] = {"mscale", "mscale_all_dim"};
+  double *mdst[] = {&r->mscale, &r->mscale_all_dim};
+  for (size_t i = 0; i < sizeof mscales / sizeof *mscales; i++) {
+    json_t *v = get(rs, mscales[i]);
+    if (!v) continue;
+    if (!allow_mscale) {
+      fail(c, "key '%s.%s': not supported for model types " CFG_QWEN_TYPES, key, mscales[i]);
       return -1;
     }
+    if (!json_is_number(v) || json_number_value(v) < 0.0) {
+      fail(c, "key '%s.%s': expected a non-negative number, got %s", key, mscales[i],
+           json_is_number(v) ? "a negative one" : type_name(v));
+      return -1;
+    }
+    *mdst[i] = json_number_value(v);
   }
   json_t *tr = get(rs, "truncate");
   if (tr && !json_is_true(tr)) {
@@ -305,6 +320,128 @@ static void copy_str(char *dst, size_t cap, const char *src) {
   dst[n] = '\0';
 }
 
+/* quantization_config of a deepseek_v3 folder (null or absent: unquantised). */
+static int parse_quant(ctx *c, json_t *root, df_model_config *m) {
+  json_t *q = get(root, "quantization_config");
+  m->quant = DF_QUANT_NONE;
+  if (!q) return 0;
+  if (!json_is_object(q)) {
+    fail(c, "key 'quantization_config': expected an object or null, got %s", type_name(q));
+    return -1;
+  }
+  const char *meth, *fmt;
+  if (get_str(c, q, "quant_method", NULL, &meth) || get_str(c, q, "fmt", "e4m3", &fmt))
+    return -1;
+  if (!meth || strcmp(meth, "fp8") != 0) {
+    fail(c, "key 'quantization_config.quant_method': unsupported method '%.64s' (supported: fp8)",
+         meth ? meth : "(absent)");
+    return -1;
+  }
+  if (strcmp(fmt, "e4m3") != 0) {
+    fail(c, "key 'quantization_config.fmt': unsupported FP8 format '%.64s' (supported: e4m3)",
+         fmt);
+    return -1;
+  }
+  json_t *bs = get(q, "weight_block_size");
+  if (!bs || !json_is_array(bs) || json_array_size(bs) != 2 ||
+      !json_is_integer(json_array_get(bs, 0)) || !json_is_integer(json_array_get(bs, 1)) ||
+      json_integer_value(json_array_get(bs, 0)) < 1 ||
+      json_integer_value(json_array_get(bs, 1)) < 1 ||
+      json_integer_value(json_array_get(bs, 0)) > CFG_MAX_DIM ||
+      json_integer_value(json_array_get(bs, 1)) > CFG_MAX_DIM) {
+    fail(c, "key 'quantization_config.weight_block_size': expected [n, k] of two positive "
+            "integers (per-tensor FP8 scales are not supported)");
+    return -1;
+  }
+  m->quant = DF_QUANT_FP8_BLOCK;
+  m->quant_block_n = (int64_t)json_integer_value(json_array_get(bs, 0));
+  m->quant_block_k = (int64_t)json_integer_value(json_array_get(bs, 1));
+  return 0;
+}
+
+/* deepseek_v3 / kimi_k2 keys (DeepseekV3Config; moe_layer_freq, topk_method and scoring_func
+ * as the checkpoints' own modeling_deepseek.py reads them). */
+static int parse_deepseek(ctx *c, json_t *root, df_model_config *m) {
+  int64_t n_layers = m->num_hidden_layers;
+  if (m->attention_bias) {
+    fail(c, "key 'attention_bias': true is not supported for model type %s", m->model_type);
+    return -1;
+  }
+  if (get_int(c, root, "q_lora_rank", false, 0, 1, CFG_MAX_DIM, &m->q_lora_rank) ||
+      get_int(c, root, "kv_lora_rank", true, 0, 1, CFG_MAX_DIM, &m->kv_lora_rank) ||
+      get_int(c, root, "qk_nope_head_dim", true, 0, 1, CFG_MAX_DIM, &m->qk_nope_head_dim) ||
+      get_int(c, root, "qk_rope_head_dim", true, 0, 1, CFG_MAX_DIM, &m->qk_rope_head_dim) ||
+      get_int(c, root, "v_head_dim", true, 0, 1, CFG_MAX_DIM, &m->v_head_dim) ||
+      get_int(c, root, "n_routed_experts", true, 0, 0, CFG_MAX_DIM, &m->num_experts) ||
+      get_int(c, root, "n_shared_experts", false, 1, 0, CFG_MAX_DIM, &m->n_shared_experts) ||
+      get_num(c, root, "routed_scaling_factor", 2.5, &m->routed_scaling_factor) ||
+      get_int(c, root, "n_group", false, 8, 1, CFG_MAX_DIM, &m->n_group) ||
+      get_int(c, root, "topk_group", false, 4, 1, CFG_MAX_DIM, &m->topk_group) ||
+      get_int(c, root, "first_k_dense_replace", false, 3, 0, CFG_MAX_DIM,
+              &m->first_k_dense_replace) ||
+      get_int(c, root, "moe_layer_freq", false, 1, 1, CFG_MAX_DIM, &m->moe_layer_freq) ||
+      get_bool(c, root, "norm_topk_prob", true, &m->norm_topk_prob) ||
+      get_bool(c, root, "rope_interleave", true, &m->rope_interleave))
+    return -1;
+  if (m->qk_rope_head_dim % 2 != 0) {
+    fail(c, "key 'qk_rope_head_dim': %lld must be even (RoPE pairs)",
+         (long long)m->qk_rope_head_dim);
+    return -1;
+  }
+  if (!(m->routed_scaling_factor > 0.0)) {
+    fail(c, "key 'routed_scaling_factor': %g is out of range (expected > 0)",
+         m->routed_scaling_factor);
+    return -1;
+  }
+  const char *method, *scoring;
+  if (get_str(c, root, "topk_method", "noaux_tc", &method) ||
+      get_str(c, root, "scoring_func", "sigmoid", &scoring))
+    return -1;
+  if (strcmp(method, "noaux_tc") != 0) {
+    fail(c, "key 'topk_method': unsupported routing '%.64s' (supported: noaux_tc)", method);
+    return -1;
+  }
+  if (strcmp(scoring, "sigmoid") != 0) {
+    fail(c, "key 'scoring_func': unsupported scoring '%.64s' (supported: sigmoid)", scoring);
+    return -1;
+  }
+  m->router = DF_ROUTER_SIGMOID_NOAUX;
+  m->head_dim = m->qk_rope_head_dim; /* DeepseekV3Config.head_dim: the RoPE width */
+  m->decoder_sparse_step = 1;
+  int64_t n_dense = 0;
+  for (int64_t i = 0; i < n_layers; i++) {
+    m->is_moe_layer[i] = m->num_experts > 0 && i >= m->first_k_dense_replace &&
+                         i % m->moe_layer_freq == 0;
+    if (!m->is_moe_layer[i]) n_dense++;
+  }
+  if (m->num_experts > 0) {
+    if (get_int(c, root, "num_experts_per_tok", true, 0, 1, CFG_MAX_DIM,
+                &m->num_experts_per_tok) ||
+        get_int(c, root, "moe_intermediate_size", true, 0, 1, CFG_MAX_DIM,
+                &m->moe_intermediate_size))
+      return -1;
+    if (m->num_experts % m->n_group != 0 || m->num_experts / m->n_group < 2) {
+      fail(c, "key 'n_group': %lld groups do not split %lld experts into equal groups of at "
+              "least 2", (long long)m->n_group, (long long)m->num_experts);
+      return -1;
+    }
+    if (m->topk_group > m->n_group) {
+      fail(c, "key 'topk_group': %lld exceeds n_group %lld", (long long)m->topk_group,
+           (long long)m->n_group);
+      return -1;
+    }
+    if (m->num_experts_per_tok > m->topk_group * (m->num_experts / m->n_group)) {
+      fail(c, "key 'num_experts_per_tok': top-k %lld exceeds the %lld experts of topk_group %lld "
+              "groups", (long long)m->num_experts_per_tok,
+           (long long)(m->topk_group * (m->num_experts / m->n_group)), (long long)m->topk_group);
+      return -1;
+    }
+  }
+  if (parse_quant(c, root, m)) return -1;
+  return get_int(c, root, "intermediate_size", n_dense > 0, 0, 1, CFG_MAX_DIM,
+                 &m->intermediate_size);
+}
+
 static int parse_model(ctx *c, json_t *root, df_model_config *m) {
   const char *mt;
   if (get_str(c, root, "model_type", NULL, &mt) != 0) return -1;
@@ -314,6 +451,8 @@ static int parse_model(ctx *c, json_t *root, df_model_config *m) {
   }
   if (strcmp(mt, "qwen3_moe") == 0) m->arch = DF_ARCH_QWEN3_MOE;
   else if (strcmp(mt, "qwen3") == 0) m->arch = DF_ARCH_QWEN3;
+  else if (strcmp(mt, "deepseek_v3") == 0 || strcmp(mt, "kimi_k2") == 0)
+    m->arch = DF_ARCH_DEEPSEEK_V3;
   else {
     fail(c, "key 'model_type': unsupported model type '%.64s' (supported: " CFG_SUPPORTED_TYPES
             ")",
@@ -388,8 +527,9 @@ static int parse_model(ctx *c, json_t *root, df_model_config *m) {
   }
   json_t *rs = get(root, "rope_scaling");
   if (!rs && rp && !get(rp, "rope_type") && !get(rp, "type")) rp = NULL; /* theta only */
-  if (rs ? parse_rope(c, rs, "rope_scaling", &m->rope_scaling)
-         : parse_rope(c, rp, "rope_parameters", &m->rope_scaling))
+  bool ds = m->arch == DF_ARCH_DEEPSEEK_V3;
+  if (rs ? parse_rope(c, rs, "rope_scaling", ds, &m->rope_scaling)
+         : parse_rope(c, rp, "rope_parameters", ds, &m->rope_scaling))
     return -1;
   if (get_int(c, root, "max_position_embeddings", false, 32768, 1, CFG_MAX_DIM,
               &m->max_position_embeddings) ||
@@ -405,6 +545,7 @@ static int parse_model(ctx *c, json_t *root, df_model_config *m) {
     return -1;
 
   int64_t n_layers = m->num_hidden_layers;
+  if (m->arch == DF_ARCH_DEEPSEEK_V3) return parse_deepseek(c, root, m);
   if (m->arch == DF_ARCH_QWEN3) {
     m->decoder_sparse_step = 1;
     return get_int(c, root, "intermediate_size", true, 0, 1, CFG_MAX_DIM, &m->intermediate_size);
@@ -648,6 +789,7 @@ const char *df_cfg_arch_name(df_arch a) {
   switch (a) {
   case DF_ARCH_QWEN3: return "qwen3";
   case DF_ARCH_QWEN3_MOE: return "qwen3_moe";
+  case DF_ARCH_DEEPSEEK_V3: return "deepseek_v3";
   }
   return "unknown";
 }

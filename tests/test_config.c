@@ -1,5 +1,5 @@
 /* tests/test_config.c — config/model_config.{h,c}: config.json of qwen3_moe and qwen3 as
- * published (Qwen3-30B-A3B, Qwen3-0.6B), defaults and derived values (head_dim, kv heads,
+ * published (Qwen3-30B-A3B, Qwen3-0.6B, DeepSeek-V3, Kimi-K2-Instruct), defaults and derived values (head_dim, kv heads,
  * the MoE layer map from decoder_sparse_step and mlp_only_layers), rope_scaling variants,
  * every error path with its message, and generation_config.json.
  *
@@ -439,10 +439,10 @@ static const err_case err_cases[] = {
     {"duplicate key", "{\"model_type\":\"qwen3\",\"model_type\":\"qwen3\"}", NULL, NULL,
      "config.json:1:"},
     {"missing model_type", NULL, NULL, "model_type",
-     "config.json: missing required key 'model_type' (supported: qwen3_moe, qwen3)"},
+     "config.json: missing required key 'model_type' (supported: qwen3_moe, qwen3, deepseek_v3, kimi_k2)"},
     {"unknown model_type", NULL, "{\"model_type\":\"llama\"}", NULL,
      "config.json: key 'model_type': unsupported model type 'llama' (supported: qwen3_moe, "
-     "qwen3)"},
+     "qwen3, deepseek_v3, kimi_k2)"},
     {"model_type not a string", NULL, "{\"model_type\":3}", NULL,
      "config.json: key 'model_type': expected a string, got an integer"},
     {"missing vocab_size", NULL, NULL, "vocab_size",
@@ -630,7 +630,7 @@ static void test_load_errors(void **state) {
   assert_int_equal(df_cfg_load(dir, &m, err, sizeof err), -1);
   assert_non_null(strstr(err, dir));
   assert_non_null(strstr(err, "/config.json: key 'model_type': unsupported model type "
-                              "'mixtral' (supported: qwen3_moe, qwen3)"));
+                              "'mixtral' (supported: qwen3_moe, qwen3, deepseek_v3, kimi_k2)"));
   write_text(dir, "config.json", "{\n\"model_type\": \"qwen3\",\n\"hidden_size\": 1\n");
   assert_int_equal(df_cfg_load(dir, &m, err, sizeof err), -1);
   assert_non_null(strstr(err, "/config.json:4:0: JSON syntax error"));
@@ -747,12 +747,192 @@ static void test_generation_config(void **state) {
   rm_tmpdir(dir);
 }
 
+/* ---- deepseek_v3 / kimi_k2 ------------------------------------------------------------ */
+
+/* deepseek-ai/DeepSeek-V3 config.json as published (auto_map omitted). */
+static const char *deepseek_v3 =
+    "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"aux_loss_alpha\":0.001,\"bos_token_id\":0,\"eos_token_id\":1,"
+    "\"ep_size\":1,\"first_k_dense_replace\":3,\"hidden_act\":\"silu\",\"hidden_size\":7168,"
+    "\"initializer_range\":0.02,\"intermediate_size\":18432,\"kv_lora_rank\":512,"
+    "\"max_position_embeddings\":163840,\"model_type\":\"deepseek_v3\","
+    "\"moe_intermediate_size\":2048,\"moe_layer_freq\":1,\"n_group\":8,\"n_routed_experts\":256,"
+    "\"n_shared_experts\":1,\"norm_topk_prob\":true,\"num_attention_heads\":128,"
+    "\"num_experts_per_tok\":8,\"num_hidden_layers\":61,\"num_key_value_heads\":128,"
+    "\"num_nextn_predict_layers\":1,\"pretraining_tp\":1,\"q_lora_rank\":1536,"
+    "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"quantization_config\":"
+    "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":\"fp8\","
+    "\"weight_block_size\":[128,128]},\"rms_norm_eps\":1e-06,\"rope_scaling\":{\"beta_fast\":32,"
+    "\"beta_slow\":1,\"factor\":40,\"mscale\":1.0,\"mscale_all_dim\":1.0,"
+    "\"original_max_position_embeddings\":4096,\"type\":\"yarn\"},\"rope_theta\":10000,"
+    "\"routed_scaling_factor\":2.5,\"scoring_func\":\"sigmoid\",\"seq_aux\":true,"
+    "\"tie_word_embeddings\":false,\"topk_group\":4,\"topk_method\":\"noaux_tc\","
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.33.1\",\"use_cache\":true,"
+    "\"v_head_dim\":128,\"vocab_size\":129280}";
+
+/* moonshotai/Kimi-K2-Instruct config.json as published (auto_map omitted). */
+static const char *kimi_k2 =
+    "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"aux_loss_alpha\":0.001,\"bos_token_id\":163584,"
+    "\"eos_token_id\":163585,\"ep_size\":1,\"first_k_dense_replace\":1,\"hidden_act\":\"silu\","
+    "\"hidden_size\":7168,\"initializer_range\":0.02,\"intermediate_size\":18432,"
+    "\"kv_lora_rank\":512,\"max_position_embeddings\":131072,\"model_type\":\"kimi_k2\","
+    "\"moe_intermediate_size\":2048,\"moe_layer_freq\":1,\"n_group\":1,\"n_routed_experts\":384,"
+    "\"n_shared_experts\":1,\"norm_topk_prob\":true,\"num_attention_heads\":64,"
+    "\"num_experts_per_tok\":8,\"num_hidden_layers\":61,\"num_key_value_heads\":64,"
+    "\"num_nextn_predict_layers\":0,\"pretraining_tp\":1,\"q_lora_rank\":1536,"
+    "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"quantization_config\":"
+    "{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":\"fp8\","
+    "\"weight_block_size\":[128,128]},\"rms_norm_eps\":1e-06,\"rope_scaling\":{\"beta_fast\":1.0,"
+    "\"beta_slow\":1.0,\"factor\":32.0,\"mscale\":1.0,\"mscale_all_dim\":1.0,"
+    "\"original_max_position_embeddings\":4096,\"type\":\"yarn\"},\"rope_theta\":50000.0,"
+    "\"routed_scaling_factor\":2.827,\"scoring_func\":\"sigmoid\",\"seq_aux\":true,"
+    "\"tie_word_embeddings\":false,\"topk_group\":1,\"topk_method\":\"noaux_tc\","
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.48.3\",\"use_cache\":true,"
+    "\"v_head_dim\":128,\"vocab_size\":163840}";
+
+static void test_deepseek_v3(void **state) {
+  (void)state;
+  df_model_config c;
+  char err[256] = "";
+  assert_int_equal(parse(deepseek_v3, &c, err, sizeof err), 0);
+  assert_int_equal(c.arch, DF_ARCH_DEEPSEEK_V3);
+  assert_string_equal(c.model_type, "deepseek_v3");
+  assert_string_equal(df_cfg_arch_name(c.arch), "deepseek_v3");
+  assert_int_equal(c.hidden_size, 7168);
+  assert_int_equal(c.num_attention_heads, 128);
+  assert_int_equal(c.head_dim, 64); /* qk_rope_head_dim, as DeepseekV3Config sets it */
+  assert_int_equal(c.q_lora_rank, 1536);
+  assert_int_equal(c.kv_lora_rank, 512);
+  assert_int_equal(c.qk_nope_head_dim, 128);
+  assert_int_equal(c.qk_rope_head_dim, 64);
+  assert_int_equal(c.v_head_dim, 128);
+  assert_int_equal(c.num_experts, 256);
+  assert_int_equal(c.num_experts_per_tok, 8);
+  assert_int_equal(c.n_shared_experts, 1);
+  assert_int_equal(c.moe_intermediate_size, 2048);
+  assert_int_equal(c.intermediate_size, 18432);
+  assert_int_equal(c.first_k_dense_replace, 3);
+  assert_int_equal(c.moe_layer_freq, 1);
+  assert_int_equal(c.n_group, 8);
+  assert_int_equal(c.topk_group, 4);
+  assert_true(c.routed_scaling_factor == 2.5);
+  assert_true(c.norm_topk_prob);
+  assert_true(c.rope_interleave);
+  assert_int_equal(c.router, DF_ROUTER_SIGMOID_NOAUX);
+  for (int i = 0; i < 61; i++) assert_int_equal(c.is_moe_layer[i], i >= 3);
+  assert_false(c.is_moe_layer[61]);
+  assert_int_equal(c.quant, DF_QUANT_FP8_BLOCK);
+  assert_int_equal(c.quant_block_n, 128);
+  assert_int_equal(c.quant_block_k, 128);
+  assert_int_equal(c.rope_scaling.type, DF_ROPE_YARN);
+  assert_true(c.rope_scaling.factor == 40.0);
+  assert_int_equal(c.rope_scaling.original_max_position_embeddings, 4096);
+  assert_true(c.rope_scaling.mscale == 1.0 && c.rope_scaling.mscale_all_dim == 1.0);
+  assert_true(c.rope_scaling.beta_fast == 32.0 && c.rope_scaling.beta_slow == 1.0);
+  assert_true(c.rope_theta == 10000.0);
+  assert_int_equal(c.max_position_embeddings, 163840);
+  assert_int_equal(c.bos_token_id, 0);
+  assert_int_equal(c.n_eos, 1);
+  assert_int_equal(c.eos_token_ids[0], 1);
+
+  /* Unquantised, no q compression, defaults of DeepseekV3Config. */
+  char *s = patched(deepseek_v3,
+                    "{\"quantization_config\":null,\"q_lora_rank\":null,\"moe_layer_freq\":2}",
+                    NULL);
+  assert_int_equal(parse(s, &c, err, sizeof err), 0);
+  assert_int_equal(c.quant, DF_QUANT_NONE);
+  assert_int_equal(c.q_lora_rank, 0);
+  assert_true(c.rope_interleave);
+  for (int i = 0; i < 61; i++) assert_int_equal(c.is_moe_layer[i], i >= 3 && i % 2 == 0);
+  free(s);
+  s = patched(deepseek_v3, "{\"n_routed_experts\":0}", "num_experts_per_tok");
+  assert_int_equal(parse(s, &c, err, sizeof err), 0);
+  for (int i = 0; i < 61; i++) assert_false(c.is_moe_layer[i]);
+  free(s);
+}
+
+static void test_kimi_k2(void **state) {
+  (void)state;
+  df_model_config c;
+  char err[256] = "";
+  assert_int_equal(parse(kimi_k2, &c, err, sizeof err), 0);
+  assert_int_equal(c.arch, DF_ARCH_DEEPSEEK_V3);
+  assert_string_equal(c.model_type, "kimi_k2");
+  assert_int_equal(c.num_experts, 384);
+  assert_int_equal(c.num_attention_heads, 64);
+  assert_int_equal(c.n_group, 1);
+  assert_int_equal(c.topk_group, 1);
+  assert_int_equal(c.first_k_dense_replace, 1);
+  assert_true(c.routed_scaling_factor == 2.827);
+  assert_true(c.rope_theta == 50000.0);
+  assert_true(c.rope_scaling.factor == 32.0);
+  assert_true(c.rope_scaling.beta_fast == 1.0 && c.rope_scaling.beta_slow == 1.0);
+  for (int i = 0; i < 61; i++) assert_int_equal(c.is_moe_layer[i], i >= 1);
+  assert_int_equal(c.eos_token_ids[0], 163585);
+}
+
+static void test_deepseek_errors(void **state) {
+  (void)state;
+  static const struct {
+    const char *patch, *del, *expect;
+  } cases[] = {
+      {NULL, "kv_lora_rank", "config.json: missing required key 'kv_lora_rank'"},
+      {NULL, "qk_rope_head_dim", "missing required key 'qk_rope_head_dim'"},
+      {NULL, "n_routed_experts", "missing required key 'n_routed_experts'"},
+      {NULL, "num_experts_per_tok", "missing required key 'num_experts_per_tok'"},
+      {"{\"qk_rope_head_dim\":63}", NULL, "key 'qk_rope_head_dim': 63 must be even"},
+      {"{\"topk_method\":\"greedy\"}", NULL,
+       "config.json: key 'topk_method': unsupported routing 'greedy' (supported: noaux_tc)"},
+      {"{\"scoring_func\":\"softmax\"}", NULL,
+       "key 'scoring_func': unsupported scoring 'softmax' (supported: sigmoid)"},
+      {"{\"n_group\":3}", NULL,
+       "key 'n_group': 3 groups do not split 256 experts into equal groups of at least 2"},
+      {"{\"topk_group\":9}", NULL, "key 'topk_group': 9 exceeds n_group 8"},
+      {"{\"topk_group\":1,\"num_experts_per_tok\":33}", NULL,
+       "key 'num_experts_per_tok': top-k 33 exceeds the 32 experts of topk_group 1 groups"},
+      {"{\"routed_scaling_factor\":0}", NULL, "key 'routed_scaling_factor': 0 is out of range"},
+      {"{\"attention_bias\":true}", NULL,
+       "key 'attention_bias': true is not supported for model type deepseek_v3"},
+      {"{\"quantization_config\":{\"quant_method\":\"awq\"}}", NULL,
+       "key 'quantization_config.quant_method': unsupported method 'awq' (supported: fp8)"},
+      {"{\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\","
+       "\"weight_block_size\":[128,128]}}",
+       NULL, "key 'quantization_config.fmt': unsupported FP8 format 'e5m2' (supported: e4m3)"},
+      {"{\"quantization_config\":{\"quant_method\":\"fp8\"}}", NULL,
+       "key 'quantization_config.weight_block_size': expected [n, k] of two positive integers"},
+      {"{\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[128,0]}}", NULL,
+       "key 'quantization_config.weight_block_size': expected [n, k]"},
+      {"{\"quantization_config\":[1]}", NULL,
+       "key 'quantization_config': expected an object or null, got an array"},
+      {"{\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"mscale\":\"1\"}}", NULL,
+       "key 'rope_scaling.mscale': expected a non-negative number, got a string"},
+      {"{\"first_k_dense_replace\":0}", "intermediate_size", NULL},
+      {"{\"first_k_dense_replace\":1}", "intermediate_size",
+       "config.json: missing required key 'intermediate_size'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *s = patched(deepseek_v3, cases[i].patch, cases[i].del);
+    df_model_config m;
+    char err[512] = "";
+    int rc = parse(s, &m, err, sizeof err);
+    if (cases[i].expect ? (rc != -1 || !strstr(err, cases[i].expect)) : rc != 0) {
+      print_error("deepseek case %zu: rc %d err \"%s\", expected \"%s\"\n", i, rc, err,
+                  cases[i].expect ? cases[i].expect : "success");
+      fail();
+    }
+    free(s);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_qwen3_30b_a3b),  cmocka_unit_test(test_qwen3_dense),
       cmocka_unit_test(test_defaults),       cmocka_unit_test(test_moe_layer_map),
       cmocka_unit_test(test_tokens_and_rope), cmocka_unit_test(test_errors),
       cmocka_unit_test(test_load_errors),    cmocka_unit_test(test_generation_config),
+      cmocka_unit_test(test_deepseek_v3),    cmocka_unit_test(test_kimi_k2),
+      cmocka_unit_test(test_deepseek_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
