@@ -165,28 +165,112 @@ INLINE void tile_scalar(df_dtype dt, int mr, int nr, const float *x, int64_t ldx
 }
 
 #if DF_HAVE_X86
-INLINE AVX2_FN void tile_avx2(df_dtype dt, int mr, int nr, const float *x, int64_t ldx,
-                              const void *w, int64_t K, const void *bias, int64_t n0, float *y,
-                              int64_t ldy) {
-  __m256 acc[MR_MAX][NR];
-  for (int i = 0; i < mr; i++)
-    for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
-  int64_t K8 = K & ~(int64_t)7, k;
-  for (k = 0; k < K8; k += 8) {
-    for (int j = 0; j < nr; j++) {
-      __m256 wv = avx2_ld(w, dt, (int64_t)j * K + k);
-      for (int i = 0; i < mr; i++)
-        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), wv, acc[i][j]);
-    }
+/* Register-blocked AVX2 microkernels with explicit accumulators (so they stay in registers):
+ * 1 row x 8 columns for decode (eight weight streams in flight) and 3 rows x 4 columns for
+ * batches. Missing rows/columns of an edge tile point at a valid row/column and their
+ * results are discarded, so every element is computed by the same instruction sequence. */
+#define LANE_TAIL(acc, xr, wr, dt)                                                             \
+  ({                                                                                           \
+    float s_ = avx2_reduce(acc);                                                               \
+    for (int64_t t_ = K8; t_ < K; t_++) s_ = fmaf((xr)[t_], df_k_to_f32(wr, dt, t_), s_);      \
+    s_;                                                                                        \
+  })
+
+#define DEF_MICRO(sfx, DT)                                                                     \
+  static AVX2_FN void k1x8_##sfx(const float *x, const void *const *w, int64_t K, float *o) {  \
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,     \
+           a7 = a0;                                                                            \
+    int64_t K8 = K & ~(int64_t)7;                                                              \
+    for (int64_t k = 0; k < K8; k += 8) {                                                      \
+      __m256 xv = _mm256_loadu_ps(x + k);                                                      \
+      a0 = _mm256_fmadd_ps(xv, avx2_ld(w[0], DT, k), a0);                                      \
+      a1 = _mm256_fmadd_ps(xv, avx2_ld(w[1], DT, k), a1);                                      \
+      a2 = _mm256_fmadd_ps(xv, avx2_ld(w[2], DT, k), a2);                                      \
+      a3 = _mm256_fmadd_ps(xv, avx2_ld(w[3], DT, k), a3);                                      \
+      a4 = _mm256_fmadd_ps(xv, avx2_ld(w[4], DT, k), a4);                                      \
+      a5 = _mm256_fmadd_ps(xv, avx2_ld(w[5], DT, k), a5);                                      \
+      a6 = _mm256_fmadd_ps(xv, avx2_ld(w[6], DT, k), a6);                                      \
+      a7 = _mm256_fmadd_ps(xv, avx2_ld(w[7], DT, k), a7);                                      \
+    }                                                                                          \
+    o[0] = LANE_TAIL(a0, x, w[0], DT);                                                         \
+    o[1] = LANE_TAIL(a1, x, w[1], DT);                                                         \
+    o[2] = LANE_TAIL(a2, x, w[2], DT);                                                         \
+    o[3] = LANE_TAIL(a3, x, w[3], DT);                                                         \
+    o[4] = LANE_TAIL(a4, x, w[4], DT);                                                         \
+    o[5] = LANE_TAIL(a5, x, w[5], DT);                                                         \
+    o[6] = LANE_TAIL(a6, x, w[6], DT);                                                         \
+    o[7] = LANE_TAIL(a7, x, w[7], DT);                                                         \
+  }                                                                                            \
+  static AVX2_FN void k3x4_##sfx(const float *const *x, const void *const *w, int64_t K,       \
+                                 float *o /* [3][4] */) {                                      \
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,   \
+           a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;                   \
+    int64_t K8 = K & ~(int64_t)7;                                                              \
+    for (int64_t k = 0; k < K8; k += 8) {                                                      \
+      __m256 x0 = _mm256_loadu_ps(x[0] + k), x1 = _mm256_loadu_ps(x[1] + k),                   \
+             x2 = _mm256_loadu_ps(x[2] + k), wv;                                               \
+      wv = avx2_ld(w[0], DT, k);                                                               \
+      a00 = _mm256_fmadd_ps(x0, wv, a00);                                                      \
+      a10 = _mm256_fmadd_ps(x1, wv, a10);                                                      \
+      a20 = _mm256_fmadd_ps(x2, wv, a20);                                                      \
+      wv = avx2_ld(w[1], DT, k);                                                               \
+      a01 = _mm256_fmadd_ps(x0, wv, a01);                                                      \
+      a11 = _mm256_fmadd_ps(x1, wv, a11);                                                      \
+      a21 = _mm256_fmadd_ps(x2, wv, a21);                                                      \
+      wv = avx2_ld(w[2], DT, k);                                                               \
+      a02 = _mm256_fmadd_ps(x0, wv, a02);                                                      \
+      a12 = _mm256_fmadd_ps(x1, wv, a12);                                                      \
+      a22 = _mm256_fmadd_ps(x2, wv, a22);                                                      \
+      wv = avx2_ld(w[3], DT, k);                                                               \
+      a03 = _mm256_fmadd_ps(x0, wv, a03);                                                      \
+      a13 = _mm256_fmadd_ps(x1, wv, a13);                                                      \
+      a23 = _mm256_fmadd_ps(x2, wv, a23);                                                      \
+    }                                                                                          \
+    o[0] = LANE_TAIL(a00, x[0], w[0], DT);                                                     \
+    o[1] = LANE_TAIL(a01, x[0], w[1], DT);                                                     \
+    o[2] = LANE_TAIL(a02, x[0], w[2], DT);                                                     \
+    o[3] = LANE_TAIL(a03, x[0], w[3], DT);                                                     \
+    o[4] = LANE_TAIL(a10, x[1], w[0], DT);                                                     \
+    o[5] = LANE_TAIL(a11, x[1], w[1], DT);                                                     \
+    o[6] = LANE_TAIL(a12, x[1], w[2], DT);                                                     \
+    o[7] = LANE_TAIL(a13, x[1], w[3], DT);                                                     \
+    o[8] = LANE_TAIL(a20, x[2], w[0], DT);                                                     \
+    o[9] = LANE_TAIL(a21, x[2], w[1], DT);                                                     \
+    o[10] = LANE_TAIL(a22, x[2], w[2], DT);                                                    \
+    o[11] = LANE_TAIL(a23, x[2], w[3], DT);                                                    \
   }
-  for (int i = 0; i < mr; i++) {
-    for (int j = 0; j < nr; j++) {
-      float s = avx2_reduce(acc[i][j]);
-      for (int64_t t = K8; t < K; t++)
-        s = fmaf(x[i * ldx + t], df_k_to_f32(w, dt, (int64_t)j * K + t), s);
-      if (bias) s += df_k_to_f32(bias, dt, n0 + j);
-      y[i * ldy + j] = s;
-    }
+
+DEF_MICRO(bf16, DF_DT_BF16)
+DEF_MICRO(f16, DF_DT_F16)
+DEF_MICRO(f32, DF_DT_F32)
+
+typedef void (*k1x8_fn)(const float *, const void *const *, int64_t, float *);
+typedef void (*k3x4_fn)(const float *const *, const void *const *, int64_t, float *);
+
+/* Columns [n0, n0 + nr) of y for all M rows (nr <= 8 when M == 1, else <= 4). */
+static void coltile_avx2(df_dtype dt, const float *x, int64_t M, int64_t K, int64_t ldx,
+                         const void *w, int64_t n0, int nr, const void *bias, float *y,
+                         int64_t ldy) {
+  size_t esz = df_dtype_size(dt);
+  const void *wr[8];
+  for (int j = 0; j < 8; j++)
+    wr[j] = (const char *)w + (size_t)(n0 + (j < nr ? j : nr - 1)) * (size_t)K * esz;
+  float o[12];
+  if (M == 1) {
+    k1x8_fn f = dt == DF_DT_BF16 ? k1x8_bf16 : dt == DF_DT_F16 ? k1x8_f16 : k1x8_f32;
+    f(x, wr, K, o);
+    for (int j = 0; j < nr; j++) y[n0 + j] = bias ? o[j] + df_k_to_f32(bias, dt, n0 + j) : o[j];
+    return;
+  }
+  k3x4_fn f = dt == DF_DT_BF16 ? k3x4_bf16 : dt == DF_DT_F16 ? k3x4_f16 : k3x4_f32;
+  for (int64_t m0 = 0; m0 < M; m0 += 3) {
+    int mr = (int)(M - m0 < 3 ? M - m0 : 3);
+    const float *xr[3];
+    for (int i = 0; i < 3; i++) xr[i] = x + (m0 + (i < mr ? i : mr - 1)) * ldx;
+    f(xr, wr, K, o);
+    for (int i = 0; i < mr; i++)
+      for (int j = 0; j < nr; j++)
+        y[(m0 + i) * ldy + n0 + j] = bias ? o[i * 4 + j] + df_k_to_f32(bias, dt, n0 + j) : o[i * 4 + j];
   }
 }
 #endif
@@ -223,11 +307,6 @@ INLINE AVX2_FN void tile_avx2(df_dtype dt, int mr, int nr, const float *x, int64
 DEF_COLTILE(coltile_scalar_bf16, tile_scalar, , DF_DT_BF16)
 DEF_COLTILE(coltile_scalar_f16, tile_scalar, , DF_DT_F16)
 DEF_COLTILE(coltile_scalar_f32, tile_scalar, , DF_DT_F32)
-#if DF_HAVE_X86
-DEF_COLTILE(coltile_avx2_bf16, tile_avx2, AVX2_FN, DF_DT_BF16)
-DEF_COLTILE(coltile_avx2_f16, tile_avx2, AVX2_FN, DF_DT_F16)
-DEF_COLTILE(coltile_avx2_f32, tile_avx2, AVX2_FN, DF_DT_F32)
-#endif
 
 typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void *, int64_t, int,
                            const void *, float *, int64_t);
@@ -235,25 +314,26 @@ typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void 
 void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
                  df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy) {
   assert(M >= 0 && K > 0 && N > 0 && ldx >= K && ldy >= N);
-  coltile_fn fn = NULL;
-  bool avx2 = df_k_isa() == DF_ISA_AVX2;
-  switch (wdt) {
-#if DF_HAVE_X86
-  case DF_DT_BF16: fn = avx2 ? coltile_avx2_bf16 : coltile_scalar_bf16; break;
-  case DF_DT_F16: fn = avx2 ? coltile_avx2_f16 : coltile_scalar_f16; break;
-  case DF_DT_F32: fn = avx2 ? coltile_avx2_f32 : coltile_scalar_f32; break;
-#else
-  case DF_DT_BF16: fn = coltile_scalar_bf16; break;
-  case DF_DT_F16: fn = coltile_scalar_f16; break;
-  case DF_DT_F32: fn = coltile_scalar_f32; break;
-#endif
-  default: assert(!"df_k_linear: weight dtype"); return;
-  }
-  (void)avx2;
+  assert(wdt == DF_DT_BF16 || wdt == DF_DT_F16 || wdt == DF_DT_F32);
   if (M == 0) return;
-  int64_t n_tiles = (N + NR - 1) / NR;
   /* Threads only pay off above a few hundred kFLOP; results do not depend on it. */
   bool par = M * N * K >= 65536;
+#if DF_HAVE_X86
+  if (df_k_isa() == DF_ISA_AVX2) {
+    int nr_max = M == 1 ? 8 : 4;
+    int64_t n_tiles = (N + nr_max - 1) / nr_max;
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t t = 0; t < n_tiles; t++) {
+      int64_t n0 = t * nr_max;
+      int nr = (int)(N - n0 < nr_max ? N - n0 : nr_max);
+      coltile_avx2(wdt, x, M, K, ldx, w, n0, nr, bias, y, ldy);
+    }
+    return;
+  }
+#endif
+  coltile_fn fn = wdt == DF_DT_BF16 ? coltile_scalar_bf16
+                  : wdt == DF_DT_F16 ? coltile_scalar_f16 : coltile_scalar_f32;
+  int64_t n_tiles = (N + NR - 1) / NR;
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t t = 0; t < n_tiles; t++) {
     int64_t n0 = t * NR;
