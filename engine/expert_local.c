@@ -9,27 +9,32 @@
 typedef struct local_be {
   df_expert_backend base;
   const df_model *m;
-  df_t_tensor *g, *u; /* [max_rows, moe_intermediate] fp32 scratch */
+  df_t_tensor *g, *u; /* [max_rows * top_k, moe_intermediate] fp32 scratch */
 } local_be;
 
 static int local_run(df_expert_backend *be, const df_expert_request *req, char *err,
                      size_t errlen) {
   local_be *lb = (local_be *)be;
-  for (int gi = 0; gi < req->n_groups; gi++) {
-    const df_t_tensor *gate, *up, *down;
-    if (df_model_expert_weights(lb->m, req->layer, req->experts[gi], &gate, &up, &down) != 0) {
+  const df_t_tensor *gate[128], *up[128], *down[128];
+  if (req->n_groups > 128) {
+    snprintf(err, errlen, "local experts: %d groups exceed 128", req->n_groups);
+    return -1;
+  }
+  if (req->offsets[req->n_groups] > df_t_size(lb->g, 0)) {
+    snprintf(err, errlen, "local experts: %lld rows exceed the planned %lld",
+             (long long)req->offsets[req->n_groups], (long long)df_t_size(lb->g, 0));
+    return -1;
+  }
+  for (int gi = 0; gi < req->n_groups; gi++)
+    if (df_model_expert_weights(lb->m, req->layer, req->experts[gi], &gate[gi], &up[gi],
+                                &down[gi]) != 0) {
       snprintf(err, errlen, "local experts: layer %d expert %d does not exist", req->layer,
                req->experts[gi]);
       return -1;
     }
-    int64_t r0 = req->offsets[gi], rows = req->offsets[gi + 1] - r0;
-    if (rows > df_t_size(lb->g, 0)) {
-      snprintf(err, errlen, "local experts: group of %lld rows exceeds planned %lld",
-               (long long)rows, (long long)df_t_size(lb->g, 0));
-      return -1;
-    }
-    df_t_swiglu_ffn(req->x, r0, rows, gate, up, down, lb->g, lb->u, req->y);
-  }
+  /* every group's experts in two parallel regions (gate+up, then down) */
+  df_t_swiglu_ffn_groups(req->x, req->n_groups, req->offsets, gate, up, down, lb->g, lb->u,
+                         req->y);
   return 0;
 }
 
@@ -52,7 +57,8 @@ df_expert_backend *df_expert_local_new(const df_model *m, char *err, size_t errl
   lb->base.impl = lb;
   lb->m = m;
   int64_t I = df_model_cfg(m)->moe_intermediate_size > 0 ? df_model_cfg(m)->moe_intermediate_size : 1;
-  int64_t shape[2] = {df_model_max_rows(m), I};
+  int64_t k = df_model_cfg(m)->num_experts_per_tok > 0 ? df_model_cfg(m)->num_experts_per_tok : 1;
+  int64_t shape[2] = {df_model_max_rows(m) * k, I}; /* every routed row of a chunk */
   lb->g = df_t_new_f32(2, shape, err, errlen);
   lb->u = lb->g ? df_t_new_f32(2, shape, err, errlen) : NULL;
   if (!lb->u) {

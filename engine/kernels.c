@@ -311,35 +311,61 @@ DEF_COLTILE(coltile_scalar_f32, tile_scalar, , DF_DT_F32)
 typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void *, int64_t, int,
                            const void *, float *, int64_t);
 
-void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
-                 df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy) {
-  assert(M >= 0 && K > 0 && N > 0 && ldx >= K && ldy >= N);
-  assert(wdt == DF_DT_BF16 || wdt == DF_DT_F16 || wdt == DF_DT_F32);
-  if (M == 0) return;
-  /* Threads only pay off above a few hundred kFLOP; results do not depend on it. */
-  bool par = M * N * K >= 65536;
+/* Column tile `t` of a job: tiles of 8 columns for one row (decode), else 4. */
+static int64_t job_tiles(const df_k_linear_job *j) {
+  int nr_max = df_k_isa() == DF_ISA_AVX2 && j->M == 1 ? 8 : 4;
+  return j->M > 0 ? (j->N + nr_max - 1) / nr_max : 0;
+}
+
+static void job_tile(const df_k_linear_job *j, int64_t t) {
 #if DF_HAVE_X86
   if (df_k_isa() == DF_ISA_AVX2) {
-    int nr_max = M == 1 ? 8 : 4;
-    int64_t n_tiles = (N + nr_max - 1) / nr_max;
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t t = 0; t < n_tiles; t++) {
-      int64_t n0 = t * nr_max;
-      int nr = (int)(N - n0 < nr_max ? N - n0 : nr_max);
-      coltile_avx2(wdt, x, M, K, ldx, w, n0, nr, bias, y, ldy);
-    }
+    int nr_max = j->M == 1 ? 8 : 4;
+    int64_t n0 = t * nr_max;
+    int nr = (int)(j->N - n0 < nr_max ? j->N - n0 : nr_max);
+    coltile_avx2(j->wdt, j->x, j->M, j->K, j->ldx, j->w, n0, nr, j->bias, j->y, j->ldy);
     return;
   }
 #endif
-  coltile_fn fn = wdt == DF_DT_BF16 ? coltile_scalar_bf16
-                  : wdt == DF_DT_F16 ? coltile_scalar_f16 : coltile_scalar_f32;
-  int64_t n_tiles = (N + NR - 1) / NR;
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t t = 0; t < n_tiles; t++) {
-    int64_t n0 = t * NR;
-    int nr = (int)(N - n0 < NR ? N - n0 : NR);
-    fn(x, M, K, ldx, w, n0, nr, bias, y, ldy);
+  coltile_fn fn = j->wdt == DF_DT_BF16 ? coltile_scalar_bf16
+                  : j->wdt == DF_DT_F16 ? coltile_scalar_f16 : coltile_scalar_f32;
+  int64_t n0 = t * NR;
+  int nr = (int)(j->N - n0 < NR ? j->N - n0 : NR);
+  fn(j->x, j->M, j->K, j->ldx, j->w, n0, nr, j->bias, j->y, j->ldy);
+}
+
+#define MULTI_MAX 256
+
+void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
+  assert(n_jobs >= 0 && n_jobs <= MULTI_MAX);
+  int64_t first[MULTI_MAX + 1], work = 0;
+  first[0] = 0;
+  for (int i = 0; i < n_jobs; i++) {
+    const df_k_linear_job *j = &jobs[i];
+    assert(j->M >= 0 && j->K > 0 && j->N > 0 && j->ldx >= j->K && j->ldy >= j->N);
+    assert(j->wdt == DF_DT_BF16 || j->wdt == DF_DT_F16 || j->wdt == DF_DT_F32);
+    first[i + 1] = first[i] + job_tiles(j);
+    work += j->M * j->N * j->K;
   }
+  int64_t total = first[n_jobs];
+  /* Threads only pay off above a few hundred kFLOP; results do not depend on it. */
+  bool par = work >= 65536;
+#pragma omp parallel if (par)
+  {
+    int job = 0;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < total; t++) {
+      while (t >= first[job + 1]) job++;
+      while (t < first[job]) job--;
+      job_tile(&jobs[job], t - first[job]);
+    }
+  }
+}
+
+void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
+                 df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy) {
+  df_k_linear_job j = {x, M, K, ldx, w, wdt, N, bias, y, ldy};
+  df_k_linear_multi(&j, 1);
 }
 
 /* ---- RMSNorm, RoPE ------------------------------------------------------------------- */

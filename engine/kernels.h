@@ -12,8 +12,9 @@
  * ascending k with fused multiply-add. The scalar path reproduces this bit for bit (fmaf),
  * so AVX2 and scalar builds agree exactly.
  *
- * Activations are fp32; weights are read in their stored dtype (BF16, F16 or F32) and
- * widened to fp32 inside the kernel — no converted copy exists anywhere.
+ * Activations are fp32; weights are read in their stored dtype (BF16, F16 or F32; F8_E4M3
+ * with block scales in kernels_fp8.c) and widened to fp32 inside the kernel — no converted
+ * copy exists anywhere.
  * Threads: OpenMP, over output columns (linear) or (row, head) pairs (attention).
  * Does not own: memory (callers pass planned buffers), shapes (callers validate).
  */
@@ -43,6 +44,24 @@ const char *df_k_isa_name(df_isa isa);
  * Row m of y depends only on row m of x (batch invariance). Asserts on bad dtype. */
 void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
                  df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy);
+
+/* One matrix product of a df_k_linear_multi call; fields as df_k_linear's arguments. */
+typedef struct df_k_linear_job {
+  const float *x;
+  int64_t M, K, ldx;
+  const void *w;
+  df_dtype wdt;
+  int64_t N;
+  const void *bias;
+  float *y;
+  int64_t ldy;
+} df_k_linear_job;
+
+/* Several independent df_k_linear products in ONE parallel region (their column tiles are
+ * shared out among the threads together): small matrices such as a MoE layer's experts
+ * pay one fork/join instead of one each. Each output element is computed exactly as
+ * df_k_linear computes it. Outputs must not alias each other or any input. */
+void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs);
 
 /* RMSNorm (Zhang & Sennrich 2019) as transformers' Qwen3RMSNorm computes it in fp32:
  *   y[r, :] = w * (x[r, :] * (1 / sqrtf(mean(x[r, :]^2) + eps)))
@@ -101,5 +120,87 @@ float df_k_to_f32(const void *p, df_dtype dt, int64_t i);
 
 /* Upper bound on OpenMP threads the kernels use (sizes attention scratch). */
 int df_k_max_threads(void);
+
+/* ---- FP8 block-scaled weights (engine/kernels_fp8.c) ----------------------------------- */
+
+/* The exact value of an OCP E4M3FN byte (bias 7, subnormals; the NaN codes 0x7F/0xFF decode
+ * as +-480, see kernels_fp8.c). */
+float df_k_fp8_e4m3_to_f32(uint8_t b);
+
+/* Weight (n, k) of an FP8 block-scaled matrix as the kernels use it: e4m3(w[n*K + k]) *
+ * scale[(n / bn) * scale_ld + k / bk], the exact product rounded once to fp32. */
+float df_k_fp8_weight(const uint8_t *w, const float *scale, int64_t scale_ld, int64_t bn,
+                      int64_t bk, int64_t K, int64_t n, int64_t k);
+
+/* y[m, j] = sum_k x[m, k] * W(n0 + j, k) for j < N, W(n, k) = df_k_fp8_weight(...): rows
+ * n0 .. n0+N-1 of an F8_E4M3 matrix [N_total, K] with block scales (DeepSeek-V3's
+ * `weight_scale_inv`, F32 [ceil(N_total/bn), scale_ld = ceil(K/bk)]), de-quantised inside
+ * the kernel — no widened copy exists. Same lane order as df_k_linear; AVX2 (+F16C) and
+ * scalar agree bit for bit; row m of y depends only on row m of x.
+ *   x [M, K] fp32, row stride ldx; w the matrix's first byte; y [M, N], row stride ldy. */
+void df_k_linear_fp8(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w,
+                     const float *scale, int64_t scale_ld, int64_t bn, int64_t bk, int64_t n0,
+                     int64_t N, float *y, int64_t ldy);
+
+/* ---- DeepSeek-V3 family (engine/kernels_deepseek.c) ------------------------------------ */
+
+/* A weight matrix [N_total, K] in its stored dtype, for kernels that address sub-blocks.
+ * FP8 (dt F8_E4M3): scale [ceil(N_total/bn), scale_ld] fp32 block scales; NULL otherwise. */
+typedef struct df_k_weight {
+  const void *data;
+  df_dtype dt; /* BF16, F16, F32 or F8_E4M3 */
+  int64_t K;   /* row length */
+  const float *scale;
+  int64_t scale_ld, bn, bk;
+} df_k_weight;
+
+/* y[m, j] = sum_k x[m, k] * W(n0 + j, k), j < N: rows n0.. of any df_k_weight, through
+ * df_k_linear (contiguous rows) or df_k_linear_fp8. */
+void df_k_linear_w(const float *x, int64_t M, int64_t ldx, const df_k_weight *w, int64_t n0,
+                   int64_t N, float *y, int64_t ldy);
+
+/* Transposed linear: y[m, j] = sum_{i < R} x[m, i] * W(r0 + i, c0 + j) for j < N — the
+ * reduction runs down R rows of W (MLA absorbs kv_b_proj's key rows into the query with it).
+ * Fixed order: acc = 0, then acc = fma(x[m, i], W, acc) for ascending i (depends only on R).
+ *   x [M, R] fp32, row stride ldx; y [M, N] fp32, row stride ldy; c0 + N <= w->K. */
+void df_k_linear_t(const float *x, int64_t M, int64_t R, int64_t ldx, const df_k_weight *w,
+                   int64_t r0, int64_t c0, int64_t N, float *y, int64_t ldy);
+
+/* MLA attention over a compressed (latent) cache, absorbed form (DeepSeek-V2 paper §2.1.2;
+ * equal in exact arithmetic to transformers' DeepseekV3Attention, which expands keys and
+ * values per head): for query row m (position pos0 + m) and head h,
+ *   s_t = (dot(q_lat[m, h], ckv[t]) + dot(q_rope[m, h], kpe[t])) * scale,  t <= pos0 + m
+ *   out[m, h] = sum_t softmax(s)_t * ckv[t]   (the latent; kv_b_proj's value rows follow)
+ * dots in df_k_dot order, softmax as df_k_attention (max, exp, sum ascending t), output
+ * accumulated by df_k_axpy in ascending t.
+ *   q_lat [M, n_head, L]; q_rope: head h of row m at q_rope + m*ld_rope + h*dr;
+ *   ckv [ctx, L], kpe [ctx, dr] (positions < pos0 + M filled); out [M, n_head, L];
+ *   scratch [df_k_max_threads(), ctx]. */
+void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope, int64_t M,
+                        int64_t pos0, int64_t n_head, int64_t L, int64_t dr, int64_t ctx,
+                        const float *ckv, const float *kpe, float scale, float *out,
+                        float *scratch);
+
+/* RoPE (df_k_rope's formula) on slices: head h of row m is the d floats at
+ * x + m*ld_row + h*ld_head. interleave: the slice's pairs (2i, 2i+1) are first moved to
+ * (i, i + d/2) (transformers' apply_rotary_pos_emb_interleave), and the slice keeps that
+ * order. d even, <= 1024. cos_t, sin_t [n_pos, d/2]. */
+void df_k_rope_slices(float *x, int64_t M, int64_t ld_row, int64_t n_heads, int64_t ld_head,
+                      int64_t d, bool interleave, const int64_t *pos, const float *cos_t,
+                      const float *sin_t);
+
+/* Router of transformers' DeepseekV3TopkRouter (topk_method noaux_tc), in fp32:
+ *   s = sigmoid(logits[r]) = 1 / (1 + expf(-l)); choice = s + bias (selection only);
+ *   group score = sum of the two best choices in each of n_group equal groups; the
+ *   topk_group best groups are kept; idx = the k best choices among their experts
+ *   (descending; ties: lower index, for groups and experts); w = s[idx], divided by
+ *   (sum_j w_j + 1e-20) when norm, times `scaling` (routed_scaling_factor).
+ * Experts of dropped groups are never chosen (DeepSeek's inference code masks them with
+ * -inf; transformers' 0.0 gives the same choice whenever the k-th choice is positive).
+ *   logits [R, E]; bias [E] fp32; work [2E + 2 n_group] fp32 scratch;
+ *   idx, wts [R, k] (router order: descending choice). */
+void df_k_router_sigmoid_group(const float *logits, int64_t R, int64_t E, const float *bias,
+                               int64_t n_group, int64_t topk_group, int64_t k, bool norm,
+                               float scaling, float *work, int32_t *idx, float *wts);
 
 #endif

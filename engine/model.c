@@ -1,9 +1,13 @@
-/* engine/model.c — qwen3_moe / qwen3 loading and forward pass; see model.h.
+/* engine/model.c — qwen3_moe / qwen3 loading and forward pass, and the parts the
+ * deepseek_v3 family shares with them; see model.h.
  *
  * Owns: tensor binding and validation, planned buffers, RoPE tables, the layer loop, the
- * MoE routing/grouping/combine. Routed experts themselves run behind the expert backend.
+ * MoE routing/grouping/combine (softmax or sigmoid group-limited router, shared experts).
+ * Routed experts themselves run behind the expert backend. The DeepSeek-V3 family's MLA
+ * attention and its tensor binding live in engine/model_deepseek.c.
  */
 #include "engine/model.h"
+#include "engine/model_internal.h"
 
 #include <assert.h>
 #include <math.h>
@@ -14,48 +18,6 @@
 
 #include "engine/expert_local.h"
 #include "engine/kernels.h"
-
-typedef struct layer_w {
-  const df_t_tensor *in_norm, *post_norm;           /* [H] */
-  const df_t_tensor *q, *k, *v, *o;                 /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
-  const df_t_tensor *qb, *kb, *vb, *ob;             /* biases or NULL */
-  const df_t_tensor *q_norm, *k_norm;               /* [hd] */
-  bool moe;
-  const df_t_tensor *router;                        /* [E, H] */
-  const df_t_tensor **ex_gate, **ex_up, **ex_down;  /* [E] each [I, H], [I, H], [H, I] */
-  const df_t_tensor *mlp_gate, *mlp_up, *mlp_down;  /* dense */
-} layer_w;
-
-struct df_model {
-  char dir[1024];
-  df_model_config cfg;
-  df_gen_config gen;
-  df_st_model *st;
-  int64_t max_ctx, max_rows;
-  /* every handle created (weights), freed at destroy */
-  df_t_tensor **handles;
-  size_t n_handles, cap_handles;
-  const df_t_tensor *embed, *final_norm, *lm_head;
-  layer_w *layers;
-  df_t_tensor *rope_cos, *rope_sin; /* [max_ctx, hd/2] */
-  /* planned buffers, max_rows rows */
-  df_t_tensor *x, *xn, *tmp, *q, *k, *v, *att, *router_logits, *xs, *ys, *g, *u, *logits,
-      *scratch;
-  int32_t *top_idx;   /* [R, k] */
-  float *top_w;       /* [R, k] */
-  int64_t *slot;      /* [R, k] row in xs/ys of (r, j) */
-  int64_t *counts;    /* [E + 1] */
-  int32_t *experts;   /* [E] */
-  int64_t *offsets;   /* [E + 1] */
-  int64_t *pos;       /* [R] position of each row in its sequence */
-  int32_t *row_seq;   /* [R] sequence of each row */
-  int32_t *row_ids;   /* [R] token of each row */
-  float **row_out;    /* [R] where each logits row goes */
-  df_expert_backend *backend;
-  df_model_bytes bytes;
-  bool profiling;
-  df_model_profile prof;
-};
 
 static double now_s(void) {
   struct timespec ts;
@@ -140,6 +102,13 @@ static const df_t_tensor *bind(df_model *m, const char *name, int ndim, const in
     m->bytes.resident += t->nbytes;
   return h;
 }
+
+const df_t_tensor *df_model_bind(df_model *m, const char *name, int ndim, const int64_t *shape,
+                                 bool optional, bool is_expert, char *err, size_t errlen) {
+  return bind(m, name, ndim, shape, optional, is_expert, err, errlen);
+}
+
+int df_model_track(df_model *m, df_t_tensor *t) { return track(m, t); }
 
 #define BIND(dst, name, nd, ...)                                                              \
   do {                                                                                        \
@@ -230,6 +199,12 @@ static void rope_inv_freq(const df_model_config *c, double *inv, float *attn_fac
       *attn_factor = rs->attention_factor > 0
                          ? (float)rs->attention_factor
                          : (factor <= 1 ? 1.0f : (float)(0.1 * log(factor) + 1.0));
+      if (rs->attention_factor <= 0 && rs->mscale > 0 && rs->mscale_all_dim > 0) {
+        /* deepseek_v3: get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) */
+        double a = factor <= 1 ? 1.0 : 0.1 * rs->mscale * log(factor) + 1.0;
+        double b = factor <= 1 ? 1.0 : 0.1 * rs->mscale_all_dim * log(factor) + 1.0;
+        *attn_factor = (float)(a / b);
+      }
     }
   }
 }
@@ -269,6 +244,7 @@ static int plan_buffers(df_model *m, char *err, size_t errlen) {
   int64_t nh = c->num_attention_heads, nkv = c->num_key_value_heads;
   int64_t E = c->num_experts > 0 ? c->num_experts : 1, k = c->num_experts_per_tok > 0 ? c->num_experts_per_tok : 1;
   int64_t I = c->intermediate_size > c->moe_intermediate_size ? c->intermediate_size : c->moe_intermediate_size;
+  if (c->moe_intermediate_size * c->n_shared_experts > I) I = c->moe_intermediate_size * c->n_shared_experts;
   if (I <= 0) I = 1;
   if (!(m->x = buf2(R, H, err, errlen)) || !(m->xn = buf2(R, H, err, errlen)) ||
       !(m->tmp = buf2(R, H, err, errlen)) || !(m->q = buf2(R, nh * hd, err, errlen)) ||
@@ -336,8 +312,11 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
     goto fail;
   }
   for (int64_t l = 0; l < c->num_hidden_layers; l++)
-    if (bind_layer(m, l, err, errlen) != 0) goto fail;
+    if ((c->arch == DF_ARCH_DEEPSEEK_V3 ? df_ds_bind_layer(m, l, err, errlen)
+                                        : bind_layer(m, l, err, errlen)) != 0)
+      goto fail;
   if (build_rope(m, err, errlen) != 0 || plan_buffers(m, err, errlen) != 0) goto fail;
+  if (c->arch == DF_ARCH_DEEPSEEK_V3 && df_ds_plan(m, err, errlen) != 0) goto fail;
   /* Weight bytes one decode token reads: the resident part (minus the embedding table when
    * untied: only one row of it is gathered) plus top-k of E experts on every MoE layer. */
   m->bytes.active_per_token = m->bytes.resident;
@@ -374,6 +353,7 @@ void df_model_destroy(df_model **mp) {
                           &m->v, &m->att, &m->router_logits, &m->xs, &m->ys, &m->g, &m->u,
                           &m->logits, &m->scratch};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) df_t_destroy(bufs[i]);
+  df_ds_free(m);
   free(m->top_idx);
   free(m->top_w);
   free(m->slot);
@@ -403,8 +383,18 @@ df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t e
              (long long)ctx, (long long)m->max_ctx);
     return NULL;
   }
+  if (m->cfg.arch == DF_ARCH_DEEPSEEK_V3)
+    return df_kv_new_mla(m->cfg.num_hidden_layers, m->cfg.kv_lora_rank, m->cfg.qk_rope_head_dim,
+                         ctx, err, errlen);
   return df_kv_new(m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, ctx,
                    err, errlen);
+}
+
+uint64_t df_model_kv_bytes_per_token(const df_model *m) {
+  const df_model_config *c = &m->cfg;
+  if (c->arch == DF_ARCH_DEEPSEEK_V3)
+    return (uint64_t)(c->num_hidden_layers * (c->kv_lora_rank + c->qk_rope_head_dim)) * 4u;
+  return (uint64_t)(2 * c->num_hidden_layers * c->num_key_value_heads * c->head_dim) * 4u;
 }
 
 int df_model_expert_weights(const df_model *m, int layer, int expert, const df_t_tensor **gate,
@@ -437,7 +427,13 @@ static int moe_block(df_model *m, int layer, int64_t R, char *err, size_t errlen
   int64_t E = c->num_experts, k = c->num_experts_per_tok, H = c->hidden_size;
   double t0 = m->profiling ? now_s() : 0;
   df_t_linear(m->xn, 0, R, L->router, NULL, m->router_logits);
-  df_t_router_topk(m->router_logits, R, k, c->norm_topk_prob, m->top_idx, m->top_w);
+  if (c->router == DF_ROUTER_SIGMOID_NOAUX)
+    df_k_router_sigmoid_group(df_t_f32(m->router_logits), R, E, df_t_data(L->router_bias),
+                              c->n_group, c->topk_group, k, c->norm_topk_prob,
+                              (float)c->routed_scaling_factor, m->router_work, m->top_idx,
+                              m->top_w);
+  else
+    df_t_router_topk(m->router_logits, R, k, c->norm_topk_prob, m->top_idx, m->top_w);
   /* group (row, choice) pairs by expert id, ascending; rows ascending within a group */
   memset(m->counts, 0, (size_t)(E + 1) * sizeof *m->counts);
   for (int64_t i = 0; i < R * k; i++) m->counts[m->top_idx[i]]++;
@@ -473,6 +469,11 @@ static int moe_block(df_model *m, int layer, int64_t R, char *err, size_t errlen
     for (int64_t j = 0; j < k; j++) df_k_axpy(o, m->top_w[r * k + j], ys + m->slot[r * k + j] * H, H);
   }
   prof_lap(m, &m->prof.combine, &t0);
+  if (L->sh_gate) { /* deepseek_v3: routed sum + shared experts (DeepseekV3MoE.forward) */
+    df_t_swiglu_ffn(m->xn, 0, R, L->sh_gate, L->sh_up, L->sh_down, m->g, m->u, m->ys);
+    df_k_add(out, df_t_f32(m->ys), R * H);
+    prof_lap(m, &m->prof.dense_mlp, &t0);
+  }
   return 0;
 }
 
@@ -491,10 +492,16 @@ static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
   for (int64_t l = 0; l < c->num_hidden_layers; l++) {
     const layer_w *L = &m->layers[l];
     prof_lap(m, &m->prof.embed, &t0);
+    if (c->arch == DF_ARCH_DEEPSEEK_V3) {
+      df_ds_attention(m, l, kvs, row_seq, R);
+      df_k_add(x, tmp, R * H);
+      prof_lap(m, &m->prof.attention, &t0);
+      goto ffn;
+    }
     df_t_rmsnorm(m->x, R, L->in_norm, eps, m->xn);
-    df_t_linear(m->xn, 0, R, L->q, L->qb, m->q);
-    df_t_linear(m->xn, 0, R, L->k, L->kb, m->k);
-    df_t_linear(m->xn, 0, R, L->v, L->vb, m->v);
+    df_t_linear_op qkv[3] = {{m->xn, 0, R, L->q, L->qb, m->q}, {m->xn, 0, R, L->k, L->kb, m->k},
+                             {m->xn, 0, R, L->v, L->vb, m->v}};
+    df_t_linear_multi(qkv, 3);
     df_t_rmsnorm(m->q, R * nh, L->q_norm, eps, m->q);
     df_t_rmsnorm(m->k, R * nkv, L->k_norm, eps, m->k);
     df_t_rope(m->q, R, nh, m->pos, m->rope_cos, m->rope_sin);
@@ -521,6 +528,7 @@ static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
     df_t_linear(m->att, 0, R, L->o, L->ob, m->tmp);
     df_k_add(x, tmp, R * H);
     prof_lap(m, &m->prof.attention, &t0);
+  ffn:
     df_t_rmsnorm(m->x, R, L->post_norm, eps, m->xn);
     if (L->moe) {
       if (moe_block(m, (int)l, R, err, errlen) != 0) return -1;

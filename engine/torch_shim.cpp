@@ -1,6 +1,7 @@
 // engine/torch_shim.cpp — libtorch tensors behind the C API of torch_shim.h.
 //
-// Owns: the df_t_tensor handle (an at::Tensor plus its dtype), op dispatch to the CPU
+// Owns: the df_t_tensor handle (an at::Tensor plus its dtype and, for FP8 weights, its
+// block scales), op dispatch to the CPU
 // kernels, and the float64 libtorch oracles used by tests. Does not own: the mmap (the
 // safetensors loader does) or buffer planning (engine/model.c does).
 extern "C" {
@@ -27,6 +28,9 @@ struct df_t_tensor {
   at::Tensor t;
   df_dtype dt;
   bool owned; // memory allocated by the shim (writable)
+  // F8_E4M3 weights: block scales [ceil(N/bn), ceil(K/bk)] F32 (not owned), else null
+  const df_t_tensor *scale = nullptr;
+  int64_t bn = 0, bk = 0;
 };
 
 static at::ScalarType to_scalar_type(df_dtype dt, bool *ok) {
@@ -36,6 +40,7 @@ static at::ScalarType to_scalar_type(df_dtype dt, bool *ok) {
   case DF_DT_F16: return at::kHalf;
   case DF_DT_F32: return at::kFloat;
   case DF_DT_I32: return at::kInt;
+  case DF_DT_F8_E4M3: return at::kByte; // raw bytes; libtorch 1.13 has no float8 type
   default: *ok = false; return at::kFloat;
   }
 }
@@ -57,7 +62,8 @@ extern "C" df_t_tensor *df_t_wrap(const void *data, df_dtype dt, int ndim, const
   bool ok;
   at::ScalarType st = to_scalar_type(dt, &ok);
   if (!ok) {
-    snprintf(err, errlen, "dtype %s cannot be wrapped as a tensor (expected BF16, F16, F32, I32)",
+    snprintf(err, errlen,
+             "dtype %s cannot be wrapped as a tensor (expected BF16, F16, F32, I32, F8_E4M3)",
              df_dtype_name(dt));
     return nullptr;
   }
@@ -77,6 +83,52 @@ extern "C" df_t_tensor *df_t_wrap(const void *data, df_dtype dt, int ndim, const
     snprintf(err, errlen, "wrapping tensor: %s", e.what());
     return nullptr;
   }
+}
+
+extern "C" int df_t_set_block_scale(df_t_tensor *w, const df_t_tensor *scale, int64_t block_n,
+                                    int64_t block_k, char *err, size_t errlen) {
+  if (w->dt != DF_DT_F8_E4M3 || w->t.dim() != 2) {
+    snprintf(err, errlen, "block scales need a 2-D F8_E4M3 weight, got %s of rank %d",
+             df_dtype_name(w->dt), (int)w->t.dim());
+    return -1;
+  }
+  if (block_n < 1 || block_k < 1) {
+    snprintf(err, errlen, "block size [%lld, %lld] must be positive", (long long)block_n,
+             (long long)block_k);
+    return -1;
+  }
+  int64_t gn = (w->t.size(0) + block_n - 1) / block_n, gk = (w->t.size(1) + block_k - 1) / block_k;
+  if (!scale || scale->dt != DF_DT_F32 || scale->t.dim() != 2 || scale->t.size(0) != gn ||
+      scale->t.size(1) != gk) {
+    snprintf(err, errlen, "block scales must be F32 [%lld, %lld] for a [%lld, %lld] weight in "
+             "[%lld, %lld] blocks", (long long)gn, (long long)gk, (long long)w->t.size(0),
+             (long long)w->t.size(1), (long long)block_n, (long long)block_k);
+    return -1;
+  }
+  w->scale = scale;
+  w->bn = block_n;
+  w->bk = block_k;
+  return 0;
+}
+
+extern "C" const df_t_tensor *df_t_block_scale(const df_t_tensor *w, int64_t *block_n,
+                                               int64_t *block_k) {
+  if (block_n) *block_n = w->bn;
+  if (block_k) *block_k = w->bk;
+  return w->scale;
+}
+
+extern "C" df_k_weight df_t_kweight(const df_t_tensor *w) {
+  assert(w->t.dim() == 2);
+  df_k_weight k = {w->t.data_ptr(), w->dt, w->t.size(1), nullptr, 0, 0, 0};
+  if (w->dt == DF_DT_F8_E4M3) {
+    assert(w->scale); // bound weights always carry their scales
+    k.scale = static_cast<const float *>(w->scale->t.data_ptr());
+    k.scale_ld = w->scale->t.size(1);
+    k.bn = w->bn;
+    k.bk = w->bk;
+  }
+  return k;
 }
 
 extern "C" df_t_tensor *df_t_new_f32(int ndim, const int64_t *shape, char *err, size_t errlen) {
@@ -136,8 +188,71 @@ extern "C" void df_t_linear(const df_t_tensor *x, int64_t row0, int64_t rows,
   assert(row_elems(x) == K && row_elems(y) == N);
   assert(row0 + rows <= x->t.size(0) && row0 + rows <= y->t.size(0));
   assert(!bias || (bias->dt == w->dt && bias->t.numel() == N));
+  if (w->dt == DF_DT_F8_E4M3) {
+    assert(!bias);
+    df_k_weight kw = df_t_kweight(w);
+    df_k_linear_w(cf32(x) + row0 * K, rows, K, &kw, 0, N, df_t_f32(y) + row0 * N, N);
+    return;
+  }
   df_k_linear(cf32(x) + row0 * K, rows, K, K, w->t.data_ptr(), w->dt, N,
               bias ? bias->t.data_ptr() : nullptr, df_t_f32(y) + row0 * N, N);
+}
+
+// y = x @ w^T for any weight dtype (FP8 through its scales), strided rows.
+static void lin(const float *x, int64_t M, int64_t ldx, const df_t_tensor *w, float *y,
+                int64_t ldy) {
+  df_k_weight kw = df_t_kweight(w);
+  df_k_linear_w(x, M, ldx, &kw, 0, w->t.size(0), y, ldy);
+}
+
+extern "C" void df_t_linear_multi(const df_t_linear_op *ops, int n) {
+  assert(n >= 0 && n <= 256);
+  df_k_linear_job jobs[256];
+  for (int i = 0; i < n; i++) {
+    const df_t_linear_op *o = &ops[i];
+    int64_t N = o->w->t.size(0), K = o->w->t.size(1);
+    assert(row_elems(o->x) == K && row_elems(o->y) == N);
+    assert(o->row0 + o->rows <= o->x->t.size(0) && o->row0 + o->rows <= o->y->t.size(0));
+    assert(!o->bias || (o->bias->dt == o->w->dt && o->bias->t.numel() == N));
+    jobs[i] = {cf32(o->x) + o->row0 * K, o->rows, K, K, o->w->t.data_ptr(), o->w->dt, N,
+               o->bias ? o->bias->t.data_ptr() : nullptr, df_t_f32(o->y) + o->row0 * N, N};
+  }
+  df_k_linear_multi(jobs, n);
+}
+
+extern "C" void df_t_swiglu_ffn_groups(const df_t_tensor *x, int n, const int64_t *offsets,
+                                       const df_t_tensor *const *gate,
+                                       const df_t_tensor *const *up,
+                                       const df_t_tensor *const *down, df_t_tensor *g,
+                                       df_t_tensor *u, df_t_tensor *y) {
+  assert(n >= 0 && n <= 128);
+  if (n == 0) return;
+  int64_t H = row_elems(x), ldg = row_elems(g);
+  assert(row_elems(y) == H && row_elems(u) == ldg && offsets[n] <= g->t.size(0));
+  df_k_linear_job jobs[256];
+  const float *xp = cf32(x);
+  float *gp = df_t_f32(g), *up_ = df_t_f32(u), *yp = df_t_f32(y);
+  for (int i = 0; i < n; i++) {
+    int64_t r0 = offsets[i], rows = offsets[i + 1] - r0, I = gate[i]->t.size(0);
+    assert(gate[i]->t.size(1) == H && I <= ldg && up[i]->t.size(0) == I);
+    assert(down[i]->t.size(0) == H && down[i]->t.size(1) == I);
+    jobs[2 * i] = {xp + r0 * H, rows, H, H, gate[i]->t.data_ptr(), gate[i]->dt, I, nullptr,
+                   gp + r0 * ldg, ldg};
+    jobs[2 * i + 1] = {xp + r0 * H, rows, H, H, up[i]->t.data_ptr(), up[i]->dt, I, nullptr,
+                       up_ + r0 * ldg, ldg};
+  }
+  df_k_linear_multi(jobs, 2 * n);
+  for (int i = 0; i < n; i++) {
+    int64_t I = gate[i]->t.size(0);
+    for (int64_t r = offsets[i]; r < offsets[i + 1]; r++)
+      df_k_silu_mul(gp + r * ldg, up_ + r * ldg, I);
+  }
+  for (int i = 0; i < n; i++) {
+    int64_t r0 = offsets[i], rows = offsets[i + 1] - r0, I = gate[i]->t.size(0);
+    jobs[i] = {gp + r0 * ldg, rows, I, ldg, down[i]->t.data_ptr(), down[i]->dt, H, nullptr,
+               yp + r0 * H, H};
+  }
+  df_k_linear_multi(jobs, n);
 }
 
 extern "C" void df_t_rmsnorm(const df_t_tensor *x, int64_t n_vec, const df_t_tensor *w, float eps,
@@ -187,11 +302,36 @@ extern "C" void df_t_swiglu_ffn(const df_t_tensor *x, int64_t row0, int64_t rows
   const float *xr = cf32(x) + row0 * H;
   float *gp = df_t_f32(g), *up = df_t_f32(u);
   int64_t ldg = row_elems(g);
-  df_k_linear(xr, rows, H, H, gate_w->t.data_ptr(), gate_w->dt, I, nullptr, gp, ldg);
-  df_k_linear(xr, rows, H, H, up_w->t.data_ptr(), up_w->dt, I, nullptr, up, ldg);
+  lin(xr, rows, H, gate_w, gp, ldg);
+  lin(xr, rows, H, up_w, up, ldg);
   for (int64_t r = 0; r < rows; r++) df_k_silu_mul(gp + r * ldg, up + r * ldg, I);
-  df_k_linear(gp, rows, I, ldg, down_w->t.data_ptr(), down_w->dt, H, nullptr,
-              df_t_f32(y) + row0 * H, H);
+  lin(gp, rows, ldg, down_w, df_t_f32(y) + row0 * H, H);
+}
+
+extern "C" void df_t_mla_attention(const df_t_tensor *q, int64_t row0, int64_t rows,
+                                   int64_t pos0, int64_t n_head, int64_t dn, int64_t dr,
+                                   int64_t dv, const df_t_tensor *kv_b, const df_t_tensor *ckv,
+                                   const df_t_tensor *kpe, float scale, df_t_tensor *q_abs,
+                                   df_t_tensor *lat, df_t_tensor *scratch, df_t_tensor *out) {
+  int64_t ctx = ckv->t.size(0), L = ckv->t.size(1), dq = dn + dr;
+  assert(kpe->t.size(0) == ctx && kpe->t.size(1) == dr && pos0 + rows <= ctx);
+  assert(kv_b->t.size(0) == n_head * (dn + dv) && kv_b->t.size(1) == L);
+  assert(row_elems(q) == n_head * dq && row_elems(out) == n_head * dv);
+  assert(row0 + rows <= q->t.size(0) && row0 + rows <= out->t.size(0));
+  assert(rows <= q_abs->t.size(0) && row_elems(q_abs) >= n_head * L);
+  assert(rows <= lat->t.size(0) && row_elems(lat) >= n_head * L);
+  assert(scratch->t.numel() >= (int64_t)df_k_max_threads() * ctx);
+  df_k_weight kw = df_t_kweight(kv_b);
+  const float *qr = cf32(q) + row0 * n_head * dq;
+  float *qa = df_t_f32(q_abs), *la = df_t_f32(lat), *o = df_t_f32(out) + row0 * n_head * dv;
+  for (int64_t h = 0; h < n_head; h++) // q_abs[h] = W_uk[h]^T q_nope[h]
+    df_k_linear_t(qr + h * dq, rows, dn, n_head * dq, &kw, h * (dn + dv), 0, L, qa + h * L,
+                  n_head * L);
+  df_k_mla_attention(qa, qr + dn, dq, rows, pos0, n_head, L, dr, ctx, cf32(ckv), cf32(kpe), scale,
+                     la, df_t_f32(scratch));
+  for (int64_t h = 0; h < n_head; h++) // out[h] = W_uv[h] lat[h]
+    df_k_linear_w(la + h * L, rows, n_head * L, &kw, h * (dn + dv) + dn, dv, o + h * dv,
+                  n_head * dv);
 }
 
 extern "C" void df_t_embed(const int32_t *ids, int64_t n, const df_t_tensor *table,
@@ -216,7 +356,18 @@ extern "C" int df_t_ref_linear(const df_t_tensor *x, int64_t rows, const df_t_te
                                const df_t_tensor *bias, float *out, char *err, size_t errlen) {
   try {
     at::Tensor xs = x->t.narrow(0, 0, rows).reshape({rows, -1}).to(at::kDouble);
-    at::Tensor y = at::matmul(xs, w->t.to(at::kDouble).t());
+    at::Tensor wd;
+    if (w->dt == DF_DT_F8_E4M3) { // e4m3 table * repeated block scales, in fp32, then double
+      at::Tensor lut = at::empty({256}, at::kFloat);
+      for (int b = 0; b < 256; b++) lut[b] = df_k_fp8_e4m3_to_f32((uint8_t)b);
+      int64_t N = w->t.size(0), K = w->t.size(1);
+      at::Tensor s = w->scale->t.repeat_interleave(w->bn, 0).repeat_interleave(w->bk, 1);
+      s = s.narrow(0, 0, N).narrow(1, 0, K);
+      wd = (lut.index({w->t.to(at::kLong)}) * s).to(at::kDouble);
+    } else {
+      wd = w->t.to(at::kDouble);
+    }
+    at::Tensor y = at::matmul(xs, wd.t());
     if (bias) y = y + bias->t.to(at::kDouble);
     at::Tensor yf = y.to(at::kFloat).contiguous();
     std::memcpy(out, yf.data_ptr(), (size_t)yf.numel() * sizeof(float));
