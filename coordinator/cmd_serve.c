@@ -1,0 +1,175 @@
+/* coordinator/cmd_serve.c — `deltafin serve`: load a model and serve the OpenAI-compatible
+ * /v1 API until SIGINT or SIGTERM.
+ *
+ * Owns: the serve subcommand's options, loading (model, tokenizer, chat template), the
+ * start/stop order of scheduler and HTTP server, and signal handling (the main thread waits
+ * in sigwait; every other thread has the signals blocked). The server is
+ * coordinator/server.c, generation coordinator/sched.c.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator/cli.h"
+#include "coordinator/sched.h"
+#include "coordinator/server.h"
+#include "engine/chat_template.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: deltafin serve [--model DIR] [options]\n"
+          "  --model DIR          Hugging Face model folder (default: the bundled demo model)\n"
+          "  --model-name NAME    the id clients give as \"model\" (default: the folder's name)\n"
+          "  --host ADDR          address to listen on (default 127.0.0.1)\n"
+          "  --port N             TCP port (default 8000; 0 = any free port, printed at start)\n"
+          "  --api-key KEY        require \"Authorization: Bearer KEY\" on /v1 (default: the\n"
+          "                       DELTAFIN_API_KEY environment variable; none when unset)\n"
+          "  --parallel N         sequences decoded together, 1..%d (default 8)\n"
+          "  --max-queue N        requests that may wait for a free sequence (default 64);\n"
+          "                       beyond it the answer is 429 with Retry-After\n"
+          "  --ctx N              tokens per sequence, prompt + completion (default\n"
+          "                       min(max_position_embeddings, 4096))\n"
+          "  --max-prompt N       most prompt tokens a request may have (default ctx - 1)\n"
+          "  --max-body BYTES     largest request body (default 4194304); larger is 413\n"
+          "  --chunk N            prompt tokens fed per step over all sequences (default 256)\n"
+          "  --threads N          compute threads (default: every online CPU)\n"
+          "  --quiet              log only errors\n",
+          DF_MODEL_MAX_BATCH);
+}
+
+enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
+       O_CHUNK, O_THREADS, O_QUIET, O_HELP };
+
+static bool is_loopback(const char *h) {
+  return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
+         !strcmp(h, "[::1]");
+}
+
+int df_cmd_serve(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, O_MODEL},     {"model-name", required_argument, 0, O_NAME},
+      {"host", required_argument, 0, O_HOST},       {"port", required_argument, 0, O_PORT},
+      {"api-key", required_argument, 0, O_KEY},     {"parallel", required_argument, 0, O_PAR},
+      {"max-queue", required_argument, 0, O_QUEUE}, {"ctx", required_argument, 0, O_CTX},
+      {"max-prompt", required_argument, 0, O_MAXP}, {"max-body", required_argument, 0, O_BODY},
+      {"chunk", required_argument, 0, O_CHUNK},     {"threads", required_argument, 0, O_THREADS},
+      {"quiet", no_argument, 0, O_QUIET},           {"help", no_argument, 0, O_HELP},
+      {0, 0, 0, 0}};
+  const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL;
+  int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
+          threads = 0;
+  bool quiet = false;
+  int c;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case O_MODEL: model_dir = optarg; break;
+    case O_NAME: name = optarg; break;
+    case O_HOST: host = optarg; break;
+    case O_PORT: if (df_cli_int("port", optarg, 0, 65535, &port)) return 2; break;
+    case O_KEY: key = optarg; break;
+    case O_PAR: if (df_cli_int("parallel", optarg, 1, DF_MODEL_MAX_BATCH, &par)) return 2; break;
+    case O_QUEUE: if (df_cli_int("max-queue", optarg, 0, 1 << 20, &queue)) return 2; break;
+    case O_CTX: if (df_cli_int("ctx", optarg, 2, 1 << 24, &ctx)) return 2; break;
+    case O_MAXP: if (df_cli_int("max-prompt", optarg, 1, 1 << 24, &maxp)) return 2; break;
+    case O_BODY: if (df_cli_int("max-body", optarg, 1024, 1 << 30, &body)) return 2; break;
+    case O_CHUNK: if (df_cli_int("chunk", optarg, 1, 1 << 16, &chunk)) return 2; break;
+    case O_THREADS: if (df_cli_int("threads", optarg, 1, 4096, &threads)) return 2; break;
+    case O_QUIET: quiet = true; break;
+    case O_HELP: serve_usage(stdout); return 0;
+    default:
+      fprintf(stderr, "deltafin serve: unknown or incomplete option '%s'\n", argv[optind - 1]);
+      serve_usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "deltafin serve: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if (!key) key = getenv("DELTAFIN_API_KEY");
+  if (key && !key[0]) key = NULL;
+  if (!model_dir) {
+    model_dir = DF_DEFAULT_MODEL;
+    if (access(DF_DEFAULT_MODEL "/config.json", R_OK) != 0) {
+      fprintf(stderr, "deltafin serve: no --model given and the bundled demo model %s is "
+              "missing; pass --model DIR\n", DF_DEFAULT_MODEL);
+      return 2;
+    }
+  }
+  if (!key && !is_loopback(host))
+    fprintf(stderr, "deltafin serve: warning: listening on %s without an API key: anyone who can "
+            "reach this address can use the model (set --api-key or DELTAFIN_API_KEY)\n", host);
+
+  /* Signals: handled by sigwait in this thread only; threads created below inherit the mask. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  int rc = 1;
+  char err[1024];
+  df_model *m = NULL;
+  df_tok *tok = NULL;
+  df_chat_template *tmpl = NULL;
+  df_sched *sched = NULL;
+  df_srv *srv = NULL;
+  char *dircopy = strdup(model_dir);
+  if (!dircopy) goto done;
+  {
+    size_t n = strlen(dircopy);
+    while (n > 1 && dircopy[n - 1] == '/') dircopy[--n] = 0;
+  }
+  if (!name) name = basename(dircopy);
+  if (!quiet) fprintf(stderr, "deltafin serve: loading %s\n", model_dir);
+  df_model_opts mo = {.max_ctx = ctx, .threads = (int)threads};
+  if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
+  if (df_tok_load(model_dir, &tok, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
+  if (df_chat_template_load(model_dir, &tmpl, err, sizeof err) != 0)
+    fprintf(stderr, "deltafin serve: warning: %s; /v1/chat/completions is unavailable\n", err);
+  df_sched_opts so = {.max_seqs = (int)par, .max_queue = (int)queue, .ctx = df_model_max_ctx(m),
+                      .prefill_budget = chunk};
+  if (df_sched_new(m, tok, &so, &sched, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
+  df_srv_opts sv = {.host = host, .port = (int)port, .api_key = key, .model_id = name,
+                    .max_body = (size_t)body, .max_prompt = maxp, .quiet = quiet};
+  if (df_srv_start(&sv, sched, m, tok, tmpl, &srv, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
+  fprintf(stderr, "deltafin serve: listening on http://%s%s%s:%d (model \"%s\", context %lld "
+          "tokens, %lld parallel, queue %lld%s)\n", strchr(host, ':') ? "[" : "", host,
+          strchr(host, ':') ? "]" : "", df_srv_port(srv), name, (long long)df_sched_ctx(sched),
+          (long long)par, (long long)queue, key ? ", API key required" : "");
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  if (!quiet) fprintf(stderr, "deltafin serve: %s: shutting down\n", strsignal(sig));
+  rc = 0;
+done:
+  if (sched) df_sched_shutdown(sched); /* requests in flight end now */
+  df_srv_stop(&srv);
+  df_sched_destroy(&sched);
+  df_chat_template_destroy(&tmpl);
+  df_tok_destroy(&tok);
+  df_model_destroy(&m);
+  free(dircopy);
+  return rc;
+}
