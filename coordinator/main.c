@@ -5,7 +5,6 @@
 #include "coordinator/cli.h"
 #include "coordinator/cmd_tokenize.h"
 #include "coordinator/server.h"
-#include "coordinator/server.h"
 #include "coordinator/pull.h"
 #include "coordinator/verify.h"
 #include "coordinator/cluster.h"
@@ -18,7 +17,6 @@ static void usage(FILE *f) {
           "  run       generate from a prompt (deltafin run --help)\n"
           "  inspect   config summary, tensor inventory and memory plan of a model folder\n"
           "  tokenize  print the token ids and pieces of a text\n"
-          "  serve     OpenAI-compatible HTTP API (deltafin serve --help)\n"
           "  serve     OpenAI-compatible HTTP API (deltafin serve --help)\n"
           "  pull      download a model from the Hugging Face hub (deltafin pull --help)\n"
           "  verify    check a model folder against its manifest, offline\n"
@@ -36,7 +34,6 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run")) return df_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "inspect")) return df_cmd_inspect(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return df_cmd_tokenize(argc - 1, argv + 1);
-  if (!strcmp(cmd, "serve")) return df_cmd_serve(argc - 1, argv + 1);
   if (!strcmp(cmd, "serve")) return df_cmd_serve(argc - 1, argv + 1);
   if (!strcmp(cmd, "pull")) return df_cmd_pull(argc - 1, argv + 1);
   if (!strcmp(cmd, "verify")) return df_cmd_verify(argc - 1, argv + 1);
