@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "coordinator/spec.h"
+#include "coordinator/stream.h"
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 
@@ -200,6 +201,11 @@ int df_cmd_run(int argc, char **argv) {
   double t0 = df_cli_now();
   df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk};
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: %s\n", err);
+    goto done;
+  }
+  /* a folder pulled with --stream fetches routed experts on first use */
+  if (df_stream_attach(m, model_dir, NULL, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
