@@ -25,25 +25,34 @@ typedef struct remote_be {
   int64_t moe_layers;
 } remote_be;
 
-/* Run group g alone through the local backend: a one-group view of the request. */
-static int run_local(remote_be *rb, const df_expert_request *req, int g, char *err, size_t errlen) {
-  df_expert_request one = {.layer = req->layer, .n_groups = 1, .experts = req->experts + g,
-                           .offsets = req->offsets + g, .x = req->x, .y = req->y};
-  return df_expert_backend_run(rb->local, &one, err, errlen);
+/* Run through the local backend every group whose where[] is `a` or `b`: each maximal run
+ * of consecutive such groups is one view of the request (its groups' rows are contiguous). */
+static int run_local(remote_be *rb, const df_expert_request *req, int a, int b, char *err,
+                     size_t errlen) {
+  for (int g = 0; g < req->n_groups;) {
+    if (rb->where[g] != a && rb->where[g] != b) {
+      g++;
+      continue;
+    }
+    int e = g + 1;
+    while (e < req->n_groups && (rb->where[e] == a || rb->where[e] == b)) e++;
+    df_expert_request run = {.layer = req->layer, .n_groups = e - g, .experts = req->experts + g,
+                             .offsets = req->offsets + g, .x = req->x, .y = req->y};
+    if (df_expert_backend_run(rb->local, &run, err, errlen) != 0) return -1;
+    g = e;
+  }
+  return 0;
 }
 
 static int remote_run(df_expert_backend *be, const df_expert_request *req, char *err, size_t errlen) {
   remote_be *rb = (remote_be *)be;
   df_cluster_job job = {.req = req, .where = rb->where};
   bool remote = df_cluster_dispatch(rb->c, &job) == 0;
-  int rc = 0;
-  for (int g = 0; g < req->n_groups && rc == 0; g++)
-    if (rb->where[g] == DF_WHERE_LOCAL) rc = run_local(rb, req, g, err, errlen);
+  int rc = run_local(rb, req, DF_WHERE_LOCAL, DF_WHERE_LOCAL, err, errlen);
   /* always collect, even after a local error: the manager must be done with y */
   if (remote) df_cluster_collect(rb->c, &job);
-  for (int g = 0; g < req->n_groups && rc == 0; g++)
-    if (rb->where[g] == DF_WHERE_FAILED || rb->where[g] == DF_WHERE_REMOTE)
-      rc = run_local(rb, req, g, err, errlen);
+  /* groups of failed nodes (REMOTE cannot remain after collect; rerun it too if it did) */
+  if (rc == 0) rc = run_local(rb, req, DF_WHERE_FAILED, DF_WHERE_REMOTE, err, errlen);
   return rc;
 }
 

@@ -355,8 +355,9 @@ static int tokens_write(const char *dir, const tok_entry *v, int n, char *err, s
   }
   int64_t now = (int64_t)time(NULL);
   for (int i = 0; i < n; i++) {
-    /* drop entries that can never be redeemed again */
-    if ((v[i].expiry && v[i].expiry < now) || (v[i].used && !v[i].reusable)) continue;
+    /* drop expired entries; used single-use ones stay until they expire, so a reuse is
+     * refused as such ("token already used") rather than as unknown */
+    if (v[i].expiry && v[i].expiry < now) continue;
     len += (size_t)snprintf(buf + len, cap - len, "%s %lld %d %d\n", v[i].digest,
                             (long long)v[i].expiry, v[i].reusable, v[i].used);
   }

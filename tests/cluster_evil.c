@@ -1,0 +1,163 @@
+/* tests/cluster_evil.c — a misbehaving cluster peer for tests/cluster_test.py.
+ *
+ *   cluster_evil MODE ENDPOINT TOKEN
+ * MODE:
+ *   garbage    join with TOKEN, then send a frame that is not msgpack: expect ERROR 1
+ *   version    send a JOIN with protocol version 99: expect ERROR 2
+ *   truncated  join, claim READY, answer the first FFN with a payload 4 bytes short:
+ *              expect BYE (the coordinator drops us and reruns the layer itself)
+ *   shape      same, but a RESULT with one row fewer than asked (header and payload agree)
+ *   plain      connect over plain TCP (no CURVE) and write junk: the handshake must fail
+ * Prints one line and exits 0 when the coordinator reacted as expected, 1 otherwise
+ * (10 s timeout per wait).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "transport/codec.h"
+#include "transport/keys.h"
+#include "transport/sock.h"
+
+/* Wait for a message whose op is `want` (others are answered or ignored). */
+static int wait_op(void *s, df_proto_op want, df_proto_msg *out, df_proto_frames *fr) {
+  for (;;) {
+    zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, 10000) <= 0) return -1;
+    if (df_proto_recv(s, false, 0, fr) != 0) return -1;
+    int code;
+    char err[256];
+    if (df_proto_decode(zmq_msg_data(&fr->hdr), zmq_msg_size(&fr->hdr), out, &code, err, sizeof err) != 0) {
+      df_proto_frames_close(fr);
+      continue;
+    }
+    if (out->op == want) return 0;
+    if (out->op == DF_PROTO_ERROR || out->op == DF_PROTO_BYE)
+      printf("evil: got %s %u: %s\n", df_proto_op_name(out->op), out->code, out->reason);
+    df_proto_msg_free(out);
+    df_proto_frames_close(fr);
+  }
+}
+
+static int plain(const char *endpoint) {
+  const char *hp = strstr(endpoint, "://");
+  hp = hp ? hp + 3 : endpoint;
+  char host[64];
+  int port;
+  if (sscanf(hp, "%63[^:]:%d", host, &port) != 2) return 1;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  inet_pton(AF_INET, host, &a.sin_addr);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) return 1;
+  static const char junk[] = "GET / HTTP/1.0\r\n\r\n\xff\x00\x01garbage garbage garbage";
+  ssize_t w = write(fd, junk, sizeof junk);
+  char buf[256];
+  ssize_t r = read(fd, buf, sizeof buf); /* the coordinator closes on us */
+  close(fd);
+  printf("evil: plain TCP wrote %zd bytes, read %zd, connection closed\n", w, r);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: cluster_evil MODE ENDPOINT TOKEN\n");
+    return 2;
+  }
+  const char *mode = argv[1], *ep = argv[2], *token = argv[3];
+  if (!strcmp(mode, "plain")) return plain(ep);
+  char server[DF_PROTO_Z85_KEY + 1], secret[DF_PROTO_SECRET_HEX + 1], err[512];
+  if (df_proto_token_parse(token, server, secret, err, sizeof err) != 0) {
+    fprintf(stderr, "evil: %s\n", err);
+    return 2;
+  }
+  df_proto_keypair kp;
+  zmq_curve_keypair(kp.pub, kp.sec);
+  void *ctx = zmq_ctx_new();
+  void *s = df_proto_client_open(ctx, ep, &kp, server, 1 << 30, err, sizeof err);
+  if (!s) {
+    fprintf(stderr, "evil: %s\n", err);
+    return 2;
+  }
+  int rc = 1;
+  df_proto_msg m;
+  df_proto_frames fr;
+  memset(&m, 0, sizeof m);
+  df_proto_msg join = {.op = DF_PROTO_JOIN, .id = 1, .memory = 1ull << 30};
+  snprintf(join.name, sizeof join.name, "evil-%s", mode);
+  snprintf(join.token, sizeof join.token, "%s", secret);
+  if (!strcmp(mode, "version")) join.v = 99;
+  /* the DEALER queues nothing before the handshake (ZMQ_IMMEDIATE): send blocking */
+  if (df_proto_send(s, NULL, 0, &join, NULL, 0, 0, err, sizeof err) != 0) goto done;
+  if (!strcmp(mode, "version")) {
+    if (wait_op(s, DF_PROTO_ERROR, &m, &fr) == 0) {
+      printf("evil: version refused: ERROR %u: %s (peer speaks v%u)\n", m.code, m.reason, m.v);
+      rc = m.code == DF_PROTO_E_VERSION ? 0 : 1;
+    }
+    goto done;
+  }
+  if (wait_op(s, DF_PROTO_ASSIGN, &m, &fr) != 0) {
+    printf("evil: no ASSIGN\n");
+    goto done;
+  }
+  uint64_t epoch = m.epoch;
+  df_proto_msg_free(&m);
+  df_proto_frames_close(&fr);
+  if (!strcmp(mode, "garbage")) {
+    static const uint8_t junk[] = {0xc1, 0xde, 0xad, 0xbe, 0xef, 0xdd, 0xff, 0xff, 0xff, 0xff};
+    zmq_send(s, junk, sizeof junk, 0);
+    if (wait_op(s, DF_PROTO_ERROR, &m, &fr) == 0) {
+      printf("evil: garbage refused: ERROR %u: %s\n", m.code, m.reason);
+      rc = m.code == DF_PROTO_E_MALFORMED ? 0 : 1;
+    }
+    goto done;
+  }
+  df_proto_msg ready = {.op = DF_PROTO_READY, .id = 2, .epoch = epoch};
+  df_proto_send(s, NULL, 0, &ready, NULL, 0, 0, err, sizeof err);
+  for (;;) { /* answer FFN; later ASSIGNs (replans) get READY too */
+    zmq_pollitem_t it = {s, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, 20000) <= 0) {
+      printf("evil: no FFN\n");
+      goto done;
+    }
+    df_proto_recv(s, false, 0, &fr);
+    int code;
+    if (df_proto_decode(zmq_msg_data(&fr.hdr), zmq_msg_size(&fr.hdr), &m, &code, err, sizeof err) != 0) {
+      df_proto_frames_close(&fr);
+      continue;
+    }
+    if (m.op == DF_PROTO_ASSIGN) {
+      df_proto_msg r = {.op = DF_PROTO_READY, .id = 3, .epoch = m.epoch};
+      df_proto_send(s, NULL, 0, &r, NULL, 0, 0, err, sizeof err);
+    } else if (m.op == DF_PROTO_PING) {
+      df_proto_msg r = {.op = DF_PROTO_PONG, .id = m.id};
+      df_proto_send(s, NULL, 0, &r, NULL, 0, 0, err, sizeof err);
+    } else if (m.op == DF_PROTO_FFN) {
+      int64_t rows = m.total_rows - (!strcmp(mode, "shape") ? 1 : 0);
+      size_t bytes = (size_t)(rows * m.cols * 4) - (!strcmp(mode, "truncated") ? 4 : 0);
+      void *junk = calloc(1, bytes + 1);
+      df_proto_msg r = {.op = DF_PROTO_RESULT, .id = m.id, .total_rows = rows, .cols = m.cols};
+      df_proto_send(s, NULL, 0, &r, junk, bytes, 0, err, sizeof err);
+      free(junk);
+      df_proto_msg_free(&m);
+      df_proto_frames_close(&fr);
+      if (wait_op(s, DF_PROTO_BYE, &m, &fr) == 0) {
+        printf("evil: dropped after a %s RESULT: BYE %s\n", mode, m.reason);
+        rc = 0;
+      }
+      goto done;
+    }
+    df_proto_msg_free(&m);
+    df_proto_frames_close(&fr);
+  }
+done:
+  df_proto_msg_free(&m);
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  return rc;
+}

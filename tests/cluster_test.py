@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""Cluster integration tests: real `deltafin run --cluster` coordinators and `df-node`
+processes on 127.0.0.x loopback, compared bit for bit with a local-only run.
+
+usage: cluster_test.py SCENARIO BUILD_DIR FIXTURES_DIR WORK_DIR
+SCENARIO:
+  exact     local only / one node holding every expert / three nodes with uneven budgets
+            whose sum, not any one, covers the routed experts: identical ids and logits
+  stream    nodes without the checkpoint get the tensors streamed (SHA-256 checked,
+            content-addressed cache); a second run reuses the cache
+  kill      kill -9 of a node mid-generation: ids unchanged; the restarted node rejoins
+            with its stored key (no token)
+  security  unknown key, wrong / reused / expired token, garbage frames, wrong protocol
+            version, plain TCP, truncated and wrongly-shaped RESULTs: all refused or
+            dropped with a logged reason while the coordinator keeps generating
+  idle      no CPU burnt while waiting: coordinator with an idle / dead node, node whose
+            coordinator vanished (it keeps retrying)
+Readiness is awaited on log lines, never on fixed sleeps; deadlines are generous.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+SCEN, BUILD, FIX, WORK = sys.argv[1:5]
+DELTAFIN = os.path.join(BUILD, "coordinator", "deltafin")
+DFNODE = os.path.join(BUILD, "node", "df-node")
+EVIL = os.path.join(BUILD, "tests", "cluster_evil")
+RELAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "df-relay.py")
+MODEL = os.path.join(FIX, "tiny-moe-sparse")
+PROMPT = "1,2,3,4,5,6,7,8,9,10,11,12"
+PAIR_BYTES = 3 * 48 * 96 * 2  # tiny-moe-sparse: gate/up [48, 96], down [96, 48] in BF16
+DEADLINE = 90.0
+
+failures = []
+procs = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_for(pred, what, timeout=DEADLINE):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if pred():
+            return True
+        time.sleep(0.05)
+    check(False, "timed out waiting for " + what)
+    return False
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def wait_log(path, text, timeout=DEADLINE, count=1):
+    return wait_for(lambda: read(path).count(text) >= count, "'%s' in %s" % (text, path), timeout)
+
+
+def spawn(args, log, **kw):
+    f = open(log, "ab")
+    p = subprocess.Popen(args, stdout=kw.pop("stdout", f), stderr=f, **kw)
+    procs.append(p)
+    return p
+
+
+def token(state, *extra):
+    r = subprocess.run([DELTAFIN, "cluster", "token", "--state-dir", state, *extra],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def node(name, port, state, log, memory, token_=None, model=True, host="127.0.0.1"):
+    args = [DFNODE, "join", "%s:%d" % (host, port), "--state-dir", state, "--memory", str(memory),
+            "--name", name, "--threads", "1"]
+    if token_:
+        args += ["--token", token_]
+    if model:
+        args += ["--model-dir", MODEL]
+    return spawn(args, log)
+
+
+def run_local(max_new, tag):
+    out = os.path.join(WORK, tag + ".f32")
+    r = subprocess.run([DELTAFIN, "run", "--model", MODEL, "--prompt-ids", PROMPT, "--max-new",
+                        str(max_new), "--temperature", "0", "--ignore-eos", "--no-draft",
+                        "--logits-out", out], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split(), open(out, "rb").read()
+
+
+def coordinator(tag, port, state, max_new, nodes, wait=60, extra=(), bind="127.0.0.1"):
+    """Start `deltafin run --cluster`; returns (proc, stdout path, stderr path, logits path)."""
+    out = os.path.join(WORK, tag + ".f32")
+    so, se = os.path.join(WORK, tag + ".ids"), os.path.join(WORK, tag + ".log")
+    args = [DELTAFIN, "run", "--model", MODEL, "--prompt-ids", PROMPT, "--max-new", str(max_new),
+            "--temperature", "0", "--ignore-eos", "--no-draft", "--logits-out", out, "--stats",
+            "--cluster", "--cluster-bind", bind, "--cluster-port", str(port), "--state-dir", state,
+            "--cluster-nodes", str(nodes), "--cluster-wait", str(wait), *extra]
+    p = spawn(args, se, stdout=open(so, "wb"))
+    return p, so, se, out
+
+
+def finish(p, so, out, timeout=DEADLINE):
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        check(False, "coordinator finished in time")
+        return None, None
+    ids = read(so).split()
+    logits = open(out, "rb").read() if os.path.exists(out) else b""
+    return ids, logits
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def scen_exact():
+    ids0, lg0 = run_local(24, "local")
+    # one node holding every expert
+    port, state = free_port(), os.path.join(WORK, "coord1")
+    n1 = node("all", port, os.path.join(WORK, "n-all"), os.path.join(WORK, "n-all.log"), "1G",
+              token(state))
+    p, so, se, out = coordinator("one", port, state, 24, 1)
+    ids, lg = finish(p, so, out)
+    n1.terminate()
+    check(ids == ids0, "one node with every expert: ids identical (%s)" % " ".join(ids or []))
+    check(lg == lg0, "one node with every expert: prompt logits bitwise identical")
+    log = read(se)
+    check("ready: 16 experts" in log, "the node holds all 16 (layer, expert) pairs")
+    check(" 0 local," in log, "no group ran on the coordinator")
+    # three nodes, uneven budgets: 3, 5 and 9 pairs; 16 pairs need all of them
+    port, state = free_port(), os.path.join(WORK, "coord3")
+    tok = token(state, "--reusable")
+    budgets = [3 * PAIR_BYTES, 5 * PAIR_BYTES, 9 * PAIR_BYTES]
+    for i, b in enumerate(budgets):
+        check(b < 16 * PAIR_BYTES, "budget of node %d (%d B) is below the routed experts" % (i, b))
+        node("u%d" % i, port, os.path.join(WORK, "n-u%d" % i), os.path.join(WORK, "n-u%d.log" % i),
+             b, tok, host="127.0.0.%d" % (i + 1))
+    p, so, se, out = coordinator("three", port, state, 24, 3, bind="0.0.0.0")
+    ids, lg = finish(p, so, out)
+    check(ids == ids0, "three nodes, uneven budgets: ids identical")
+    check(lg == lg0, "three nodes, uneven budgets: prompt logits bitwise identical")
+    st = subprocess.run([DELTAFIN, "cluster", "status", "--state-dir", state, "--json"],
+                        capture_output=True, text=True)
+    import json
+    js = json.loads(st.stdout)
+    check(js["pairs_on_coordinator"] == 0, "every pair placed on a node (status: %d on the "
+          "coordinator)" % js["pairs_on_coordinator"])
+    held = sorted(n["experts"] for n in js["nodes"])
+    check(held == [3, 5, 9], "placement follows the budgets: %s" % held)
+    st = subprocess.run([DELTAFIN, "cluster", "status", "--state-dir", state], capture_output=True,
+                        text=True)
+    check(st.returncode == 0 and "PLACEMENT" in st.stdout and "u2" in st.stdout,
+          "cluster status prints the node table")
+    print(st.stdout)
+
+
+def scen_stream():
+    ids0, lg0 = run_local(16, "local")
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state, "--reusable")
+    logs = []
+    for i, b in enumerate([6 * PAIR_BYTES, 11 * PAIR_BYTES]):
+        lg = os.path.join(WORK, "n%d.log" % i)
+        logs.append(lg)
+        node("s%d" % i, port, os.path.join(WORK, "n%d" % i), lg, b, tok, model=False)
+    p, so, se, out = coordinator("stream", port, state, 16, 2)
+    ids, lg = finish(p, so, out)
+    check(ids == ids0 and lg == lg0, "streamed shards: ids and logits identical")
+    check(all("to fetch" in read(l) and " 0 to fetch" not in read(l).split("assigned")[1]
+              for l in logs), "nodes without the checkpoint fetched their tensors")
+    cache = os.path.join(WORK, "n1", "cache", "sha256")
+    names = os.listdir(cache) if os.path.isdir(cache) else []
+    check(len(names) > 0 and all(len(n) == 64 for n in names),
+          "content-addressed cache holds %d tensors" % len(names))
+    check(not os.listdir(os.path.join(WORK, "n1", "cache", "tmp")), "no partial downloads left")
+    # second coordinator: the running nodes rejoin with their keys and reuse the cache
+    for l in logs:
+        open(l, "a").write("---- second run\n")
+    p, so, se, out = coordinator("stream2", port, state, 16, 2)
+    ids, lg = finish(p, so, out)
+    check(ids == ids0 and lg == lg0, "second run: ids and logits identical")
+    tail = read(logs[1]).split("---- second run")[1]
+    check("with the stored key" in tail, "node rejoined without a token")
+    check(" 0 to fetch" in tail, "node reused its cache (nothing fetched)")
+
+
+def scen_kill():
+    max_new = 160
+    ids0, _ = run_local(max_new, "local")
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state, "--reusable")
+    rport = free_port()
+    relay = spawn([sys.executable, RELAY, "127.0.0.1:%d" % rport, "127.0.0.1:%d" % port,
+                   "--rtt-ms", "6"], os.path.join(WORK, "relay.log"),
+                  stdout=open(os.path.join(WORK, "relay.out"), "wb"))
+    wait_log(os.path.join(WORK, "relay.out"), "listening")
+    victim_state = os.path.join(WORK, "victim")
+    victim = node("victim", rport, victim_state, os.path.join(WORK, "victim.log"),
+                  6 * PAIR_BYTES, tok)
+    node("k1", port, os.path.join(WORK, "k1"), os.path.join(WORK, "k1.log"), 6 * PAIR_BYTES, tok)
+    node("k2", port, os.path.join(WORK, "k2"), os.path.join(WORK, "k2.log"), 6 * PAIR_BYTES, tok)
+    p, so, se, out = coordinator("killrun", port, state, max_new, 3)
+    # kill -9 once a few tokens are out
+    wait_for(lambda: len(read(so).split()) >= 8, "8 generated tokens")
+    n_before = len(read(so).split())
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    ids, _ = finish(p, so, out)
+    check(n_before < max_new, "the node died mid-generation (after %d of %d tokens)" % (n_before, max_new))
+    check(ids == ids0, "kill -9 mid-generation: ids identical to the undisturbed run")
+    log = read(se)
+    check("dropped node victim" in log, "coordinator dropped the killed node")
+    # restart the node with no token: it rejoins with its stored key
+    node("victim", rport, victim_state, os.path.join(WORK, "victim2.log"), 6 * PAIR_BYTES)
+    p, so, se, out = coordinator("rejoin", port, state, 24, 3)
+    ids, _ = finish(p, so, out)
+    check(ids == ids0[:24], "run after the rejoin: ids identical")
+    v2 = read(os.path.join(WORK, "victim2.log"))
+    check("with the stored key" in v2 and "ready:" in v2, "restarted node rejoined without a token")
+    check("victim" in read(se) and "joined with its stored key" in read(se),
+          "coordinator admitted the restarted node by its key")
+
+
+def scen_security():
+    ids0, lg0 = run_local(24, "local")
+    port, state = free_port(), os.path.join(WORK, "coord")
+    ep = "tcp://127.0.0.1:%d" % port
+    good_tok = token(state)  # single-use
+    node("good", port, os.path.join(WORK, "good"), os.path.join(WORK, "good.log"), "1G", good_tok)
+    # the coordinator waits for 3 ready nodes: the attacks happen while it waits; the two
+    # lying nodes become ready, get FFN requests, answer wrongly and are dropped
+    p, so, se, out = coordinator("sec", port, state, 24, 3)
+    wait_log(se, "node good ready")
+
+    def refused_node(name, tok, expect, state_dir=None, copy_pin=False):
+        sd = state_dir or os.path.join(WORK, "att-" + name)
+        if copy_pin:
+            os.makedirs(sd, exist_ok=True)
+            shutil.copy(os.path.join(WORK, "good", "coordinator"), os.path.join(sd, "coordinator"))
+        lg = os.path.join(WORK, "att-%s.log" % name)
+        q = node(name, port, sd, lg, "1G", tok)
+        try:
+            rc = q.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            q.kill()
+            rc = None
+        check(rc == 3 and expect in read(lg), "%s: node refused (exit %s, '%s')" % (name, rc, expect))
+
+    # no token outstanding: an unknown key fails the CURVE handshake (ZAP)
+    refused_node("unknown-key", None, "not admitted", copy_pin=True)
+    check("unknown key" in read(se), "coordinator logged the unknown key")
+    # reused single-use token
+    reusable = token(state, "--reusable")  # opens the token window for the attackers below
+    refused_node("reused", good_tok, "token already used")
+    # wrong secret
+    bad = good_tok[:-4] + ("0000" if not good_tok.endswith("0000") else "1111")
+    refused_node("wrong", bad, "unknown token")
+    # expired token
+    short = token(state, "--ttl", "1")
+    time.sleep(2.1)  # expiry is wall-clock time: nothing to await
+    refused_node("expired", short, "token expired")
+    # protocol abuse by admitted peers
+    for mode, expect in [("garbage", "garbage refused"), ("version", "version refused"),
+                         ("plain", "connection closed")]:
+        r = subprocess.run([EVIL, mode, ep, reusable], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and expect in r.stdout, "evil %s: %s" % (mode, r.stdout.strip()))
+    evils = [subprocess.Popen([EVIL, mode, ep, reusable], stdout=subprocess.PIPE, text=True)
+             for mode in ("truncated", "shape")]
+    ids, lg = finish(p, so, out)
+    for e, mode in zip(evils, ("truncated", "shape")):
+        try:
+            o, _ = e.communicate(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            e.kill()
+            o = ""
+        check(e.returncode == 0 and "dropped" in o, "evil %s: %s" % (mode, o.strip()))
+    log = read(se)
+    check(ids == ids0 and lg == lg0, "coordinator kept generating: ids and logits identical")
+    for what in ["refused JOIN from reused", "token already used", "refused JOIN from wrong",
+                 "unknown token", "token expired", "malformed", "unsupported protocol version",
+                 "dropped node evil-truncated", "dropped node evil-shape", "wrongly-shaped RESULT"]:
+        check(what in log, "coordinator log: '%s'" % what)
+
+
+def scen_idle():
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state, "--reusable")
+    n1 = node("idle1", port, os.path.join(WORK, "i1"), os.path.join(WORK, "i1.log"), "1G", tok)
+    # waits for 2 nodes that never come: an idle coordinator with one idle node
+    p, so, se, out = coordinator("idle", port, state, 4, 2, wait=30)
+    wait_log(se, "node idle1 ready")
+    c0, n0 = cpu_seconds(p.pid), cpu_seconds(n1.pid)
+    t0 = time.monotonic()
+    time.sleep(3.0)  # measuring CPU over an interval: the interval is the point
+    dt = time.monotonic() - t0
+    dc, dn = cpu_seconds(p.pid) - c0, cpu_seconds(n1.pid) - n0
+    check(dc < 0.1 * dt, "idle coordinator used %.3f s CPU in %.1f s" % (dc, dt))
+    check(dn < 0.1 * dt, "idle node used %.3f s CPU in %.1f s" % (dn, dt))
+    # dead node: kill -9, the coordinator notices and stays idle
+    os.kill(n1.pid, signal.SIGKILL)
+    n1.wait()
+    wait_log(se, "dropped node idle1")
+    c0, t0 = cpu_seconds(p.pid), time.monotonic()
+    time.sleep(2.0)
+    dc, dt = cpu_seconds(p.pid) - c0, time.monotonic() - t0
+    check(dc < 0.1 * dt, "coordinator with a dead node used %.3f s CPU in %.1f s" % (dc, dt))
+    # a node whose coordinator vanishes keeps retrying with backoff, without burning CPU
+    n2log = os.path.join(WORK, "i2.log")
+    n2 = node("idle2", port, os.path.join(WORK, "i2"), n2log, "1G", tok)
+    wait_log(n2log, "ready:")
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    wait_log(n2log, "reconnecting", timeout=30)
+    check("reconnecting" in read(n2log), "node noticed the coordinator vanished and freed its session")
+    n0, t0 = cpu_seconds(n2.pid), time.monotonic()
+    time.sleep(3.0)
+    dn, dt = cpu_seconds(n2.pid) - n0, time.monotonic() - t0
+    check(dn < 0.1 * dt, "node retrying a vanished coordinator used %.3f s CPU in %.1f s" % (dn, dt))
+    check(n2.poll() is None, "node is still running (retrying)")
+    # the coordinator comes back: the node rejoins by itself
+    p, so, se, out = coordinator("back", port, state, 4, 1, wait=60)
+    ids, _ = finish(p, so, out)
+    check(ids is not None and len(ids) == 4, "node rejoined the restarted coordinator")
+
+
+def main():
+    if os.path.isdir(WORK):
+        shutil.rmtree(WORK)
+    os.makedirs(WORK)
+    try:
+        {"exact": scen_exact, "stream": scen_stream, "kill": scen_kill,
+         "security": scen_security, "idle": scen_idle}[SCEN]()
+    finally:
+        for q in procs:
+            if q.poll() is None:
+                q.terminate()
+        for q in procs:
+            try:
+                q.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                q.kill()
+    if failures:
+        print("%d check(s) failed; logs in %s" % (len(failures), WORK))
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
