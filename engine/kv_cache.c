@@ -1,4 +1,5 @@
-/* engine/kv_cache.c — preallocated, truncatable KV cache; see kv_cache.h. */
+/* engine/kv_cache.c — preallocated, truncatable KV cache (MHA or MLA latent); see
+ * kv_cache.h. */
 #include "engine/kv_cache.h"
 
 #include <assert.h>
@@ -47,6 +48,48 @@ oom:
   return NULL;
 }
 
+df_kv_cache *df_kv_new_mla(int64_t n_layers, int64_t kv_lora_rank, int64_t rope_dim, int64_t ctx,
+                           char *err, size_t errlen) {
+  if (n_layers <= 0 || kv_lora_rank <= 0 || rope_dim <= 0 || ctx <= 0) {
+    snprintf(err, errlen, "KV cache: sizes must be positive (layers %lld, kv_lora_rank %lld, "
+             "rope_dim %lld, ctx %lld)", (long long)n_layers, (long long)kv_lora_rank,
+             (long long)rope_dim, (long long)ctx);
+    return NULL;
+  }
+  if (kv_lora_rank + rope_dim > INT64_MAX / ctx / 8 / n_layers) {
+    snprintf(err, errlen, "KV cache: size overflows");
+    return NULL;
+  }
+  df_kv_cache *kv = calloc(1, sizeof *kv);
+  if (!kv) goto oom;
+  kv->n_layers = n_layers;
+  kv->head_dim = rope_dim;
+  kv->kv_lora_rank = kv_lora_rank;
+  kv->ctx = ctx;
+  kv->k = calloc((size_t)n_layers, sizeof *kv->k);
+  kv->v = calloc((size_t)n_layers, sizeof *kv->v);
+  if (!kv->k || !kv->v) goto oom;
+  int64_t sc[2] = {ctx, kv_lora_rank}, sr[2] = {ctx, rope_dim};
+  for (int64_t l = 0; l < n_layers; l++) {
+    kv->k[l] = df_t_new_f32(2, sc, err, errlen);
+    kv->v[l] = kv->k[l] ? df_t_new_f32(2, sr, err, errlen) : NULL;
+    if (!kv->v[l]) {
+      char inner[256];
+      snprintf(inner, sizeof inner, "%s", err);
+      snprintf(err, errlen, "MLA cache of %llu bytes (ctx %lld tokens): %s",
+               (unsigned long long)(n_layers * (kv_lora_rank + rope_dim) * ctx * 4),
+               (long long)ctx, inner);
+      df_kv_destroy(&kv);
+      return NULL;
+    }
+  }
+  return kv;
+oom:
+  snprintf(err, errlen, "KV cache: out of memory");
+  df_kv_destroy(&kv);
+  return NULL;
+}
+
 void df_kv_destroy(df_kv_cache **kvp) {
   if (!kvp || !*kvp) return;
   df_kv_cache *kv = *kvp;
@@ -65,6 +108,12 @@ void df_kv_truncate(df_kv_cache *kv, int64_t n) {
   kv->len = n;
 }
 
+uint64_t df_kv_bytes_per_token(const df_kv_cache *kv) {
+  if (kv->kv_lora_rank > 0)
+    return (uint64_t)(kv->n_layers * (kv->kv_lora_rank + kv->head_dim)) * 4u;
+  return (uint64_t)(2 * kv->n_layers * kv->n_kv * kv->head_dim) * 4u;
+}
+
 uint64_t df_kv_bytes(const df_kv_cache *kv) {
-  return (uint64_t)(2 * kv->n_layers * kv->n_kv * kv->ctx * kv->head_dim) * 4u;
+  return df_kv_bytes_per_token(kv) * (uint64_t)kv->ctx;
 }

@@ -1,7 +1,9 @@
 /* engine/kv_cache.h — a sequence's attention KV cache, preallocated, truncatable.
  *
- * Owns: per-layer key and value tensors [n_kv, ctx, head_dim] fp32 and the number of
- * positions filled. Truncation (speculative decoding's rollback) only moves the length:
+ * Owns: per-layer key and value tensors [n_kv, ctx, head_dim] fp32 — or, for multi-head
+ * latent attention (MLA, DeepSeek-V2/V3), the compressed latent c_kv [ctx, kv_lora_rank] and
+ * the RoPE key shared by all heads [ctx, rope_dim] per layer, never expanded per head — and
+ * the number of positions filled. Truncation (speculative decoding's rollback) only moves the length:
  * positions past it are overwritten by the next forward. Does not own: how K/V are
  * computed (engine/model.c).
  */
@@ -15,12 +17,15 @@
 
 typedef struct df_kv_cache {
   int64_t n_layers;
-  int64_t n_kv;     /* key/value heads */
-  int64_t head_dim;
+  int64_t n_kv;     /* key/value heads; 0 for an MLA cache */
+  int64_t head_dim; /* MHA head width; MLA: rope_dim */
   int64_t ctx;      /* capacity in tokens */
   int64_t len;      /* positions filled: the next token is at position len */
-  df_t_tensor **k;  /* [n_layers] each [n_kv, ctx, head_dim] fp32 */
-  df_t_tensor **v;  /* [n_layers] each [n_kv, ctx, head_dim] fp32 */
+  df_t_tensor **k;  /* [n_layers] each [n_kv, ctx, head_dim] fp32;
+                       MLA: the normalised latent c_kv [ctx, kv_lora_rank] fp32 */
+  df_t_tensor **v;  /* [n_layers] each [n_kv, ctx, head_dim] fp32;
+                       MLA: the rotated shared key k_rope [ctx, rope_dim] fp32 */
+  int64_t kv_lora_rank; /* > 0 marks an MLA cache */
 } df_kv_cache;
 
 /* Allocate a zeroed cache: n_layers * 2 * n_kv * ctx * head_dim * 4 bytes.
@@ -28,6 +33,12 @@ typedef struct df_kv_cache {
  * (message gives the bytes). Free with df_kv_destroy. */
 df_kv_cache *df_kv_new(int64_t n_layers, int64_t n_kv, int64_t head_dim, int64_t ctx, char *err,
                        size_t errlen);
+
+/* Allocate a zeroed MLA cache: per layer c_kv [ctx, kv_lora_rank] and k_rope
+ * [ctx, rope_dim], n_layers * (kv_lora_rank + rope_dim) * ctx * 4 bytes. Same errors as
+ * df_kv_new. */
+df_kv_cache *df_kv_new_mla(int64_t n_layers, int64_t kv_lora_rank, int64_t rope_dim, int64_t ctx,
+                           char *err, size_t errlen);
 
 /* Free; NULLs *kv; NULL-safe. */
 void df_kv_destroy(df_kv_cache **kv);
@@ -38,5 +49,9 @@ void df_kv_truncate(df_kv_cache *kv, int64_t n);
 
 /* Bytes held by the cache. */
 uint64_t df_kv_bytes(const df_kv_cache *kv);
+
+/* Bytes one position takes over all layers (MHA: 2 * n_kv * head_dim * 4 per layer; MLA:
+ * (kv_lora_rank + rope_dim) * 4 per layer). */
+uint64_t df_kv_bytes_per_token(const df_kv_cache *kv);
 
 #endif

@@ -1,4 +1,5 @@
-/* engine/model.h — the qwen3_moe / qwen3 decoder: load a Hugging Face folder, run forwards.
+/* engine/model.h — the qwen3_moe / qwen3 and deepseek_v3 / kimi_k2 decoders: load a Hugging
+ * Face folder, run forwards.
  *
  * Owns: binding the checkpoint's tensors to the config (names, dtypes, shapes), the planned
  * activation buffers, RoPE tables and the forward pass (chunked prefill, decode, verify
@@ -13,6 +14,14 @@
  * in the router's order. Numerics: fp32 activations, weights in their stored dtype, every
  * kernel batch-invariant (engine/kernels.h), so a position's logits do not depend on how
  * the tokens were chunked.
+ * deepseek_v3 / kimi_k2 (transformers' modeling_deepseek_v3.py; engine/model_deepseek.c):
+ * the same layer loop with multi-head latent attention (low-rank q and kv projections with
+ * their RMSNorms, decoupled RoPE, a latent KV cache of c_kv + k_rope per position, attention
+ * in the absorbed form for every row so prefill and decode agree bitwise), dense MLPs on the
+ * first first_k_dense_replace layers, then MoE blocks with the sigmoid group-limited router
+ * (e_score_correction_bias for selection only, routed_scaling_factor) plus shared experts
+ * computed on the coordinator. F8_E4M3 weights with 128x128 (any) block scales are
+ * de-quantised inside the kernels; no widened copy exists.
  * Does not own: the KV cache memory (engine/kv_cache.h, one per sequence), sampling
  * (engine/sampler.h), tokenization.
  */
@@ -45,8 +54,9 @@ typedef struct df_model_bytes {
 } df_model_bytes;
 
 /* Load DIR (config.json, generation_config.json, *.safetensors): validates every tensor's
- * presence, dtype (BF16/F16/F32; F8/INT types are refused by name) and shape against the
- * config, wraps the mmap (no copy), plans buffers for opts->max_rows rows, builds RoPE
+ * presence, dtype (BF16/F16/F32; deepseek_v3 linear weights also F8_E4M3 with an F32
+ * `_scale_inv` of the config's weight_block_size; other F8/INT uses are refused by name) and
+ * shape against the config, wraps the mmap (no copy), plans buffers for opts->max_rows rows, builds RoPE
  * tables for max_ctx positions and a local expert backend.
  * Errors (-1, one line in err naming the file and tensor): config errors, safetensors
  * errors, a missing tensor, a dtype or shape disagreeing with the config, out of memory. */
@@ -67,8 +77,14 @@ df_model_bytes df_model_memory(const df_model *m);
  * on failure. Free with df_kv_destroy. */
 df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t errlen);
 
+/* KV-cache bytes one token takes over all layers: fp32 K and V per kv head (qwen3 families),
+ * or the fp32 latent c_kv (kv_lora_rank) + shared RoPE key (qk_rope_head_dim) for MLA. */
+uint64_t df_model_kv_bytes_per_token(const df_model *m);
+
 /* The routed-expert weights of (layer, expert): gate_proj/up_proj [I, H], down_proj [H, I]
- * in their stored dtype. Returns -1 if the layer is not a MoE layer or expert is out of range. */
+ * in their stored dtype; FP8 (F8_E4M3) weights carry their block scales (df_t_block_scale),
+ * and df_t_swiglu_ffn de-quantises them inside its kernels. Returns -1 if the layer is not a
+ * MoE layer or expert is out of range. */
 int df_model_expert_weights(const df_model *m, int layer, int expert, const df_t_tensor **gate,
                             const df_t_tensor **up, const df_t_tensor **down);
 

@@ -207,6 +207,12 @@ static void lin(const float *x, int64_t M, int64_t ldx, const df_t_tensor *w, fl
 
 extern "C" void df_t_linear_multi(const df_t_linear_op *ops, int n) {
   assert(n >= 0 && n <= 256);
+  for (int i = 0; i < n; i++)
+    if (ops[i].w->dt == DF_DT_F8_E4M3) { // FP8: each product through its own kernel
+      for (int j = 0; j < n; j++)
+        df_t_linear(ops[j].x, ops[j].row0, ops[j].rows, ops[j].w, ops[j].bias, ops[j].y);
+      return;
+    }
   df_k_linear_job jobs[256];
   for (int i = 0; i < n; i++) {
     const df_t_linear_op *o = &ops[i];
@@ -229,6 +235,14 @@ extern "C" void df_t_swiglu_ffn_groups(const df_t_tensor *x, int n, const int64_
   if (n == 0) return;
   int64_t H = row_elems(x), ldg = row_elems(g);
   assert(row_elems(y) == H && row_elems(u) == ldg && offsets[n] <= g->t.size(0));
+  for (int i = 0; i < n; i++)
+    if (gate[i]->dt == DF_DT_F8_E4M3 || up[i]->dt == DF_DT_F8_E4M3 ||
+        down[i]->dt == DF_DT_F8_E4M3) { // FP8 experts: one group at a time, same elements
+      for (int j = 0; j < n; j++)
+        df_t_swiglu_ffn(x, offsets[j], offsets[j + 1] - offsets[j], gate[j], up[j], down[j], g,
+                        u, y);
+      return;
+    }
   df_k_linear_job jobs[256];
   const float *xp = cf32(x);
   float *gp = df_t_f32(g), *up_ = df_t_f32(u), *yp = df_t_f32(y);
