@@ -39,7 +39,10 @@ def main():
         ia, ib = run(exe, src, prompt, la), run(exe, out, prompt, lb)
         same_logits = open(la, "rb").read() == open(lb, "rb").read()
         cfg = json.load(open(os.path.join(out, "config.json")))
-        ok = same_logits and ia == ib and len(ia) == 32 and cfg["hidden_size"] == 4 * g.get("hidden", cfg["hidden_size"] // 4)
+        src_cfg = json.load(open(os.path.join(src, "config.json")))
+        ok = (same_logits and ia == ib and len(ia) == 32
+              and cfg["hidden_size"] == 4 * src_cfg["hidden_size"]
+              and cfg["num_hidden_layers"] == src_cfg["num_hidden_layers"] + 2)
         print("%-16s hidden %d, %d layers: logits %s, greedy ids %s" % (
             name, cfg["hidden_size"], cfg["num_hidden_layers"],
             "bitwise equal" if same_logits else "DIFFER", "equal" if ia == ib else "DIFFER"))
