@@ -173,10 +173,11 @@ void df_k_linear_t(const float *x, int64_t M, int64_t R, int64_t ldx, const df_k
  *   out[m, h] = sum_t softmax(s)_t * ckv[t]   (the latent; kv_b_proj's value rows follow)
  * dots in df_k_dot order, softmax as df_k_attention (max, exp, sum ascending t), output
  * accumulated by df_k_axpy in ascending t.
- *   q_lat [M, n_head, L]; q_rope: head h of row m at q_rope + m*ld_rope + h*dr;
+ *   q_lat [M, n_head, L]; q_rope: head h of row m at q_rope + m*ld_rope + h*ld_rope_head;
  *   ckv [ctx, L], kpe [ctx, dr] (positions < pos0 + M filled); out [M, n_head, L];
  *   scratch [df_k_max_threads(), ctx]. */
-void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope, int64_t M,
+void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope,
+                        int64_t ld_rope_head, int64_t M,
                         int64_t pos0, int64_t n_head, int64_t L, int64_t dr, int64_t ctx,
                         const float *ckv, const float *kpe, float scale, float *out,
                         float *scratch);

@@ -111,7 +111,8 @@ void df_k_linear_w(const float *x, int64_t M, int64_t ldx, const df_k_weight *w,
 
 /* ---- latent attention ----------------------------------------------------------------- */
 
-void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope, int64_t M,
+void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope,
+                        int64_t ld_rope_head, int64_t M,
                         int64_t pos0, int64_t n_head, int64_t L, int64_t dr, int64_t ctx,
                         const float *ckv, const float *kpe, float scale, float *out,
                         float *scratch) {
@@ -121,7 +122,7 @@ void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope
   for (int64_t pr = 0; pr < pairs; pr++) {
     int64_t m = pr / n_head, h = pr % n_head, n_pos = pos0 + m + 1;
     const float *ql = q_lat + (m * n_head + h) * L;
-    const float *qr = q_rope + m * ld_rope + h * dr;
+    const float *qr = q_rope + m * ld_rope + h * ld_rope_head;
     float *sc = scratch + (int64_t)omp_get_thread_num() * ctx;
     float mx = -INFINITY;
     for (int64_t t = 0; t < n_pos; t++) {

@@ -341,7 +341,7 @@ extern "C" void df_t_mla_attention(const df_t_tensor *q, int64_t row0, int64_t r
   for (int64_t h = 0; h < n_head; h++) // q_abs[h] = W_uk[h]^T q_nope[h]
     df_k_linear_t(qr + h * dq, rows, dn, n_head * dq, &kw, h * (dn + dv), 0, L, qa + h * L,
                   n_head * L);
-  df_k_mla_attention(qa, qr + dn, dq, rows, pos0, n_head, L, dr, ctx, cf32(ckv), cf32(kpe), scale,
+  df_k_mla_attention(qa, qr + dn, n_head * dq, dq, rows, pos0, n_head, L, dr, ctx, cf32(ckv), cf32(kpe), scale,
                      la, df_t_f32(scratch));
   for (int64_t h = 0; h < n_head; h++) // out[h] = W_uv[h] lat[h]
     df_k_linear_w(la + h * L, rows, n_head * L, &kw, h * (dn + dv) + dn, dv, o + h * dv,

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """tests/reference/make_checkpoint.py — deterministic random Qwen3 / Qwen3-MoE checkpoints.
 
-Owns: the presets (tiny golden-fixture shapes, benchmark sizes), the Hugging Face folder
+Owns: the presets (tiny golden-fixture shapes, benchmark sizes; the deepseek_v3 / kimi_k2
+presets are written by deepseek_ckpt.py), the Hugging Face folder
 layout they are written in (config.json, generation_config.json, model.safetensors or
 model-0000i-of-0000n.safetensors + model.safetensors.index.json, real tensor names), and
 the weight distributions. Does not own: the container format (safetensors_io.py) or the
@@ -103,6 +104,43 @@ PRESETS = {
             "max_position_embeddings": 256, "tie_word_embeddings": False, "attention_bias": False,
         },
         "seed": 3003, "shards": 1},
+    # deepseek_v3 (deepseek_ckpt.py): MLA without q compression, 16 experts in 4 groups (keep
+    # 2) top-3 + 1 shared expert, layer 0 dense, YaRN x4 with mscale = mscale_all_dim = 1 (as
+    # DeepSeek-V3), interleaved RoPE, bf16 weights
+    "tiny-ds-bf16": {
+        "family": "deepseek",
+        "config": {
+            "model_type": "deepseek_v3", "vocab_size": 512, "hidden_size": 64,
+            "num_hidden_layers": 3, "num_attention_heads": 4, "q_lora_rank": None,
+            "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+            "v_head_dim": 16, "intermediate_size": 96, "moe_intermediate_size": 32,
+            "n_routed_experts": 16, "num_experts_per_tok": 3, "n_shared_experts": 1,
+            "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+            "routed_scaling_factor": 2.5, "norm_topk_prob": True, "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0, "max_position_embeddings": 256,
+            "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                             "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+        },
+        "seed": 6006, "shards": 1, "knobs": {"margin_unit": 0.25}},
+    # kimi_k2 (deepseek_ckpt.py) with FP8 E4M3 weights in 32x32 blocks (partial blocks and
+    # K % 8 tails: hidden 96, q_lora 48, kv_lora 36, widths 40/80): q_a/q_b compression, 8
+    # experts in one group top-2 + 2 shared experts, YaRN x4 with mscale 1 / mscale_all_dim 0.8
+    "tiny-ds-fp8": {
+        "family": "deepseek",
+        "config": {
+            "model_type": "kimi_k2", "vocab_size": 512, "hidden_size": 96,
+            "num_hidden_layers": 3, "num_attention_heads": 4, "q_lora_rank": 48,
+            "kv_lora_rank": 36, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+            "v_head_dim": 24, "intermediate_size": 80, "moe_intermediate_size": 40,
+            "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 2,
+            "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+            "routed_scaling_factor": 2.827, "norm_topk_prob": True, "rms_norm_eps": 1e-6,
+            "rope_theta": 50000.0, "max_position_embeddings": 256,
+            "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                             "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8},
+            "fp8_block": [32, 32],
+        },
+        "seed": 7007, "shards": 1, "knobs": {"margin_unit": 0.25}},
     # ~1.9 GB: benchmark target (16 MoE layers x 64 experts x 3 x 1024 x 256)
     "bench2g": {
         "config": dict(_MOE_BASE, **{
@@ -348,6 +386,9 @@ def write_checkpoint(out, cfg_keys, seed, shards=1, dtype="BF16", knobs=None):
 def write_preset(name, out):
     """Write preset `name` exactly as make_checkpoint.py --preset NAME --out OUT does."""
     p = preset_args(name)
+    if p.get("family") == "deepseek":
+        import deepseek_ckpt
+        return deepseek_ckpt.write_checkpoint(out, p["config"], p["seed"], p["shards"], p.get("knobs"))
     return write_checkpoint(out, p["config"], p["seed"], p["shards"], "BF16", p.get("knobs"))
 
 
@@ -393,14 +434,28 @@ def main(argv=None):
 
     if a.list:
         for name, p in PRESETS.items():
-            c = full_config(p["config"], "bfloat16")
-            size = sum(s.nbytes for s in tensor_specs(c, 0, knobs=p.get("knobs")))
-            print("%-18s %-9s %8.1f MB  seed %d  shards %d" % (name, c["model_type"], size / 1e6, p["seed"], p["shards"]))
+            if p.get("family") == "deepseek":
+                import deepseek_ckpt
+                c = p["config"]
+                size = sum(s.nbytes for s in deepseek_ckpt.tensor_specs(c, 0, knobs=p.get("knobs")))
+            else:
+                c = full_config(p["config"], "bfloat16")
+                size = sum(s.nbytes for s in tensor_specs(c, 0, knobs=p.get("knobs")))
+            print("%-18s %-11s %8.1f MB  seed %d  shards %d" % (name, c["model_type"], size / 1e6, p["seed"], p["shards"]))
         return 0
     if not a.out:
         ap.error("--out is required")
 
     p = preset_args(a.preset)
+    if p.get("family") == "deepseek":  # the DeepSeek-V3 family takes no shape overrides
+        import deepseek_ckpt
+        t0 = time.time()
+        seed = p["seed"] if a.seed is None else a.seed
+        cfg, files, nbytes = deepseek_ckpt.write_checkpoint(a.out, p["config"], seed, a.shards or p["shards"],
+                                                             p.get("knobs"))
+        print("wrote %s: %s, %.1f MB of tensors, %.2f s" % (a.out, cfg["model_type"], nbytes / 1e6, time.time() - t0),
+              file=sys.stderr)
+        return 0
     c = p["config"]
     if a.dense:
         c["model_type"] = "qwen3"

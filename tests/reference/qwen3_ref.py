@@ -453,8 +453,9 @@ def parse_ids(s):
     return ids
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="Reference Qwen3 / Qwen3-MoE forward pass and greedy decoding.")
+def main(argv=None, model_cls=None, prog="qwen3_ref"):
+    """CLI; model_cls(dir, dtype, threads) builds the model (default: this file's Model)."""
+    ap = argparse.ArgumentParser(prog=prog, description="Reference forward pass and greedy decoding.")
     ap.add_argument("--model", required=True, help="Hugging Face model folder")
     ap.add_argument("--prompt-ids", required=True, help="comma-separated token ids")
     ap.add_argument("--max-new", type=int, default=16, help="greedy tokens to generate (default 16)")
@@ -467,11 +468,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     prompt = parse_ids(a.prompt_ids)
     try:
-        model = Model(a.model, a.dtype, a.threads)
+        model = (model_cls or Model)(a.model, a.dtype, a.threads)
         with torch.no_grad():
             ids, prompt_logits, steps = generate(model, prompt, a.max_new, a.stop_eos, not a.no_cache)
     except (RefError, st.SafetensorsError, OSError, KeyError) as e:
-        print("qwen3_ref: %s" % e, file=sys.stderr)
+        print("%s: %s" % (prog, e), file=sys.stderr)
         return 1
     if a.logits_out:
         arr = prompt_logits.numpy().astype("<f4")

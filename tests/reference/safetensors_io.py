@@ -8,7 +8,8 @@ float32 <-> bfloat16 conversions. Does not own: what the tensors mean (qwen3_ref
 they are generated (make_checkpoint.py).
 
 BF16 is held as raw uint16 arrays (the top 16 bits of the float32); F16 as numpy float16;
-F32 as numpy float32. float32 -> bf16 rounds to nearest, ties to even (NaN -> 0x7FC0), which
+F32 as numpy float32; F8_E4M3 (OCP E4M3FN: bias 7, no infinities, S.1111.111 is NaN) as raw
+uint8 bytes, widened exactly through a 256-entry table (torch 1.13 has no float8 dtype). float32 -> bf16 rounds to nearest, ties to even (NaN -> 0x7FC0), which
 is what torch's .to(torch.bfloat16) does.
 
 Layout written (compatible with the reference Rust/Python safetensors writer): tensors are
@@ -25,8 +26,9 @@ import struct
 
 import numpy as np
 
-DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4}
-NP_DTYPE = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4")}
+DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1}
+NP_DTYPE = {"BF16": np.dtype("<u2"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4"),
+            "F8_E4M3": np.dtype("u1")}
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 MAX_HEADER = 100 * 1024 * 1024
@@ -58,8 +60,44 @@ def bf16_to_f32(b):
     return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+_E4M3 = None
+
+
+def e4m3_table():
+    """float32 [256]: the exact value of every E4M3FN byte (NaN for 0x7F and 0xFF)."""
+    global _E4M3
+    if _E4M3 is None:
+        t = np.zeros(256, dtype=np.float64)
+        for b in range(256):
+            e, m = (b >> 3) & 0xF, b & 7
+            v = (m / 8.0) * 2.0 ** -6 if e == 0 else (1.0 + m / 8.0) * 2.0 ** (e - 7)
+            if b & 0x7F == 0x7F:
+                v = float("nan")
+            t[b] = -v if b & 0x80 else v
+        _E4M3 = t.astype(np.float32)
+    return _E4M3
+
+
+def f32_to_e4m3(x):
+    """float32 array -> uint8 E4M3FN bytes, round to nearest (ties to even mantissa),
+    saturating at +-448 (what quantisers clip to); NaN -> 0x7F."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    pos = e4m3_table()[:127].astype(np.float64)  # codes 0..126, ascending values
+    a = np.abs(x.astype(np.float64))
+    hi = np.clip(np.searchsorted(pos, a), 0, 126)
+    lo = np.clip(hi - 1, 0, 126)
+    dlo, dhi = a - pos[lo], pos[hi] - a
+    pick = np.where(dlo < dhi, lo, np.where(dhi < dlo, hi, np.where(lo % 2 == 0, lo, hi)))
+    pick = np.where(a >= pos[126], 126, pick)
+    out = pick.astype(np.uint8) | np.where(np.signbit(x) & (pick > 0), 0x80, 0).astype(np.uint8)
+    out[np.isnan(x)] = 0x7F
+    return out
+
+
 def to_float32(dtype, arr):
     """Array as stored (dtype name, numpy array) -> float32 numpy array (exact widening)."""
+    if dtype == "F8_E4M3":
+        return e4m3_table()[np.asarray(arr, dtype=np.uint8)]
     if dtype == "BF16":
         return bf16_to_f32(arr)
     if dtype == "F16":
@@ -267,7 +305,8 @@ class StFile:
         self._mm = None
 
     def array(self, name):
-        """Stored array (uint16 for BF16, float16, float32), read-only memmap view."""
+        """Stored array (uint16 for BF16, float16, float32, uint8 for F8_E4M3), read-only memmap
+        view."""
         dt, shape, b, e = self.tensors[name]
         if self._mm is None:
             self._mm = np.memmap(self.path, dtype=np.uint8, mode="r")
