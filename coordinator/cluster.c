@@ -373,6 +373,8 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
     fail_outstanding(c, mb); /* the old connection is gone */
   }
   snprintf(mb->name, sizeof mb->name, "%s", m->name);
+  for (char *q = mb->name; *q; q++) /* peer text in logs and status: printable ASCII only */
+    if ((unsigned char)*q <= 0x20 || (unsigned char)*q > 0x7e || *q == '"' || *q == '\\') *q = '_';
   memcpy(mb->rid, f->rid, f->rid_len);
   mb->rid_len = f->rid_len;
   mb->fd = f->fd;

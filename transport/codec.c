@@ -6,6 +6,7 @@
  * allocates more than a few times the frame length), then msgpack-c builds the objects and
  * the per-op schema below copies them into a df_proto_msg.
  */
+#define _POSIX_C_SOURCE 200809L /* strnlen */
 #include "transport/codec.h"
 
 #include <msgpack.h>
@@ -500,6 +501,8 @@ int df_proto_decode(const uint8_t *buf, size_t len, df_proto_msg *m, int *code, 
   }
   if (get_str(&d, "op", true, opname, sizeof opname)) goto done;
   if (!m->op) {
+    for (char *q = opname; *q; q++) /* peer text: printable ASCII only in messages */
+      if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e) *q = '?';
     snprintf(err, errlen, "malformed header: unknown op '%s'", opname);
     goto done;
   }

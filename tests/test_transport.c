@@ -1,0 +1,448 @@
+/* tests/test_transport.c — transport/ (codec, keys, tokens, allow-list) and the placement
+ * rule (coordinator/cluster_place.c).
+ *
+ * Codec: every op round-trips; a table of malformed headers (hand-written msgpack bytes)
+ * each gets -1 with the right code and leaves no allocation. Keys: created 0600, reloaded
+ * equal, refused when readable by others. Tokens: single-use, reusable, expired, wrong,
+ * malformed; the ZAP token window. Placement: proportional, capped by budgets, deterministic,
+ * replicas on another node. Temporary state goes under a fresh mkdtemp() folder.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "coordinator/cluster_place.h"
+#include "transport/codec.h"
+#include "transport/keys.h"
+
+/* ---- codec ------------------------------------------------------------------------- */
+
+static df_proto_msg roundtrip(const df_proto_msg *in) {
+  uint8_t *buf;
+  size_t len;
+  char err[256];
+  assert_int_equal(df_proto_encode(in, &buf, &len, err, sizeof err), 0);
+  df_proto_msg out;
+  int code = 0;
+  int rc = df_proto_decode(buf, len, &out, &code, err, sizeof err);
+  if (rc) fprintf(stderr, "decode: %s\n", err);
+  assert_int_equal(rc, 0);
+  free(buf);
+  assert_int_equal(out.v, DF_PROTO_VERSION);
+  assert_int_equal(out.op, in->op);
+  assert_true(out.id == in->id);
+  return out;
+}
+
+static void test_codec_roundtrip(void **st) {
+  (void)st;
+  df_proto_msg j = {.op = DF_PROTO_JOIN, .id = 7, .memory = 12345678901ull, .has_model = true};
+  strcpy(j.name, "node-a");
+  strcpy(j.token, "00112233445566778899aabbccddeeff");
+  df_proto_msg o = roundtrip(&j);
+  assert_string_equal(o.name, "node-a");
+  assert_string_equal(o.token, j.token);
+  assert_true(o.memory == j.memory && o.has_model);
+  df_proto_msg_free(&o);
+
+  int32_t pairs[4] = {1, 0, 3, 7};
+  df_proto_tensor ts[6];
+  memset(ts, 0, sizeof ts);
+  for (int i = 0; i < 6; i++) {
+    snprintf(ts[i].name, sizeof ts[i].name, "model.layers.%d.mlp.experts.%d.gate_proj.weight", i, i);
+    strcpy(ts[i].dtype, "BF16");
+    ts[i].shape[0] = 48, ts[i].shape[1] = 96, ts[i].nbytes = 48 * 96 * 2;
+    memset(ts[i].sha256, i + 1, 32);
+  }
+  df_proto_msg a = {.op = DF_PROTO_ASSIGN, .id = 9, .epoch = 3, .hidden = 96, .inter = 48,
+                    .max_rows = 64, .n_pairs = 2, .pairs = pairs, .n_tensors = 6, .tensors = ts};
+  o = roundtrip(&a);
+  assert_int_equal(o.n_pairs, 2);
+  assert_memory_equal(o.pairs, pairs, sizeof pairs);
+  assert_int_equal(o.n_tensors, 6);
+  assert_memory_equal(o.tensors, ts, sizeof ts);
+  assert_true(o.epoch == 3 && o.hidden == 96 && o.inter == 48 && o.max_rows == 64);
+  df_proto_msg_free(&o);
+
+  int32_t ex[3] = {0, 5, 7};
+  int64_t rows[3] = {1, 4, 2};
+  df_proto_msg f = {.op = DF_PROTO_FFN, .id = 11, .layer = 3, .n_groups = 3, .experts = ex,
+                    .rows = rows, .cols = 96};
+  o = roundtrip(&f);
+  assert_int_equal(o.n_groups, 3);
+  assert_memory_equal(o.experts, ex, sizeof ex);
+  assert_memory_equal(o.rows, rows, sizeof rows);
+  assert_int_equal(o.total_rows, 7);
+  assert_int_equal(df_proto_payload_bytes(&o), 7 * 96 * 4);
+  df_proto_msg_free(&o);
+
+  df_proto_msg r = {.op = DF_PROTO_RESULT, .id = 11, .total_rows = 7, .cols = 96};
+  o = roundtrip(&r);
+  assert_int_equal(df_proto_payload_bytes(&o), 7 * 96 * 4);
+  df_proto_msg_free(&o);
+
+  df_proto_msg fe = {.op = DF_PROTO_FETCH, .id = 1, .epoch = 2, .tensor = 5, .offset = 4096, .length = 1 << 20};
+  o = roundtrip(&fe);
+  assert_true(o.tensor == 5 && o.offset == 4096 && o.length == (1u << 20));
+  df_proto_msg ch = {.op = DF_PROTO_SHARD_CHUNK, .id = 1, .epoch = 2, .tensor = 5, .offset = 4096, .total = 9000};
+  o = roundtrip(&ch);
+  assert_true(o.total == 9000 && df_proto_payload_bytes(&o) == -1);
+  df_proto_msg rd = {.op = DF_PROTO_READY, .id = 2, .epoch = 4, .held = 77};
+  o = roundtrip(&rd);
+  assert_true(o.epoch == 4 && o.held == 77);
+  df_proto_msg sts = {.op = DF_PROTO_STATS, .id = 2, .held = 1, .served = 2, .rows_done = 3, .busy_us = 4};
+  o = roundtrip(&sts);
+  assert_true(o.held == 1 && o.served == 2 && o.rows_done == 3 && o.busy_us == 4);
+  df_proto_msg er = {.op = DF_PROTO_ERROR, .id = 3, .code = DF_PROTO_E_BAD_REQUEST};
+  strcpy(er.reason, "nope");
+  o = roundtrip(&er);
+  assert_true(o.code == DF_PROTO_E_BAD_REQUEST && !strcmp(o.reason, "nope"));
+  df_proto_msg by = {.op = DF_PROTO_BYE, .id = 4};
+  o = roundtrip(&by);
+  df_proto_msg pi = {.op = DF_PROTO_PING, .id = 5}, po = {.op = DF_PROTO_PONG, .id = 5};
+  o = roundtrip(&pi);
+  o = roundtrip(&po);
+}
+
+typedef struct bad_case {
+  const char *what;
+  const char *bytes; /* hex */
+  int code;
+} bad_case;
+
+/* Hand-written msgpack: 83 = map of 3, a1 76 = "v", a2 6f70 = "op", a2 6964 = "id". */
+static const bad_case bad_cases[] = {
+    {"empty", "", DF_PROTO_E_MALFORMED},
+    {"not a map", "93010203", DF_PROTO_E_MALFORMED},
+    {"reserved byte c1", "c1", DF_PROTO_E_MALFORMED},
+    {"truncated str", "81a17601a4504f", DF_PROTO_E_MALFORMED},
+    {"trailing bytes", "83a17601a26f70a450494e47a26964010000", DF_PROTO_E_MALFORMED},
+    {"array32 claims 4G elements", "dd ffffffff", DF_PROTO_E_MALFORMED},
+    {"map32 claims 4G pairs", "df ffffffff 01", DF_PROTO_E_MALFORMED},
+    {"str32 past the end", "db 7fffffff 41", DF_PROTO_E_MALFORMED},
+    {"nesting too deep", "91919191919191919101", DF_PROTO_E_MALFORMED},
+    {"ext type", "d40102", DF_PROTO_E_MALFORMED},
+    {"missing v", "82a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
+    {"v not an integer", "83a176a131a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
+    {"version 2", "83a17602a26f70a450494e47a26964 01", DF_PROTO_E_VERSION},
+    {"version 0", "83a17600a26f70a450494e47a26964 01", DF_PROTO_E_VERSION},
+    {"unknown op", "83a17601a26f70a4 4e4f5045 a26964 01", DF_PROTO_E_MALFORMED},
+    {"missing id", "82a17601a26f70a450494e47", DF_PROTO_E_MALFORMED},
+    {"negative id", "83a17601a26f70a450494e47a26964 ff", DF_PROTO_E_MALFORMED},
+    {"duplicate key", "84a17601a17601a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
+    {"non-string key", "8401 01a17601a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
+    /* FFN without rows */
+    {"FFN missing keys", "83a17601a26f70a346464ea26964 01", DF_PROTO_E_MALFORMED},
+    /* FFN layer 1, experts [1], rows [0], cols 4, dtype F32: a zero-row group */
+    {"FFN zero rows", "88a17601a26f70a346464ea26964 01a56c6179657201a7657870657274739101a4726f777391 00"
+                      "a4636f6c7304a56474797065a3463332", DF_PROTO_E_MALFORMED},
+    /* FFN experts [1, 2], rows [3] */
+    {"FFN rows/experts lengths", "88a17601a26f70a346464ea26964 01a56c6179657201a765787065727473920102"
+                                 "a4726f777391 03a4636f6c7304a56474797065a3463332", DF_PROTO_E_MALFORMED},
+    /* FFN dtype BF16 */
+    {"FFN dtype", "88a17601a26f70a346464ea26964 01a56c6179657201a7657870657274739101a4726f777391 03"
+                  "a4636f6c7304a56474797065a4424631 36", DF_PROTO_E_MALFORMED},
+    /* JOIN name of 70 bytes */
+    {"JOIN name too long", "86a17601a26f70a44a4f494ea26964 01a46e616d65d946"
+                           "41414141414141414141414141414141414141414141414141414141414141414141"
+                           "414141414141414141414141414141414141414141414141414141414141414141414141"
+                           "a66d656d6f727901a9686173 5f6d6f64656cc2", DF_PROTO_E_MALFORMED},
+};
+
+static size_t unhex(const char *s, uint8_t *out) {
+  size_t n = 0;
+  int hi = -1;
+  for (; *s; s++) {
+    int v = *s >= '0' && *s <= '9' ? *s - '0' : *s >= 'a' && *s <= 'f' ? *s - 'a' + 10 : -1;
+    if (v < 0) continue;
+    if (hi < 0) hi = v;
+    else out[n++] = (uint8_t)(hi * 16 + v), hi = -1;
+  }
+  return n;
+}
+
+static void test_codec_malformed(void **st) {
+  (void)st;
+  for (size_t i = 0; i < sizeof bad_cases / sizeof *bad_cases; i++) {
+    uint8_t buf[512];
+    size_t n = unhex(bad_cases[i].bytes, buf);
+    df_proto_msg m;
+    int code = 0;
+    char err[256] = "";
+    int rc = df_proto_decode(buf, n, &m, &code, err, sizeof err);
+    if (rc != -1 || code != bad_cases[i].code)
+      fail_msg("case '%s': rc %d code %d (%s)", bad_cases[i].what, rc, code, err);
+    assert_true(err[0] != 0 && !strchr(err, '\n'));
+    assert_null(m.pairs);
+    assert_null(m.experts);
+  }
+  /* a valid JOIN still decodes (the table's encoding is right) */
+  uint8_t buf[128];
+  size_t n = unhex("85a17601a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901", buf);
+  df_proto_msg m;
+  int code;
+  char err[256];
+  assert_int_equal(df_proto_decode(buf, n, &m, &code, err, sizeof err), -1); /* has_model missing */
+  assert_non_null(strstr(err, "has_model"));
+  n = unhex("86a17601a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901a9686173 5f6d6f64656cc2", buf);
+  assert_int_equal(df_proto_decode(buf, n, &m, &code, err, sizeof err), 0);
+  assert_string_equal(m.name, "x");
+}
+
+static void test_codec_truncations(void **st) {
+  (void)st;
+  /* every prefix of a valid ASSIGN is refused without reading past it (ASan) */
+  int32_t pairs[2] = {1, 2};
+  df_proto_tensor ts[3];
+  memset(ts, 0, sizeof ts);
+  for (int i = 0; i < 3; i++) strcpy(ts[i].name, "t"), strcpy(ts[i].dtype, "BF16");
+  df_proto_msg a = {.op = DF_PROTO_ASSIGN, .id = 1, .epoch = 1, .hidden = 8, .inter = 4, .max_rows = 2,
+                    .n_pairs = 1, .pairs = pairs, .n_tensors = 3, .tensors = ts};
+  uint8_t *buf;
+  size_t len;
+  char err[256];
+  assert_int_equal(df_proto_encode(&a, &buf, &len, err, sizeof err), 0);
+  for (size_t n = 0; n < len; n++) {
+    uint8_t *cp = malloc(n ? n : 1);
+    memcpy(cp, buf, n);
+    df_proto_msg m;
+    int code;
+    assert_int_equal(df_proto_decode(cp, n, &m, &code, err, sizeof err), -1);
+    free(cp);
+  }
+  free(buf);
+}
+
+/* ---- keys, tokens, allow-list ------------------------------------------------------ */
+
+static char tmpdir[64];
+
+static int setup_dir(void **st) {
+  (void)st;
+  strcpy(tmpdir, "/tmp/df_transport_XXXXXX");
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_dir(void **st) {
+  (void)st;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_keys(void **st) {
+  (void)st;
+  char p[256], err[512];
+  snprintf(p, sizeof p, "%s/k.key", tmpdir);
+  df_proto_keypair a, b;
+  bool created;
+  assert_int_equal(df_proto_keys_load(p, true, &a, &created, err, sizeof err), 0);
+  assert_true(created);
+  struct stat s;
+  assert_int_equal(stat(p, &s), 0);
+  assert_int_equal(s.st_mode & 0777, 0600);
+  assert_int_equal(df_proto_keys_load(p, true, &b, &created, err, sizeof err), 0);
+  assert_false(created);
+  assert_string_equal(a.pub, b.pub);
+  assert_string_equal(a.sec, b.sec);
+  chmod(p, 0644);
+  assert_int_equal(df_proto_keys_load(p, true, &b, NULL, err, sizeof err), -1);
+  assert_non_null(strstr(err, "readable by others"));
+  FILE *f = fopen(p, "w");
+  fputs("public nonsense\nsecret x\n", f);
+  fclose(f);
+  chmod(p, 0600);
+  assert_int_equal(df_proto_keys_load(p, true, &b, NULL, err, sizeof err), -1);
+  assert_non_null(strstr(err, "malformed"));
+  char hex[65], z[41];
+  assert_int_equal(df_proto_z85_to_hex(a.pub, hex), 0);
+  assert_int_equal(df_proto_hex_to_z85(hex, 64, z), 0);
+  assert_string_equal(z, a.pub);
+  char fp[17];
+  df_proto_key_fingerprint(a.pub, fp);
+  assert_int_equal(strlen(fp), 16);
+}
+
+static void test_tokens(void **st) {
+  (void)st;
+  char err[512], tok[DF_PROTO_TOKEN_LEN + 1], tok2[DF_PROTO_TOKEN_LEN + 1];
+  char z[41], secret[33];
+  df_proto_keypair kp;
+  char p[256];
+  snprintf(p, sizeof p, "%s/c.key", tmpdir);
+  assert_int_equal(df_proto_keys_load(p, true, &kp, NULL, err, sizeof err), 0);
+  assert_false(df_proto_token_window_open(tmpdir));
+  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 3600, false, tok, sizeof tok, err, sizeof err), 0);
+  assert_int_equal(strlen(tok), DF_PROTO_TOKEN_LEN);
+  assert_true(df_proto_token_window_open(tmpdir));
+  assert_int_equal(df_proto_token_parse(tok, z, secret, err, sizeof err), 0);
+  assert_string_equal(z, kp.pub);
+  /* wrong secret */
+  char wrong[33];
+  strcpy(wrong, secret);
+  wrong[0] = wrong[0] == 'a' ? 'b' : 'a';
+  assert_int_equal(df_proto_token_redeem(tmpdir, wrong, err, sizeof err), -1);
+  assert_string_equal(err, "unknown token");
+  /* single use */
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), -1);
+  assert_string_equal(err, "token already used");
+  assert_false(df_proto_token_window_open(tmpdir));
+  /* reusable */
+  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 0, true, tok2, sizeof tok2, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_parse(tok2, z, secret, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), 0);
+  /* expired: rewrite the expiry into the past */
+  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 1, false, tok, sizeof tok, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_parse(tok, z, secret, err, sizeof err), 0);
+  snprintf(p, sizeof p, "%s/tokens", tmpdir);
+  struct stat s;
+  assert_int_equal(stat(p, &s), 0);
+  assert_int_equal(s.st_mode & 0777, 0600);
+  FILE *f = fopen(p, "r");
+  char lines[4096] = "", line[256];
+  while (fgets(line, sizeof line, f)) {
+    char d[65];
+    long long ex;
+    int r, u;
+    sscanf(line, "%64s %lld %d %d", d, &ex, &r, &u);
+    if (ex > 0 && ex < (long long)time(NULL) + 10) ex = 1000; /* long ago, but kept below */
+    char out[300];
+    snprintf(out, sizeof out, "%s %lld %d %d\n", d, ex, r, u);
+    strcat(lines, out);
+  }
+  fclose(f);
+  f = fopen(p, "w");
+  fputs(lines, f);
+  fclose(f);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), -1);
+  assert_true(!strcmp(err, "token expired") || !strcmp(err, "unknown token"));
+  /* malformed token texts */
+  const char *bad[] = {"", "dft1_", "dft2_00", "dft1_zz", "hello world"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    assert_int_equal(df_proto_token_parse(bad[i], z, secret, err, sizeof err), -1);
+  char t3[DF_PROTO_TOKEN_LEN + 1];
+  strcpy(t3, tok2);
+  t3[10] = 'x'; /* not hex */
+  assert_int_equal(df_proto_token_parse(t3, z, secret, err, sizeof err), -1);
+}
+
+static void test_allow_list(void **st) {
+  (void)st;
+  char err[256], name[64];
+  df_proto_keypair a, b;
+  char p[256];
+  snprintf(p, sizeof p, "%s/a.key", tmpdir);
+  df_proto_keys_load(p, true, &a, NULL, err, sizeof err);
+  snprintf(p, sizeof p, "%s/b.key", tmpdir);
+  df_proto_keys_load(p, true, &b, NULL, err, sizeof err);
+  assert_false(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
+  assert_int_equal(df_proto_allow_add(tmpdir, a.pub, "node one", err, sizeof err), 0);
+  assert_int_equal(df_proto_allow_add(tmpdir, a.pub, "node one", err, sizeof err), 0);
+  assert_true(df_proto_allow_has(tmpdir, a.pub, name, sizeof name));
+  assert_string_equal(name, "node_one");
+  assert_false(df_proto_allow_has(tmpdir, b.pub, NULL, 0));
+  snprintf(p, sizeof p, "%s/nodes", tmpdir);
+  FILE *f = fopen(p, "r");
+  int lines = 0;
+  char l[256];
+  while (fgets(l, sizeof l, f)) lines++;
+  fclose(f);
+  assert_int_equal(lines, 1);
+}
+
+static void test_sha_hex_ct(void **st) {
+  (void)st;
+  uint8_t h[32];
+  char hex[65];
+  df_proto_sha256("abc", 3, h);
+  df_proto_hex(h, 32, hex);
+  assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  df_proto_sha256_ctx c;
+  df_proto_sha256_init(&c);
+  df_proto_sha256_update(&c, "a", 1);
+  df_proto_sha256_update(&c, "bc", 2);
+  uint8_t h2[32];
+  df_proto_sha256_final(&c, h2);
+  assert_memory_equal(h, h2, 32);
+  assert_true(df_proto_ct_equal("abcd", "abcd", 4));
+  assert_false(df_proto_ct_equal("abcd", "abce", 4));
+  uint8_t r1[16], r2[16];
+  char err[128];
+  assert_int_equal(df_proto_random(r1, 16, err, sizeof err), 0);
+  assert_int_equal(df_proto_random(r2, 16, err, sizeof err), 0);
+  assert_memory_not_equal(r1, r2, 16);
+}
+
+/* ---- placement --------------------------------------------------------------------- */
+
+static void test_place(void **st) {
+  (void)st;
+  int32_t prim[64], repl[64];
+  /* budgets 1:2:5 slots 8, 16, 40 for 48 pairs: exactly proportional, no replicas room? */
+  uint64_t b[3] = {8 * 100, 16 * 100, 40 * 100};
+  int64_t placed = df_cluster_place(48, 100, 3, b, 1, prim, repl);
+  assert_int_equal(placed, 48);
+  int cnt[3] = {0}, rep = 0;
+  for (int p = 0; p < 48; p++) {
+    assert_true(prim[p] >= 0 && prim[p] < 3);
+    cnt[prim[p]]++;
+    if (repl[p] >= 0) {
+      rep++;
+      assert_int_not_equal(repl[p], prim[p]);
+    }
+  }
+  assert_int_equal(cnt[0], 6);
+  assert_int_equal(cnt[1], 12);
+  assert_int_equal(cnt[2], 30);
+  assert_int_equal(rep, 64 - 48); /* the spare 16 slots hold replicas */
+  /* deterministic */
+  int32_t prim2[64], repl2[64];
+  df_cluster_place(48, 100, 3, b, 1, prim2, repl2);
+  assert_memory_equal(prim, prim2, sizeof(int32_t) * 48);
+  assert_memory_equal(repl, repl2, sizeof(int32_t) * 48);
+  /* too little room: the rest stays with the coordinator; budgets are never exceeded */
+  uint64_t small[2] = {5 * 100 + 99, 3 * 100};
+  placed = df_cluster_place(20, 100, 2, small, 1, prim, repl);
+  assert_int_equal(placed, 8);
+  int c0 = 0, c1 = 0, none = 0;
+  for (int p = 0; p < 20; p++) {
+    c0 += prim[p] == 0, c1 += prim[p] == 1, none += prim[p] < 0;
+    assert_int_equal(repl[p], -1);
+  }
+  assert_int_equal(c0, 5);
+  assert_int_equal(c1, 3);
+  assert_int_equal(none, 12);
+  /* every layer's experts spread: with equal budgets, alternate */
+  uint64_t eq[2] = {1000, 1000};
+  df_cluster_place(8, 100, 2, eq, 0, prim, NULL);
+  for (int p = 0; p < 8; p++) assert_int_equal(prim[p], p % 2);
+  /* no nodes */
+  assert_int_equal(df_cluster_place(4, 100, 0, NULL, 1, prim, repl), 0);
+  for (int p = 0; p < 4; p++) assert_int_equal(prim[p], -1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_codec_roundtrip),
+      cmocka_unit_test(test_codec_malformed),
+      cmocka_unit_test(test_codec_truncations),
+      cmocka_unit_test_setup_teardown(test_keys, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_tokens, setup_dir, teardown_dir),
+      cmocka_unit_test_setup_teardown(test_allow_list, setup_dir, teardown_dir),
+      cmocka_unit_test(test_sha_hex_ct),
+      cmocka_unit_test(test_place),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
