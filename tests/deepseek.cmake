@@ -3,3 +3,11 @@
 # tiny-ds-fp8), batch invariance, ISA agreement, latent-cache rollback, FP8 kernels.
 df_add_cmocka_test(test_deepseek SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_deepseek.c
   LIBS dfengine PkgConfig::JANSSON)
+
+# Resident memory after loading and running an FP8 checkpoint stays near its FP8 size.
+add_test(NAME ckpt_rss_ds_fp8 COMMAND ${DF_PYTHON} ${DF_REFERENCE}/make_checkpoint.py
+  --preset rss-ds-fp8 --out ${PROJECT_BINARY_DIR}/ckpt/rss-ds-fp8)
+set_tests_properties(ckpt_rss_ds_fp8 PROPERTIES FIXTURES_SETUP ckpt_rss_ds_fp8)
+df_add_cmocka_test(test_deepseek_rss SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_deepseek_rss.c
+  LIBS dfengine)
+set_tests_properties(test_deepseek_rss PROPERTIES FIXTURES_REQUIRED ckpt_rss_ds_fp8)

@@ -141,6 +141,21 @@ PRESETS = {
             "fp8_block": [32, 32],
         },
         "seed": 7007, "shards": 1, "knobs": {"margin_unit": 0.25}},
+    # ~60 MB kimi_k2 with FP8 128x128 blocks: memory test (resident memory stays near the FP8 size)
+    "rss-ds-fp8": {
+        "family": "deepseek",
+        "config": {
+            "model_type": "kimi_k2", "vocab_size": 8000, "hidden_size": 512,
+            "num_hidden_layers": 4, "num_attention_heads": 8, "q_lora_rank": 256,
+            "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+            "v_head_dim": 64, "intermediate_size": 1024, "moe_intermediate_size": 256,
+            "n_routed_experts": 32, "num_experts_per_tok": 8, "n_shared_experts": 1,
+            "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+            "routed_scaling_factor": 2.827, "norm_topk_prob": True, "rms_norm_eps": 1e-6,
+            "rope_theta": 50000.0, "max_position_embeddings": 4096, "rope_scaling": None,
+            "fp8_block": [128, 128],
+        },
+        "seed": 8008, "shards": 1},
     # ~1.9 GB: benchmark target (16 MoE layers x 64 experts x 3 x 1024 x 256)
     "bench2g": {
         "config": dict(_MOE_BASE, **{

@@ -12,7 +12,8 @@ Owns: the ctest `reference_selfcheck`. Checks, each printed as one PASS/FAIL lin
     reference reproduces golden_logits.f32, golden_step_logits.f32 and greedy_ids;
   * the KV-cached path (one token at a time, and chunked prefill) equals the full-sequence
     path within 2e-4 on every fixture and on extra generated shapes (attention_bias, linear
-    RoPE, F16 and F32 storage).
+    RoPE, F16 and F32 storage; a deepseek_v3 with FP8 128x128 blocks and plain RoPE);
+  * fixtures of both families (qwen3_ref.py, deepseek_ref.py by model_type).
 Writes only under a temporary folder. Exit status 0 when everything passes.
 
 Usage: selfcheck.py [--fixtures DIR]   (default: tests/fixtures next to this folder)
@@ -32,6 +33,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import deepseek_ckpt as dc  # noqa: E402
+import deepseek_ref as dr  # noqa: E402
 import make_checkpoint as mc  # noqa: E402
 import qwen3_ref as qr  # noqa: E402
 import safetensors_io as st  # noqa: E402
@@ -175,7 +178,7 @@ def check_fixture(gpath, tmp):
            "differs: %s" % (diffs or sorted(set(committed) ^ set(files))) if diffs or sorted(files) != committed else "")
 
     # 2. the reference reproduces the goldens
-    model = qr.Model(fdir, "fp32")
+    model = dr.model_for(fdir, "fp32")
     V = model.cfg.vocab_size
     gl = np.fromfile(os.path.join(fdir, g["logits_file"]), dtype="<f4")
     ok_shape = gl.size == g["logits_shape"][0] * g["logits_shape"][1] and g["logits_shape"][1] == V \
@@ -205,6 +208,17 @@ def check_extra_shapes(tmp):
                                     num_key_value_heads=1, tie_word_embeddings=True), "BF16"),
     }
     rng = np.random.default_rng(5)
+    # deepseek_v3: q_a/q_b + FP8 with 128x128 blocks over a partial block, non-interleaved RoPE,
+    # plain RoPE (no mscale), moe_layer_freq 2
+    ds = dict(mc.preset_args("tiny-ds-fp8")["config"], model_type="deepseek_v3", fp8_block=[128, 128],
+              rope_scaling=None, rope_interleave=False, moe_layer_freq=2, num_hidden_layers=4,
+              n_group=2, topk_group=1)
+    d = os.path.join(tmp, "extra-deepseek")
+    dc.write_checkpoint(d, ds, 78, 1)
+    model = dr.model_for(d, "fp32")
+    report(model.cfg.is_moe == [False, False, True, False] and not model.cfg.rope_interleave,
+           "deepseek extra: layer map and rope_interleave false read")
+    cache_vs_full(model, [int(x) for x in rng.integers(0, ds["vocab_size"], 40)], "deepseek+fp8-128+q_lora")
     for label, (cfg, dtype) in extras.items():
         d = os.path.join(tmp, "extra-" + label.replace("+", "-"))
         mc.write_checkpoint(d, cfg, 77, 1, dtype)
