@@ -11,3 +11,8 @@ set_tests_properties(ckpt_rss_ds_fp8 PROPERTIES FIXTURES_SETUP ckpt_rss_ds_fp8)
 df_add_cmocka_test(test_deepseek_rss SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_deepseek_rss.c
   LIBS dfengine)
 set_tests_properties(test_deepseek_rss PROPERTIES FIXTURES_REQUIRED ckpt_rss_ds_fp8)
+
+# deltafin inspect reports the MLA cache per token: 3 layers x (kv_lora_rank 36 + qk_rope 8) x 4 B.
+add_test(NAME inspect_deepseek COMMAND deltafin inspect ${DF_FIXTURES}/tiny-ds-fp8)
+set_tests_properties(inspect_deepseek PROPERTIES PASS_REGULAR_EXPRESSION
+  "KV cache per token +528 bytes \\(fp32 latent c_kv \\+ shared k_rope, MLA")
