@@ -250,14 +250,14 @@ static int list_repo(pull *p, char *err, size_t errlen) {
   if (df_pull_http_get_small(&o->net, url, (size_t)64 << 20, &body, &len, &resp, herr,
                              sizeof herr) != 0) {
     const char *code = resp.error_code;
-    if (resp.status == 401 || resp.status == 403) {
-      bool gated = !strcmp(code, "GatedRepo") || resp.status == 403;
-      snprintf(err, errlen, "%s: HTTP %ld: %s %s%s", o->repo, resp.status,
-               gated ? "access to this repository is restricted (gated or private);"
-                     : "the hub wants authentication (private, gated or missing repository);",
-               o->net.token[0] ? "the token in HF_TOKEN was not accepted"
-                               : "set HF_TOKEN to a token with access",
-               resp.error_msg[0] ? "" : "");
+    const char *tok = o->net.token[0] ? "the token in HF_TOKEN was not accepted"
+                                      : "set HF_TOKEN to a token with access";
+    if (!strcmp(code, "RepoNotFound")) {
+      snprintf(err, errlen, "%s: repository not found at %s (HTTP %ld; if it is private, %s)",
+               o->repo, o->net.endpoint, resp.status, tok);
+    } else if (resp.status == 401 || resp.status == 403) {
+      snprintf(err, errlen, "%s: HTTP %ld: access is restricted (gated or private repository): "
+               "%s", o->repo, resp.status, tok);
     } else if (resp.status == 404) {
       if (!strcmp(code, "RevisionNotFound"))
         snprintf(err, errlen, "%s: revision '%s' not found (HTTP 404)", o->repo, p->rev);

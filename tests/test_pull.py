@@ -1,0 +1,600 @@
+"""tests/test_pull.py — `deltafin pull`, stream mode and `deltafin verify` against a mock hub.
+
+usage: test_pull.py DELTAFIN FIXTURES WORKDIR SCENARIO
+scenarios: full resume corrupt http_errors stall disk stream verify
+
+The mock hub (tests/mock_hub.py) runs in this process on 127.0.0.1 and serves the
+tiny-moe-sharded checkpoint (2 shards + index, 8 experts) plus a byte-level tokenizer.json and a
+file in a subfolder, with the hub's URL layout, LFS metadata, redirects and Range support.
+Each scenario injects its faults and checks exit codes, messages, the published bytes and
+that nothing half-written is ever at a final path.
+"""
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mock_hub import MockHub, Repo  # noqa: E402
+
+DELTAFIN, FIXTURES, WORK, SCENARIO = sys.argv[1:5]
+SRC = os.path.join(FIXTURES, "tiny-moe-sharded")
+SHARD1 = "model-00001-of-00002.safetensors"
+SHARD2 = "model-00002-of-00002.safetensors"
+RUN_ARGS = ["--prompt-ids", "1,2,3", "--max-new", "16", "--temperature", "0", "--ignore-eos"]
+
+
+def byte_level_tokenizer():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): i for i, c in enumerate(cs)}
+    return json.dumps({"version": "1.0", "added_tokens": [], "normalizer": None,
+                       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                                         "trim_offsets": True, "use_regex": True},
+                       "post_processor": None, "decoder": {"type": "ByteLevel"},
+                       "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                                 "ignore_merges": False, "vocab": vocab, "merges": []}}).encode()
+
+
+def repo_files():
+    files = {}
+    for n in sorted(os.listdir(SRC)):
+        if n.startswith("golden"):
+            continue
+        files[n] = open(os.path.join(SRC, n), "rb").read()
+    files["tokenizer.json"] = byte_level_tokenizer()
+    files["original/params.json"] = b'{"note": "a file in a subfolder"}\n'
+    return files
+
+
+FILES = repo_files()
+hub = MockHub()
+hub.add_repo(Repo("acme/tiny", FILES))
+hub.add_repo(Repo("acme/private", FILES, token="sekrit"))
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+def fresh(name):
+    d = os.path.join(WORK, SCENARIO, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(os.path.dirname(d), exist_ok=True)
+    return d
+
+
+def env_for(extra=None):
+    env = dict(os.environ)
+    for k in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_HOME", "HF_HUB_OFFLINE", "DELTAFIN_OFFLINE",
+              "DELTAFIN_STREAM_BUDGET", "DELTAFIN_HOME", "XDG_CACHE_HOME", "http_proxy",
+              "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        env.pop(k, None)
+    env["HF_ENDPOINT"] = hub.endpoint
+    env["HOME"] = os.path.join(WORK, SCENARIO, "home")
+    env["DELTAFIN_PULL_BACKOFF_MS"] = "50"
+    env["no_proxy"] = "*"
+    env.update(extra or {})
+    return env
+
+
+def deltafin(args, extra_env=None, timeout=120):
+    t0 = time.time()
+    p = subprocess.run([DELTAFIN] + args, capture_output=True, text=True, env=env_for(extra_env),
+                       timeout=timeout)
+    print("$ deltafin %s -> %d (%.1f s)" % (" ".join(args), p.returncode, time.time() - t0))
+    if p.stderr.strip():
+        print("  " + p.stderr.strip().replace("\n", "\n  "))
+    return p
+
+
+def pull(repo, d, *args, env=None, timeout=120):
+    return deltafin(["pull", repo, "--dir", d, "--progress-interval", "0.2"] + list(args),
+                    extra_env=env, timeout=timeout)
+
+
+def run_ids(model_dir, env=None):
+    p = deltafin(["run", "--model", model_dir] + RUN_ARGS, extra_env=env)
+    return p.returncode, p.stdout.strip(), p.stderr
+
+
+def sha256(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def final_paths_clean(d, files=FILES):
+    """Every repo file present at its final path is complete and byte-identical."""
+    ok = True
+    for path, data in files.items():
+        fp = os.path.join(d, path)
+        if os.path.exists(fp):
+            ok &= check(open(fp, "rb").read() == data, "%s: %s at its final path is not the "
+                        "published bytes (half-written?)" % (d, path))
+    return ok
+
+
+def all_published(d, files=FILES):
+    for path, data in files.items():
+        fp = os.path.join(d, path)
+        if not check(os.path.exists(fp), "%s missing after pull" % path):
+            continue
+        check(open(fp, "rb").read() == data, "%s differs from the hub's bytes" % path)
+
+
+def manifest(d):
+    return json.load(open(os.path.join(d, ".deltafin-manifest.json")))
+
+
+def shard_gets(path=None):
+    """GETs that carried file bytes (resolve of small files, storage of LFS files)."""
+    return [r for r in hub.requests(method="GET")
+            if r["kind"] in ("resolve", "storage") and r["path"] is not None and
+            (path is None or r["path"] == path) and
+            not (r["kind"] == "resolve" and r["path"].endswith(".safetensors"))]
+
+
+def st_header(data):
+    n = struct.unpack("<Q", data[:8])[0]
+    return 8 + n, json.loads(data[8:8 + n])
+
+
+def expert_ranges(path):
+    data = FILES[path]
+    base, hdr = st_header(data)
+    out = []
+    for name, t in hdr.items():
+        if name != "__metadata__" and ".mlp.experts." in name:
+            out.append((base + t["data_offsets"][0], base + t["data_offsets"][1]))
+    return sorted(out)
+
+
+REFERENCE_IDS = None
+
+
+def reference_ids():
+    global REFERENCE_IDS
+    if REFERENCE_IDS is None:
+        rc, out, _ = run_ids(SRC)
+        assert rc == 0 and out, "deltafin run on the fixture failed"
+        REFERENCE_IDS = out
+    return REFERENCE_IDS
+
+
+# ------------------------------------------------------------------ scenarios
+
+def scenario_full():
+    d = fresh("full")
+    p = pull("acme/tiny", d, env={"HF_TOKEN": "public-token"})
+    check(p.returncode == 0, "full pull exits 0")
+    check(p.stdout.strip().endswith(d), "pull prints the folder")
+    all_published(d)
+    m = manifest(d)
+    check(m["repo"] == "acme/tiny" and m["complete"] and m["mode"] == "full", "manifest header")
+    check(m["commit"] == hub.repos["acme/tiny"].commit, "manifest records the commit")
+    listed = {f["path"]: f for f in m["files"]}
+    check(set(listed) == set(FILES), "manifest lists every file: %s" % sorted(listed))
+    for path, data in FILES.items():
+        f = listed.get(path, {})
+        check(f.get("size") == len(data) and f.get("sha256") == sha256(data),
+              "manifest size/sha256 of %s" % path)
+    check(listed[SHARD1].get("lfs_sha256") == sha256(FILES[SHARD1]), "lfs oid recorded")
+    check(os.listdir(os.path.join(d, ".deltafin", "partial")) == [], "no partial files left")
+    check(not any(r.get("auth_leak") for r in hub.log), "the token is not sent to the storage host")
+    check(any(r["auth"] == "Bearer public-token" for r in hub.requests(kind="api")),
+          "HF_TOKEN is sent to the hub as a bearer token")
+    check("pull: " in p.stderr and "verified" in p.stderr, "plain progress lines without a TTY")
+    rc, ids, _ = run_ids(d)
+    check(rc == 0 and ids == reference_ids(), "run on the pulled folder gives the fixture's ids "
+          "(%s vs %s)" % (ids, reference_ids()))
+    v = deltafin(["verify", d])
+    check(v.returncode == 0, "verify of a fresh pull exits 0")
+    # pulling again fetches nothing
+    hub.reset()
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0 and not shard_gets(), "a second pull downloads nothing (%d GETs)"
+          % len(shard_gets()))
+    # include/exclude and --json
+    d2 = fresh("filtered")
+    p = pull("acme/tiny", d2, "--include", "*.json", "--exclude", "generation_*", "--json")
+    check(p.returncode == 0, "filtered pull exits 0")
+    got = sorted(os.path.relpath(os.path.join(r, f), d2) for r, _, fs in os.walk(d2)
+                 for f in fs if ".deltafin" not in r and not f.startswith(".deltafin"))
+    want = sorted(x for x in FILES if x.endswith(".json") and not x.startswith("generation_"))
+    check(got == want, "--include/--exclude select %s (got %s)" % (want, got))
+    events = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    check(events and events[0]["event"] == "list" and events[-1]["event"] == "done",
+          "--json emits list ... done events")
+    check(sum(e["event"] == "file" for e in events) == len(want), "--json emits one file event each")
+    # default folder under DELTAFIN_HOME
+    home = os.path.join(WORK, SCENARIO, "dfhome")
+    shutil.rmtree(home, ignore_errors=True)
+    p = deltafin(["pull", "acme/tiny", "--quiet", "--include", "config.json"],
+                 extra_env={"DELTAFIN_HOME": home})
+    want_dir = os.path.join(home, "models", "acme", "tiny")
+    check(p.returncode == 0 and p.stdout.strip() == want_dir and p.stderr == "" and
+          os.path.exists(os.path.join(want_dir, "config.json")),
+          "default folder $DELTAFIN_HOME/models/ORG/NAME, --quiet prints nothing on stderr")
+    p = deltafin(["pull", "not a repo"])
+    check(p.returncode == 2 and "repository id" in p.stderr, "a malformed repo id is a usage error")
+
+
+def scenario_resume():
+    size = len(FILES[SHARD1])
+    # within one run: the connection closes halfway, the retry continues with Range
+    d = fresh("inproc")
+    hub.reset()
+    hub.faults["close_after"][SHARD1] = [size // 2]
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0, "pull survives a connection closed halfway")
+    all_published(d)
+    gets = shard_gets(SHARD1)
+    check(len(gets) == 2 and gets[1]["range"] == "bytes=%d-" % (size // 2),
+          "the retry asks for the rest with Range (%s)" % [g["range"] for g in gets])
+    check(hub.served.get(SHARD1) == size, "no byte served twice (%s of %d)"
+          % (hub.served.get(SHARD1), size))
+    check("retry" in p.stderr, "the retry is reported")
+    # across runs: the first run gives up, the second resumes from the partial file
+    d = fresh("twice")
+    hub.reset()
+    size2 = len(FILES[SHARD2])
+    hub.faults["close_after"][SHARD2] = [size2 // 3]
+    p = pull("acme/tiny", d, "--retries", "0")
+    check(p.returncode == 1 and SHARD2 in p.stderr and "closed" in p.stderr,
+          "an interrupted pull fails naming the file")
+    check(not os.path.exists(os.path.join(d, SHARD2)), "no half file at the final path")
+    final_paths_clean(d)
+    parts = os.listdir(os.path.join(d, ".deltafin", "partial"))
+    check(len(parts) == 1 and parts[0].endswith(".incomplete") and
+          os.path.getsize(os.path.join(d, ".deltafin", "partial", parts[0])) == size2 // 3,
+          "the partial download stays for resume (%s)" % parts)
+    m = manifest(d)
+    check(not m["complete"] and m["pending"] == [SHARD2], "manifest marks the pull incomplete")
+    v = deltafin(["verify", d])
+    check(v.returncode == 1 and SHARD2 in v.stderr, "verify reports the missing file")
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0 and "resuming at byte %d" % (size2 // 3) in p.stderr,
+          "the next pull resumes at the partial's end")
+    all_published(d)
+    check(hub.served.get(SHARD2) == size2, "resume re-downloads nothing (%s of %d)"
+          % (hub.served.get(SHARD2), size2))
+    check(deltafin(["verify", d]).returncode == 0, "verify after the resumed pull")
+    # a server that ignores Range: the partial is started over, the result still verifies
+    d = fresh("norange")
+    hub.reset()
+    hub.faults["close_after"][SHARD1] = [size // 2]
+    hub.faults["ignore_range"].add(SHARD1)
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0, "pull completes when the server ignores Range")
+    all_published(d)
+
+
+def scenario_corrupt():
+    d = fresh("lfs")
+    hub.reset()
+    size2 = len(FILES[SHARD2])
+    hub.faults["flip"][SHARD2] = size2 // 3
+    p = pull("acme/tiny", d)
+    check(p.returncode == 1, "a corrupted download fails")
+    check(SHARD2 in p.stderr and "SHA-256 mismatch" in p.stderr and
+          sha256(FILES[SHARD2]) in p.stderr, "the error names the file, SHA-256 and the oid")
+    check(not os.path.exists(os.path.join(d, SHARD2)), "the corrupt file is not published")
+    final_paths_clean(d)
+    check(os.path.exists(os.path.join(d, SHARD1)), "the other files are published")
+    check(os.listdir(os.path.join(d, ".deltafin", "partial")) == [], "the corrupt bytes are "
+          "not kept for resume")
+    check(manifest(d)["pending"] == [SHARD2], "manifest lists the corrupt file as pending")
+    hub.reset()
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0, "a clean retry completes")
+    all_published(d)
+    # a small (git) file is checked against its blob id
+    d = fresh("git")
+    hub.reset()
+    hub.faults["flip"]["config.json"] = 10
+    p = pull("acme/tiny", d)
+    check(p.returncode == 1 and "config.json" in p.stderr and "git blob SHA-1 mismatch" in p.stderr,
+          "a corrupted small file is caught by its git blob id")
+    check(not os.path.exists(os.path.join(d, "config.json")), "config.json not published")
+    final_paths_clean(d)
+    # a partial from an earlier run that does not verify is discarded and fetched again
+    d = fresh("badpartial")
+    hub.reset()
+    hub.faults["close_after"][SHARD1] = [1000]
+    pull("acme/tiny", d, "--retries", "0")
+    part = os.path.join(d, ".deltafin", "partial", sha256(FILES[SHARD1]) + ".incomplete")
+    if check(os.path.exists(part), "partial file kept"):
+        with open(part, "r+b") as f:
+            f.seek(500)
+            f.write(b"\xff")
+    hub.reset()
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0 and "does not verify" in p.stderr,
+          "a corrupt partial is detected after resume and downloaded again")
+    all_published(d)
+
+
+def scenario_http_errors():
+    # 401 on a gated/private repository
+    d = fresh("private")
+    hub.reset()
+    p = pull("acme/private", d)
+    check(p.returncode == 1 and "401" in p.stderr and "HF_TOKEN" in p.stderr,
+          "401 without a token says to set HF_TOKEN")
+    check(not os.path.exists(d), "a refused pull leaves no folder")
+    check(len(hub.requests(kind="api")) == 1, "401 is not retried")
+    p = pull("acme/private", d, env={"HF_TOKEN": "wrong"})
+    check(p.returncode == 1 and "not accepted" in p.stderr, "401 with a wrong token says so")
+    p = pull("acme/private", d, env={"HF_TOKEN": "sekrit"})
+    check(p.returncode == 0, "the right token pulls a private repo")
+    all_published(d)
+    # token from the huggingface token file
+    d = fresh("tokenfile")
+    home = env_for()["HOME"]
+    os.makedirs(os.path.join(home, ".cache", "huggingface"), exist_ok=True)
+    open(os.path.join(home, ".cache", "huggingface", "token"), "w").write("sekrit\n")
+    p = pull("acme/private", d, "--include", "config.json")
+    check(p.returncode == 0, "the token is read from ~/.cache/huggingface/token")
+    os.remove(os.path.join(home, ".cache", "huggingface", "token"))
+    # 404s: repository, revision, file
+    d = fresh("404")
+    p = pull("acme/nope", d)
+    check(p.returncode == 1 and "not found" in p.stderr and "acme/nope" in p.stderr,
+          "a missing repository is named")
+    p = pull("acme/tiny", d, "--revision", "v9")
+    check(p.returncode == 1 and "revision 'v9' not found" in p.stderr, "a missing revision is named")
+    hub.reset()
+    hub.faults["status"][SHARD1] = [404]
+    p = pull("acme/tiny", d)
+    check(p.returncode == 1 and SHARD1 in p.stderr and "404" in p.stderr, "a file 404 names it")
+    check(len([r for r in hub.requests(kind="resolve") if r["path"] == SHARD1]) == 1,
+          "404 is not retried")
+    check(not os.path.exists(os.path.join(d, SHARD1)), "nothing at the 404 file's path")
+    final_paths_clean(d)
+    # transient 500/503: retried with backoff, then success
+    d = fresh("500")
+    hub.reset()
+    hub.faults["status"][SHARD2] = [500, 502]
+    hub.faults["status"]["api"] = [503]
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0 and "HTTP 500" in p.stderr, "transient 5xx are retried")
+    all_published(d)
+    # persistent 500: refused after the retries, nothing half-written
+    d = fresh("500forever")
+    hub.reset()
+    hub.faults["status"][SHARD2] = [500] * 50
+    p = pull("acme/tiny", d, "--retries", "2")
+    check(p.returncode == 1 and SHARD2 in p.stderr and "HTTP 500" in p.stderr,
+          "a persistent 500 fails naming the file")
+    check(len([r for r in hub.requests(kind="resolve") if r["path"] == SHARD2]) == 3,
+          "tried 1 + 2 retries")
+    check(not os.path.exists(os.path.join(d, SHARD2)), "nothing at the failed file's path")
+    final_paths_clean(d)
+
+
+def scenario_stall():
+    d = fresh("stall")
+    hub.reset()
+    size = len(FILES[SHARD1])
+    hub.faults["stall_after"][SHARD1] = [size // 2]
+    t0 = time.time()
+    p = pull("acme/tiny", d, "--timeout", "1")
+    check(p.returncode == 0 and "stalled" in p.stderr, "a stalled connection is detected and "
+          "retried")
+    check(time.time() - t0 < 30, "stall detection is bounded by --timeout")
+    all_published(d)
+    gets = shard_gets(SHARD1)
+    check(len(gets) == 2 and gets[1]["range"] == "bytes=%d-" % (size // 2),
+          "the retry after a stall resumes")
+    d = fresh("stall-fail")
+    hub.reset()
+    hub.faults["stall_after"][SHARD1] = [size // 2]
+    p = pull("acme/tiny", d, "--timeout", "1", "--retries", "0")
+    check(p.returncode == 1 and SHARD1 in p.stderr and "stalled" in p.stderr,
+          "a stall without retries fails naming the file")
+    check(not os.path.exists(os.path.join(d, SHARD1)), "nothing half-written after a stall")
+    final_paths_clean(d)
+
+
+def scenario_disk():
+    huge = Repo("acme/huge", FILES, sizes={SHARD1: 1 << 50})
+    hub.add_repo(huge)
+    d = fresh("huge")
+    hub.reset()
+    p = pull("acme/huge", d)
+    check(p.returncode == 1 and "not enough free disk" in p.stderr, "the free-disk check refuses")
+    check(not shard_gets(), "nothing is downloaded before the disk check")
+    final_paths_clean(d)
+
+
+def dir_bytes(d):
+    total = 0
+    for r, _, fs in os.walk(d):
+        for f in fs:
+            total += os.path.getsize(os.path.join(r, f))
+    return total
+
+
+def scenario_stream():
+    d = fresh("stream")
+    hub.reset()
+    p = pull("acme/tiny", d, "--stream", "--cache-budget", "1M")
+    check(p.returncode == 0, "pull --stream exits 0")
+    m = manifest(d)
+    check(m["mode"] == "stream" and m["cache_budget"] == 1 << 20, "manifest: stream mode, budget")
+    for shard in (SHARD1, SHARD2):
+        data = FILES[shard]
+        got = open(os.path.join(d, shard), "rb").read()
+        check(len(got) == len(data), "%s has its full size" % shard)
+        exp = expert_ranges(shard)
+        mask = bytearray(len(data))
+        for a, b in exp:
+            mask[a:b] = b"\1" * (b - a)
+            check(got[a:b] == bytes(b - a), "%s: expert bytes %d..%d are holes" % (shard, a, b))
+        same = all(got[i] == data[i] for i in range(len(data)) if not mask[i])
+        check(same, "%s: header and non-expert tensors are the hub's bytes" % shard)
+    # served bytes during the pull: no expert byte was downloaded
+    for g in shard_gets():
+        if g["path"].endswith(".safetensors") and g["range"]:
+            a, b = g["range"][6:].split("-")
+            a, b = int(a), int(b) + 1
+            for x, y in expert_ranges(g["path"]):
+                check(b <= x or a >= y, "pull --stream fetched expert bytes %d..%d" % (a, b))
+    check(deltafin(["verify", d]).returncode == 0, "verify accepts a stream-mode folder")
+
+    # first run: experts come over HTTP Range, ids equal the full model's
+    hub.reset()
+    cache = os.path.join(d, ".deltafin", "experts", "blobs")
+    peak = [0]
+    hub.on_fetch = lambda path, rng: peak.__setitem__(0, max(peak[0], dir_bytes(cache)))
+    rc, ids, err = run_ids(d)
+    check(rc == 0 and ids == reference_ids(), "stream mode gives the full model's ids (%s vs %s)"
+          % (ids, reference_ids()))
+    gets = shard_gets()
+    check(len(gets) > 0, "the first run fetches experts (%d requests)" % len(gets))
+    allowed = {}
+    for shard in (SHARD1, SHARD2):
+        allowed[shard] = expert_ranges(shard)
+    for g in gets:
+        check(g["range"] is not None, "expert fetches are Range requests")
+        a, b = g["range"][6:].split("-")
+        a, b = int(a), int(b) + 1
+        inside = [r for r in allowed[g["path"]] if r[0] >= a and r[1] <= b]
+        check(sum(y - x for x, y in inside) == b - a,
+              "a fetch covers exactly whole expert tensors (%s %d..%d)" % (g["path"], a, b))
+    check(dir_bytes(cache) <= 1 << 20 and peak[0] <= 1 << 20, "the cache stays in its budget")
+    # second run: everything from the cache
+    hub.reset()
+    rc, ids2, _ = run_ids(d)
+    check(rc == 0 and ids2 == reference_ids(), "second stream run gives the same ids")
+    check(len(hub.log) == 0, "the second run makes no requests at all (%d)" % len(hub.log))
+    # offline with a full cache works; with an empty cache it is a clear error
+    rc, ids3, _ = run_ids(d, env={"HF_HUB_OFFLINE": "1"})
+    check(rc == 0 and ids3 == reference_ids(), "offline from a warm cache")
+    # a small budget: evictions, never above the budget, same ids
+    budget = 3 * 24576 + 1000
+    hub.reset()
+    peak = [0]
+    hub.on_fetch = lambda path, rng: peak.__setitem__(0, max(peak[0], dir_bytes(cache)))
+    rc, ids4, err = run_ids(d, env={"DELTAFIN_STREAM_BUDGET": str(budget),
+                                    "DELTAFIN_STREAM_STATS": "1"})
+    check(rc == 0 and ids4 == reference_ids(), "a small cache budget gives the same ids")
+    check(dir_bytes(cache) <= budget and peak[0] <= budget,
+          "the cache never exceeds a small budget (peak %d, end %d, budget %d)"
+          % (peak[0], dir_bytes(cache), budget))
+    check("evictions" in err and len(shard_gets()) > 0, "a small budget evicts and refetches")
+    rc, _, err = run_ids(d, env={"DELTAFIN_STREAM_BUDGET": "1000"})
+    check(rc != 0 and "smaller than one expert" in err, "a budget below one expert is refused")
+    # offline with a cold cache
+    d2 = fresh("stream-cold")
+    hub.reset()
+    pull("acme/tiny", d2, "--stream", "--cache-budget", "1M")
+    hub.reset()
+    rc, _, err = run_ids(d2, env={"HF_HUB_OFFLINE": "1"})
+    check(rc != 0 and "not in the expert cache" in err and "offline" in err,
+          "offline with a cold cache names the missing expert")
+    check(not shard_gets(), "offline makes no requests")
+    # a hub error while streaming: transient is retried, persistent is reported
+    hub.reset()
+    hub.faults["status"][SHARD1] = [503]
+    hub.faults["status"][SHARD2] = [503]
+    rc, ids5, _ = run_ids(d2)
+    check(rc == 0 and ids5 == reference_ids(), "stream mode retries a transient 503")
+    shutil.rmtree(os.path.join(d2, ".deltafin", "experts"))
+    hub.reset()
+    hub.faults["status"][SHARD1] = [404] * 100
+    hub.faults["status"][SHARD2] = [404] * 100
+    rc, _, err = run_ids(d2)
+    check(rc != 0 and "expert" in err and "404" in err, "a persistent 404 names layer/expert")
+    # the pull --stream folder pulled again in full mode becomes a full folder
+    hub.reset()
+    p = pull("acme/tiny", d2)
+    check(p.returncode == 0, "pull without --stream over a stream folder")
+    all_published(d2)
+    check(manifest(d2)["mode"] == "full", "the folder is a full folder again")
+
+
+def scenario_verify():
+    d = fresh("verify")
+    hub.reset()
+    check(pull("acme/tiny", d).returncode == 0, "pull for verify")
+    before = {f: os.stat(os.path.join(r, f)).st_mtime_ns for r, _, fs in os.walk(d) for f in fs}
+    hub.reset()
+    v = deltafin(["verify", d])
+    check(v.returncode == 0 and "0 problems" in v.stdout, "verify of a good folder")
+    check("tokenizer.json: loads" in v.stdout, "verify loads the tokenizer")
+    check(len(hub.log) == 0, "verify makes no network request")
+    after = {f: os.stat(os.path.join(r, f)).st_mtime_ns for r, _, fs in os.walk(d) for f in fs}
+    check(before == after, "verify writes nothing")
+
+    def damaged(name, fn, want):
+        dd = fresh("verify-" + name)
+        shutil.copytree(d, dd)
+        fn(dd)
+        v = deltafin(["verify", dd])
+        ok = v.returncode == 1
+        for w in want:
+            ok &= w in v.stderr
+        check(ok, "verify finds %s (wants %s)" % (name, want))
+
+    def flip(dd, path, off):
+        with open(os.path.join(dd, path), "r+b") as f:
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 1]))
+
+    damaged("flipped-byte", lambda dd: flip(dd, SHARD1, 5000), [SHARD1, "SHA-256"])
+    damaged("truncated", lambda dd: os.truncate(os.path.join(dd, SHARD2), 1000),
+            [SHARD2, "size 1000"])
+    damaged("missing", lambda dd: os.remove(os.path.join(dd, "tokenizer.json")),
+            ["tokenizer.json", "missing"])
+
+    def bad_config(dd):
+        p = os.path.join(dd, "config.json")
+        c = json.load(open(p))
+        c["moe_intermediate_size"] = 32
+        json.dump(c, open(p, "w"))
+    damaged("config-shape", bad_config, ["config.json", "weights do not match config.json"])
+
+    def bad_tok(dd):
+        open(os.path.join(dd, "tokenizer.json"), "w").write("{")
+    damaged("tokenizer", bad_tok, ["tokenizer.json"])
+
+    def bad_header(dd):
+        with open(os.path.join(dd, SHARD1), "r+b") as f:
+            f.write(struct.pack("<Q", 1 << 40))
+    damaged("header", bad_header, ["safetensors", SHARD1])
+
+    def bad_manifest(dd):
+        open(os.path.join(dd, ".deltafin-manifest.json"), "w").write('{"format": 1}')
+    damaged("manifest", bad_manifest, [".deltafin-manifest.json", "format"])
+    v = deltafin(["verify", os.path.join(WORK, "does-not-exist")])
+    check(v.returncode == 1 and "not a folder" in v.stderr, "verify of a missing folder")
+    v = deltafin(["verify", SRC])
+    check(v.returncode == 0 and "no .deltafin-manifest.json" in v.stdout,
+          "a folder without manifest is checked structurally, with a note")
+
+
+SCENARIOS = {n[len("scenario_"):]: f for n, f in globals().items() if n.startswith("scenario_")}
+try:
+    SCENARIOS[SCENARIO]()
+finally:
+    hub.close()
+if failures:
+    print("%d check(s) failed in %s" % (len(failures), SCENARIO))
+    sys.exit(1)
+print("%s: all checks passed" % SCENARIO)
