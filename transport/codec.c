@@ -246,7 +246,7 @@ static const msgpack_object *get(const dec *d, const char *k) {
   size_t kl = strlen(k);
   for (uint32_t i = 0; i < d->map->size; i++) {
     const msgpack_object *key = &d->map->ptr[i].key;
-    if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == kl &&
+    if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == kl && kl > 0 &&
         !memcmp(key->via.str.ptr, k, kl))
       return &d->map->ptr[i].val;
   }
@@ -278,8 +278,9 @@ static int opt_uint(const dec *d, const char *k, uint64_t max, uint64_t *out) {
 static int obj_str(const dec *d, const char *k, const msgpack_object *o, char *out, size_t cap) {
   if (o->type != MSGPACK_OBJECT_STR) return bad(d, k, "is not a string");
   if (o->via.str.size >= cap) return bad(d, k, "is too long");
-  if (memchr(o->via.str.ptr, 0, o->via.str.size)) return bad(d, k, "contains a NUL byte");
-  memcpy(out, o->via.str.ptr, o->via.str.size);
+  if (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))
+    return bad(d, k, "contains a NUL byte");
+  if (o->via.str.size) memcpy(out, o->via.str.ptr, o->via.str.size);
   out[o->via.str.size] = 0;
   return 0;
 }
@@ -460,6 +461,10 @@ int df_proto_decode(const uint8_t *buf, size_t len, df_proto_msg *m, int *code, 
     goto done;
   }
   dec d = {&up.data.via.map, err, errlen};
+  if (d.map->size > 32) { /* no op has more than 9 keys; bounds the duplicate check below */
+    snprintf(err, errlen, "malformed header: %u keys", d.map->size);
+    goto done;
+  }
   /* strict: keys are distinct strings */
   for (uint32_t i = 0; i < d.map->size; i++) {
     const msgpack_object *k = &d.map->ptr[i].key;
@@ -470,7 +475,7 @@ int df_proto_decode(const uint8_t *buf, size_t len, df_proto_msg *m, int *code, 
     for (uint32_t j = 0; j < i; j++) {
       const msgpack_object *k2 = &d.map->ptr[j].key;
       if (k2->via.str.size == k->via.str.size &&
-          !memcmp(k2->via.str.ptr, k->via.str.ptr, k->via.str.size)) {
+          (k->via.str.size == 0 || !memcmp(k2->via.str.ptr, k->via.str.ptr, k->via.str.size))) {
         snprintf(err, errlen, "malformed header: duplicate key");
         goto done;
       }
@@ -486,7 +491,7 @@ int df_proto_decode(const uint8_t *buf, size_t len, df_proto_msg *m, int *code, 
   const msgpack_object *opo = get(&d, "op");
   if (opo && opo->type == MSGPACK_OBJECT_STR)
     for (int o = 1; o < DF_PROTO_OP_COUNT; o++)
-      if (opo->via.str.size == strlen(op_names[o]) &&
+      if (opo->via.str.size == strlen(op_names[o]) && opo->via.str.size > 0 &&
           !memcmp(opo->via.str.ptr, op_names[o], opo->via.str.size))
         m->op = (df_proto_op)o;
   if (v != DF_PROTO_VERSION) {
