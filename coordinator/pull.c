@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -90,6 +91,7 @@ typedef struct pull {
   uint64_t total_need;
   /* output */
   bool tty;
+  int cols;        /* terminal width; live lines are cut to fit so redraws stay aligned */
   int drawn_lines;
   char **notes;  /* lines to print above the live bar */
   int n_notes;
@@ -160,7 +162,7 @@ static void progress_line(char *buf, size_t cap, const char *label, uint64_t don
   for (int i = 0; i < w; i++) bar[i] = i < k ? '#' : '.';
   bar[w] = 0;
   fmt_eta(rate > 0 ? (double)(need - done) / rate : -1, eta, sizeof eta);
-  snprintf(buf, cap, "%-40.40s %s%s%s %3d%% %10s / %-10s %10s/s  ETA %s", label, w ? "[" : "",
+  snprintf(buf, cap, "%-32.32s %s%s%s %3d%% %10s / %-10s %10s/s  ETA %s", label, w ? "[" : "",
            bar, w ? "]" : "", (int)(frac * 100), df_pull_fmt_bytes(done, a, sizeof a),
            df_pull_fmt_bytes(need, b, sizeof b), df_pull_fmt_bytes((uint64_t)rate, r, sizeof r),
            eta);
@@ -205,13 +207,16 @@ static void draw(pull *p, bool final) {
         uint64_t d = atomic_load(&e->done);
         double fe = t - e->t0;
         progress_line(line, sizeof line, e->path, d, e->need, fe > 0.2 ? (double)d / fe : 0, 0);
+        if (p->cols > 3 && (int)strlen(line) > p->cols - 3) line[p->cols - 3] = 0;
         fprintf(stderr, "  %s\n", line);
         p->drawn_lines++;
       }
     }
     char label[64];
     snprintf(label, sizeof label, "total (%d/%d files)", files_done, files);
-    progress_line(line, sizeof line, label, done, p->total_need, rate, 24);
+    progress_line(line, sizeof line, label, done, p->total_need, rate,
+                  p->cols >= 120 ? 24 : 0);
+    if (p->cols > 1 && (int)strlen(line) > p->cols - 1) line[p->cols - 1] = 0;
     fprintf(stderr, "%s\n", line);
     p->drawn_lines++;
     if (final) p->drawn_lines = 0;
@@ -240,7 +245,7 @@ static int list_repo(pull *p, char *err, size_t errlen) {
   const df_pull_opts *o = p->o;
   char rev[800], url[2400];
   df_pull_urlenc(p->rev, false, rev, sizeof rev);
-  snprintf(url, sizeof url, "%s/api/models/%s/revision/%s?blobs=true", o->net.endpoint, o->repo,
+  snprintf(url, sizeof url, "%s/api/models/%s/revision/%s?blobs=True", o->net.endpoint, o->repo,
            rev);
   char *body = NULL, herr[1024];
   size_t len = 0;
@@ -819,6 +824,8 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
   char path[4400];
   pthread_mutex_init(&p->mu, NULL);
   p->tty = !o->quiet && !o->json && isatty(STDERR_FILENO);
+  struct winsize ws;
+  p->cols = p->tty && ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col ? ws.ws_col : 80;
   p->t_start = now_s();
 
   if (!df_pull_repo_id_ok(o->repo)) {
