@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "coordinator/pull.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -809,6 +810,30 @@ static void utc_now(char *buf, size_t cap) {
   strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* Remove partial downloads that belong to no file of this listing (an older revision's). */
+static void sweep_partials(pull *p) {
+  char dir[2200];
+  snprintf(dir, sizeof dir, "%.2048s/.deltafin/partial", p->dir);
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  while (d && (de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    bool keep = false;
+    for (int i = 0; i < p->n && !keep; i++) {
+      const char *oid = p->e[i].lfs[0] ? p->e[i].lfs : p->e[i].git;
+      size_t n = strlen(oid);
+      keep = n && !strncmp(de->d_name, oid, n) && de->d_name[n] == '.' &&
+             p->e[i].state != E_DONE && p->e[i].state != E_SKIP;
+    }
+    if (!keep) {
+      char f[2600];
+      snprintf(f, sizeof f, "%s/%.255s", dir, de->d_name);
+      unlink(f);
+    }
+  }
+  if (d) closedir(d);
+}
+
 static bool file_has_size(const char *path, uint64_t size) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == size;
@@ -1020,6 +1045,7 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
   int wr = df_pull_manifest_write(p->dir, &nm, err, errlen);
   df_pull_manifest_free(&nm);
   if (wr != 0) goto done;
+  sweep_partials(p);
   if (failed) {
     snprintf(err, errlen, "%d of %d files failed; first: %s", failed, n_sel - n_skip,
              p->e[first_failed].err);

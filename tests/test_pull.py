@@ -202,11 +202,14 @@ def scenario_full():
           "(%s vs %s)" % (ids, reference_ids()))
     v = deltafin(["verify", d])
     check(v.returncode == 0, "verify of a fresh pull exits 0")
-    # pulling again fetches nothing
+    # pulling again fetches nothing, and drops partial files of other revisions
+    stale = os.path.join(d, ".deltafin", "partial", "0" * 64 + ".incomplete")
+    open(stale, "wb").write(b"old revision")
     hub.reset()
     p = pull("acme/tiny", d)
     check(p.returncode == 0 and not shard_gets(), "a second pull downloads nothing (%d GETs)"
           % len(shard_gets()))
+    check(not os.path.exists(stale), "a stale partial file of another revision is removed")
     # include/exclude and --json
     d2 = fresh("filtered")
     p = pull("acme/tiny", d2, "--include", "*.json", "--exclude", "generation_*", "--json")
