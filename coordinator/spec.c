@@ -133,6 +133,13 @@ int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all
              (long long)n, (long long)s->ctx);
     return -1;
   }
+  /* the last prompt token is only fed at the first step: check every id now */
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= s->V) {
+      snprintf(err, errlen, "token id %d at index %lld out of range [0, %lld)", ids[i],
+               (long long)i, (long long)s->V);
+      return -1;
+    }
   if (logits_all) {
     if (df_model_forward(s->t, s->tkv, ids, n, DF_LOGITS_ALL, logits_all, err, errlen) != 0)
       return -1;
