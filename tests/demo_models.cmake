@@ -1,0 +1,6 @@
+# Demo models (models/demo-moe, models/demo-draft): the C engine's greedy ids equal the
+# PyTorch reference's, stored in tests/fixtures/demo_models_greedy.json by
+# tools/train/make_greedy_fixture.py. Needs only the deltafin binary.
+add_test(NAME demo_models COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/demo_models.py
+  $<TARGET_FILE:deltafin> ${PROJECT_SOURCE_DIR}/models ${DF_FIXTURES}/demo_models_greedy.json)
+set_tests_properties(demo_models PROPERTIES TIMEOUT 120)
