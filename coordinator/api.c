@@ -287,7 +287,7 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
   r->top_k = -1;
   r->enable_thinking = -1;
   json_error_t je;
-  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
   if (!root) {
     df_api_error_set(e, 400, NULL, NULL, NULL,
                      "We could not parse the JSON body of your request: %s (line %d, column %d)",
@@ -425,10 +425,50 @@ static char *dump_wrap(json_t *o, const char *prefix, const char *suffix, size_t
   return s;
 }
 
+/* Length of the well-formed UTF-8 character at s[0..n), 0 when ill-formed (Unicode 3.9). */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  size_t k = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (!k || k > n) return 0;
+  unsigned lo = 0x80, hi = 0xBF;
+  if (c == 0xE0) lo = 0xA0;
+  if (c == 0xED) hi = 0x9F;
+  if (c == 0xF0) lo = 0x90;
+  if (c == 0xF4) hi = 0x8F;
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < k; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  return k;
+}
+
+/* A JSON string of a message we wrote (it may quote bytes of a malformed body, or be cut in
+ * the middle of a character): each ill-formed byte becomes U+FFFD. */
+static json_t *lenient_string(const char *s) {
+  size_t n = strlen(s), w = 0;
+  char *b = malloc(3 * n + 1);
+  if (!b) return NULL;
+  for (size_t i = 0; i < n;) {
+    size_t k = utf8_char((const unsigned char *)s + i, n - i);
+    if (k) {
+      memcpy(b + w, s + i, k);
+      w += k;
+      i += k;
+    } else {
+      memcpy(b + w, "\xEF\xBF\xBD", 3);
+      w += 3;
+      i++;
+    }
+  }
+  json_t *j = json_stringn(b, w);
+  free(b);
+  return j;
+}
+
 char *df_api_error_body(const df_api_error *e, size_t *len) {
-  json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message, "type",
-                        e->type ? e->type : "invalid_request_error", "param",
-                        e->param[0] ? json_string(e->param) : json_null(), "code",
+  json_t *o = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", lenient_string(e->message),
+                        "type", e->type ? e->type : "invalid_request_error", "param",
+                        e->param[0] ? lenient_string(e->param) : json_null(), "code",
                         e->code ? json_string(e->code) : json_null());
   return dump_wrap(o, "", "", len);
 }

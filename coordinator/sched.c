@@ -235,7 +235,11 @@ static bool on_token(df_sched *s, df_sched_job *j, int32_t id) {
   j->generated++;
   j->last = id;
   bool eos = is_eos(s, id) && !j->ignore_eos;
-  if (df_tok_stream_feed(j->dec, id, &piece, &plen, err, sizeof err) != 0) {
+  /* an end-of-sequence id is a special token: it decodes to nothing */
+  if (eos) {
+    piece = "";
+    plen = 0;
+  } else if (df_tok_stream_feed(j->dec, id, &piece, &plen, err, sizeof err) != 0) {
     job_finish(s, j, DF_SCHED_ERROR, err);
     return true;
   }
