@@ -316,8 +316,10 @@ def tune_malloc():
 
 
 def load_balancing_loss(router, n_exp, top_k):
-    """transformers' load_balancing_loss_func (Qwen3-MoE): router logits of every MoE layer
-    concatenated over tokens; E * sum_e (fraction of routed slots to e) * (mean prob of e)."""
+    """transformers' load_balancing_loss_func (Qwen3-MoE) on the router outputs given:
+    E * sum_e sum_slot (fraction of tokens whose slot picks e) * (mean router prob of e);
+    top_k when balanced. transformers passes every MoE layer's logits at once (concatenated
+    over tokens); train.py applies it to each layer separately (per_layer_balancing_loss)."""
     if not router:
         return torch.zeros(())
     logits = torch.cat([r[0] for r in router], 0)
@@ -327,6 +329,13 @@ def load_balancing_loss(router, n_exp, top_k):
     tokens_per_expert = mask.mean(0)  # [k, E]
     prob_per_expert = probs.mean(0)  # [E]
     return (tokens_per_expert * prob_per_expert[None, :]).sum() * n_exp
+
+
+def per_layer_balancing_loss(router, n_exp, top_k):
+    """[n_moe_layers] load_balancing_loss of each MoE layer on its own. Concatenating the
+    layers lets each layer collapse onto its own few experts while the pooled statistics
+    still look balanced; one term per layer balances every layer."""
+    return torch.stack([load_balancing_loss([r], n_exp, top_k) for r in router])
 
 
 # ---------------------------------------------------------------------------------------------

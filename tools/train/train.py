@@ -39,10 +39,12 @@ import data  # noqa: E402
 import evaluate as ev  # noqa: E402
 import export  # noqa: E402
 import make_greedy_fixture as greedy_fixture  # noqa: E402
-from qwen3_model import Qwen3LM, load_balancing_loss, round_to_bf16_, tied_cross_entropy, tune_malloc  # noqa: E402
+from qwen3_model import Qwen3LM, per_layer_balancing_loss, round_to_bf16_, tied_cross_entropy, tune_malloc  # noqa: E402
 
 TARGET_SHAPE = dict(hidden=128, layers=6, heads=4, kv_heads=2, head_dim=64, inter=512,
                     experts=32, top_k=4, moe_inter=128)
+# Part of the resume key: bump when the training step itself changes.
+STATE_VERSION = 2
 DRAFT_SHAPE = dict(hidden=128, layers=2, heads=4, kv_heads=2, head_dim=64, inter=512)
 
 
@@ -82,7 +84,7 @@ def train_model(name, model, corpus, a, steps, lr, aux_coef, work):
     batches = data.Batches(corpus.train, a.batch, a.seq, a.seed)
     val_w = data.windows(corpus.val, a.seq)[:a.val_windows]
     opt = torch.optim.AdamW(param_groups(model, a.wd), lr=lr, betas=(0.9, 0.95), eps=1e-8)
-    hk = hashlib.sha256(json.dumps([name, lr, aux_coef, a.seed, a.batch, a.seq, a.threads, a.wd,
+    hk = hashlib.sha256(json.dumps([name, STATE_VERSION, lr, aux_coef, a.seed, a.batch, a.seq, a.threads, a.wd,
                                     a.warmup, repr(sorted(vars(s).items()))]).encode())
     for p in model.state_dict().values():  # the starting weights (a draft: the target's table)
         hk.update(p.detach().contiguous().numpy().tobytes())
@@ -121,8 +123,9 @@ def train_model(name, model, corpus, a, steps, lr, aux_coef, work):
         loss = ce
         aux = torch.zeros(())
         if s.n_exp:
-            aux = load_balancing_loss(router, s.n_exp, s.top_k)
-            loss = ce + aux_coef * aux
+            per_layer = per_layer_balancing_loss(router, s.n_exp, s.top_k)
+            loss = ce + aux_coef * per_layer.sum()
+            aux = per_layer.mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
@@ -132,8 +135,11 @@ def train_model(name, model, corpus, a, steps, lr, aux_coef, work):
         if (step + 1) % a.eval_every == 0 or step + 1 == steps:
             model.eval()
             with torch.no_grad():
-                hv, _ = model.hidden(val_w[:, :-1])
+                hv, rv = model.hidden(val_w[:, :-1])
                 rec["val_loss"] = float(model.nll(hv.reshape(-1, s.hidden), val_w[:, 1:].reshape(-1)).mean())
+                if rv:  # per-layer share of held-out tokens on the busiest expert
+                    rec["val_max_share"] = [float(torch.bincount(sel.reshape(-1), minlength=s.n_exp).max())
+                                            / sel.shape[0] for _, sel in rv]
             model.train()
         records.append(rec)
         with open(log_path, "a") as f:
@@ -141,9 +147,11 @@ def train_model(name, model, corpus, a, steps, lr, aux_coef, work):
         el = time.time() - t0
         done = step + 1 - start
         if (step + 1) % a.print_every == 0 or "val_loss" in rec or step + 1 == steps:
-            log("%s step %d/%d loss %.4f aux %.4f%s lr %.2e | %.2f s/step, ETA %.1f min"
+            log("%s step %d/%d loss %.4f aux %.4f%s%s lr %.2e | %.2f s/step, ETA %.1f min"
                 % (name, step + 1, steps, rec["loss"], rec["aux"],
-                   (" val %.4f" % rec["val_loss"]) if "val_loss" in rec else "", cur,
+                   (" val %.4f" % rec["val_loss"]) if "val_loss" in rec else "",
+                   (" max-share %s" % "/".join("%.2f" % x for x in rec["val_max_share"]))
+                   if "val_max_share" in rec else "", cur,
                    el / done, el / done * (steps - step - 1) / 60))
         if (step + 1) % a.save_every == 0 and step + 1 <= steps - decay_steps(steps):
             path = os.path.join(state_dir, "%s-%06d.pt" % (key, step + 1))
