@@ -40,12 +40,17 @@ static void serve_usage(FILE *f) {
           "  --max-body BYTES     largest request body (default 4194304); larger is 413\n"
           "  --chunk N            prompt tokens fed per step over all sequences (default 256)\n"
           "  --threads N          compute threads (default: every online CPU)\n"
+          "  --draft DIR          draft model for speculative decoding of greedy requests\n"
+          "                       (default without --model: the bundled demo draft)\n"
+          "  --no-draft           run the target alone\n"
+          "  --draft-k K          draft tokens per round, 1..%d (default 4)\n"
+          "  --draft-max-seqs N   draft only while at most N sequences run (default 1)\n"
           "  --quiet              log only errors\n",
-          DF_MODEL_MAX_BATCH);
+          DF_MODEL_MAX_BATCH, DF_SCHED_K_MAX);
 }
 
 enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
-       O_CHUNK, O_THREADS, O_QUIET, O_HELP };
+       O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS };
 
 static bool is_loopback(const char *h) {
   return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
@@ -61,8 +66,12 @@ int df_cmd_serve(int argc, char **argv) {
       {"max-prompt", required_argument, 0, O_MAXP}, {"max-body", required_argument, 0, O_BODY},
       {"chunk", required_argument, 0, O_CHUNK},     {"threads", required_argument, 0, O_THREADS},
       {"quiet", no_argument, 0, O_QUIET},           {"help", no_argument, 0, O_HELP},
+      {"draft", required_argument, 0, O_DRAFT},     {"no-draft", no_argument, 0, O_NODRAFT},
+      {"draft-k", required_argument, 0, O_DRAFTK},  {"draft-max-seqs", required_argument, 0, O_DRAFTSEQS},
       {0, 0, 0, 0}};
-  const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL;
+  const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
+  bool no_draft = false;
+  int64_t draft_k = 4, draft_seqs = 1;
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
           threads = 0;
   bool quiet = false;
@@ -84,6 +93,12 @@ int df_cmd_serve(int argc, char **argv) {
     case O_CHUNK: if (df_cli_int("chunk", optarg, 1, 1 << 16, &chunk)) return 2; break;
     case O_THREADS: if (df_cli_int("threads", optarg, 1, 4096, &threads)) return 2; break;
     case O_QUIET: quiet = true; break;
+    case O_DRAFT: draft_dir = optarg; break;
+    case O_NODRAFT: no_draft = true; break;
+    case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SCHED_K_MAX, &draft_k)) return 2; break;
+    case O_DRAFTSEQS:
+      if (df_cli_int("draft-max-seqs", optarg, 1, DF_MODEL_MAX_BATCH, &draft_seqs)) return 2;
+      break;
     case O_HELP: serve_usage(stdout); return 0;
     default:
       fprintf(stderr, "deltafin serve: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -99,6 +114,8 @@ int df_cmd_serve(int argc, char **argv) {
   if (key && !key[0]) key = NULL;
   if (!model_dir) {
     model_dir = DF_DEFAULT_MODEL;
+    if (!draft_dir && !no_draft && access(DF_DEFAULT_DRAFT "/config.json", R_OK) == 0)
+      draft_dir = DF_DEFAULT_DRAFT;
     if (access(DF_DEFAULT_MODEL "/config.json", R_OK) != 0) {
       fprintf(stderr, "deltafin serve: no --model given and the bundled demo model %s is "
               "missing; pass --model DIR\n", DF_DEFAULT_MODEL);
@@ -119,7 +136,7 @@ int df_cmd_serve(int argc, char **argv) {
 
   int rc = 1;
   char err[1024];
-  df_model *m = NULL;
+  df_model *m = NULL, *dm = NULL;
   df_tok *tok = NULL;
   df_chat_template *tmpl = NULL;
   df_sched *sched = NULL;
@@ -137,6 +154,13 @@ int df_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;
   }
+  if (draft_dir && !no_draft) {
+    /* a draft that cannot be loaded is not fatal: the target runs alone */
+    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .threads = (int)threads};
+    if (df_model_load(draft_dir, &dmo, &dm, err, sizeof err) != 0)
+      fprintf(stderr, "deltafin serve: drafting off: draft %s: %s; the target runs alone\n",
+              draft_dir, err);
+  }
   if (df_tok_load(model_dir, &tok, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;
@@ -144,7 +168,8 @@ int df_cmd_serve(int argc, char **argv) {
   if (df_chat_template_load(model_dir, &tmpl, err, sizeof err) != 0)
     fprintf(stderr, "deltafin serve: warning: %s; /v1/chat/completions is unavailable\n", err);
   df_sched_opts so = {.max_seqs = (int)par, .max_queue = (int)queue, .ctx = df_model_max_ctx(m),
-                      .prefill_budget = chunk};
+                      .prefill_budget = chunk, .draft = dm, .draft_k = (int)draft_k,
+                      .draft_max_seqs = (int)draft_seqs};
   if (df_sched_new(m, tok, &so, &sched, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;
@@ -156,9 +181,10 @@ int df_cmd_serve(int argc, char **argv) {
     goto done;
   }
   fprintf(stderr, "deltafin serve: listening on http://%s%s%s:%d (model \"%s\", context %lld "
-          "tokens, %lld parallel, queue %lld%s)\n", strchr(host, ':') ? "[" : "", host,
+          "tokens, %lld parallel, queue %lld%s%s)\n", strchr(host, ':') ? "[" : "", host,
           strchr(host, ':') ? "]" : "", df_srv_port(srv), name, (long long)df_sched_ctx(sched),
-          (long long)par, (long long)queue, key ? ", API key required" : "");
+          (long long)par, (long long)queue, df_sched_get_stats(sched).drafting ? ", drafting" : "",
+          key ? ", API key required" : "");
   int sig = 0;
   sigwait(&sigs, &sig);
   if (!quiet) fprintf(stderr, "deltafin serve: %s: shutting down\n", strsignal(sig));
@@ -169,6 +195,7 @@ done:
   df_sched_destroy(&sched);
   df_chat_template_destroy(&tmpl);
   df_tok_destroy(&tok);
+  df_model_destroy(&dm);
   df_model_destroy(&m);
   free(dircopy);
   return rc;

@@ -20,8 +20,11 @@
 #include "coordinator/sched_stop.h"
 
 typedef struct slot {
-  df_kv_cache *kv; /* ctx tokens, allocated on first use */
-  float *logits;   /* [V] */
+  df_kv_cache *kv;  /* ctx tokens, allocated on first use */
+  float *logits;    /* [V] */
+  df_kv_cache *dkv; /* the draft's cache (ctx tokens), allocated when the slot first drafts */
+  float *vlogits;   /* [DF_SCHED_K_MAX + 1, V] verify logits */
+  float *dlogits;   /* [V] draft logits */
   bool busy;
 } slot;
 
@@ -48,6 +51,10 @@ struct df_sched_job {
   int64_t fed;        /* prompt ids in the KV cache */
   int32_t last;       /* last sampled id, fed at the next step */
   int64_t generated;
+  int32_t *seq;       /* [n_prompt + max_tokens] committed ids: prompt, then generated */
+  int64_t len;
+  bool no_draft;      /* drafting did not pay for this sequence */
+  int64_t drounds, ddrafted, daccepted;
   df_sampler *smp;
   df_tok_stream *dec;
   df_sched_stop stopper;
@@ -70,6 +77,7 @@ struct df_sched {
   int n_run;
   slot slots[DF_MODEL_MAX_BATCH];
   df_sched_stats st;
+  df_model *draft;   /* NULL = no drafting */
   double win_t0;     /* start of the tok/s window */
   int64_t win_tokens;
 };
@@ -84,6 +92,7 @@ static double now_s(void) {
 
 static void job_free(df_sched_job *j) {
   free(j->prompt);
+  free(j->seq);
   for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
   free(j->out);
   if (j->pipe[0] >= 0) close(j->pipe[0]);
@@ -190,6 +199,7 @@ static int slot_take(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
       return -1;
     }
     df_kv_truncate(sl->kv, 0);
+    if (sl->dkv) df_kv_truncate(sl->dkv, 0); /* the previous sequence's draft state */
     sl->busy = true;
     j->slot = i;
     return 0;
@@ -217,6 +227,12 @@ static int activate(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
   if (!(j->smp = df_sampler_new(&j->sp, s->V, err, errlen))) return -1;
   if (df_tok_stream_new(s->tok, DF_TOK_SKIP_SPECIAL, &j->dec, err, errlen) != 0) return -1;
   df_sched_stop_init(&j->stopper, (const char *const *)j->stop, j->n_stop);
+  if (!(j->seq = malloc((size_t)(j->n_prompt + j->max_tokens) * sizeof *j->seq))) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  memcpy(j->seq, j->prompt, (size_t)j->n_prompt * sizeof *j->seq);
+  j->len = j->n_prompt;
   return slot_take(s, j, err, errlen);
 }
 
@@ -234,6 +250,7 @@ static bool on_token(df_sched *s, df_sched_job *j, int32_t id) {
   size_t plen, olen;
   j->generated++;
   j->last = id;
+  j->seq[j->len++] = id;
   bool eos = is_eos(s, id) && !j->ignore_eos;
   /* an end-of-sequence id is a special token: it decodes to nothing */
   if (eos) {
@@ -301,6 +318,99 @@ static void admit(df_sched *s) {
   }
 }
 
+/* Drafting off for good (the draft failed): one log line. */
+static void draft_off(df_sched *s, const char *why) {
+  fprintf(stderr, "deltafin serve: drafting off: %s; sequences run on the target alone\n", why);
+  pthread_mutex_lock(&s->mu);
+  s->draft = NULL;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Speculative decoding for the greedy sequences in `who[0..n)` that are decoding: the draft
+ * catches up with each one's committed ids and proposes up to k[b] tokens (k[b] is set to 0
+ * where nothing is proposed). Draft forwards of all of them are batched like the target's. */
+static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dtok)[DF_SCHED_K_MAX]) {
+  df_batch_seq q[DF_MODEL_MAX_BATCH];
+  int idx[DF_MODEL_MAX_BATCH], nq = 0, kmax = 0;
+  char err[512];
+  for (int b = 0; b < n; b++) {
+    df_sched_job *j = who[b];
+    k[b] = 0;
+    if (j->fed < j->n_prompt || j->sp.temperature != 0 || j->no_draft) continue;
+    int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
+    int kb = left < s->o.draft_k ? (int)left : s->o.draft_k;
+    if (kb <= 0) continue;
+    slot *sl = &s->slots[j->slot];
+    if (!sl->dkv) {
+      if (!(sl->dkv = df_model_kv_new(s->draft, s->o.ctx, err, sizeof err)) ||
+          !(sl->vlogits = malloc((size_t)(DF_SCHED_K_MAX + 1) * (size_t)s->V * sizeof(float))) ||
+          !(sl->dlogits = malloc((size_t)s->V * sizeof(float)))) {
+        char why[600];
+        snprintf(why, sizeof why, "draft cache: %s", sl->dkv ? "out of memory" : err);
+        draft_off(s, why);
+        return;
+      }
+      df_kv_truncate(sl->dkv, 0);
+    }
+    if (sl->dkv->len > j->len - 1) df_kv_truncate(sl->dkv, j->len - 1);
+    /* catch up: the draft's cache gets every committed id, then proposes d1 */
+    q[nq] = (df_batch_seq){.kv = sl->dkv, .ids = j->seq + sl->dkv->len,
+                           .n = j->len - sl->dkv->len, .mode = DF_LOGITS_LAST,
+                           .logits = sl->dlogits};
+    idx[nq++] = b;
+    k[b] = kb;
+    if (kb > kmax) kmax = kb;
+  }
+  for (int i = 0; nq && i < kmax; i++) {
+    if (i > 0) { /* feed d_i, get d_{i+1} */
+      nq = 0;
+      for (int b = 0; b < n; b++) {
+        if (k[b] <= i) continue;
+        slot *sl = &s->slots[who[b]->slot];
+        q[nq] = (df_batch_seq){.kv = sl->dkv, .ids = &dtok[b][i - 1], .n = 1,
+                               .mode = DF_LOGITS_LAST, .logits = sl->dlogits};
+        idx[nq++] = b;
+      }
+    }
+    if (df_model_forward_batch(s->draft, q, nq, err, sizeof err) != 0) {
+      char why[600];
+      snprintf(why, sizeof why, "draft forward: %s", err);
+      draft_off(s, why);
+      for (int b = 0; b < n; b++) k[b] = 0;
+      return;
+    }
+    for (int t = 0; t < nq; t++) dtok[idx[t]][i] = df_argmax_f32(q[t].logits, s->V);
+  }
+}
+
+/* Greedy verification of a drafted sequence: accept d_i while it is the target's argmax,
+ * then the target's own token; roll both caches back; emit. L is the committed length before
+ * the step (the target cache held L - 1 ids, the draft's L + k - 1). */
+static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_t L) {
+  slot *sl = &s->slots[j->slot];
+  int a = 0;
+  int32_t x = -1;
+  for (; a < k; a++) {
+    x = df_argmax_f32(sl->vlogits + (int64_t)a * s->V, s->V);
+    if (x != d[a]) break;
+  }
+  if (a == k) x = df_argmax_f32(sl->vlogits + (int64_t)k * s->V, s->V);
+  df_kv_truncate(sl->kv, L + a);
+  if (sl->dkv->len > L + a) df_kv_truncate(sl->dkv, L + a);
+  j->drounds++;
+  j->ddrafted += k;
+  j->daccepted += a;
+  if (j->drounds >= 8 && j->daccepted < j->ddrafted / 4) j->no_draft = true;
+  pthread_mutex_lock(&s->mu);
+  s->st.draft_rounds++;
+  s->st.drafted += k;
+  s->st.accepted += a;
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < a; i++)
+    if (on_token(s, j, d[i])) return;
+  on_token(s, j, x);
+}
+
 static void step(df_sched *s) {
   for (int i = s->n_run - 1; i >= 0; i--) {
     if (atomic_load(&s->running[i]->cancel)) {
@@ -311,48 +421,65 @@ static void step(df_sched *s) {
   if (!s->n_run) return;
   df_batch_seq seqs[DF_MODEL_MAX_BATCH];
   df_sched_job *who[DF_MODEL_MAX_BATCH];
+  int k[DF_MODEL_MAX_BATCH] = {0};
+  int32_t dtok[DF_MODEL_MAX_BATCH][DF_SCHED_K_MAX];
+  int32_t vids[DF_MODEL_MAX_BATCH][DF_SCHED_K_MAX + 1];
+  int64_t L[DF_MODEL_MAX_BATCH];
   int nb = 0;
   int64_t budget = s->o.prefill_budget, rows = 0, prompt_rows = 0;
   for (int i = 0; i < s->n_run; i++) {
     df_sched_job *j = s->running[i];
+    if (j->fed < j->n_prompt && budget <= 0) continue; /* its prompt waits for the next step */
+    who[nb++] = j;
+  }
+  double t0 = now_s();
+  if (s->draft && s->n_run <= s->o.draft_max_seqs) propose(s, who, nb, k, dtok);
+  for (int b = 0; b < nb; b++) {
+    df_sched_job *j = who[b];
     slot *sl = &s->slots[j->slot];
-    df_batch_seq *q = &seqs[nb];
+    df_batch_seq *q = &seqs[b];
+    L[b] = j->len;
     if (j->fed < j->n_prompt) {
-      if (budget <= 0) continue; /* its prompt waits for the next step */
       int64_t take = j->n_prompt - j->fed;
       if (take > budget) take = budget;
       budget -= take;
       q->ids = j->prompt + j->fed;
       q->n = take;
       q->mode = j->fed + take == j->n_prompt ? DF_LOGITS_LAST : DF_LOGITS_NONE;
+      q->logits = q->mode == DF_LOGITS_LAST ? sl->logits : NULL;
       prompt_rows += take;
+    } else if (k[b] > 0) { /* verify: the pending id and d1..dk */
+      vids[b][0] = j->last;
+      memcpy(&vids[b][1], dtok[b], (size_t)k[b] * sizeof(int32_t));
+      q->ids = vids[b];
+      q->n = k[b] + 1;
+      q->mode = DF_LOGITS_ALL;
+      q->logits = sl->vlogits;
     } else {
       q->ids = &j->last;
       q->n = 1;
       q->mode = DF_LOGITS_LAST;
+      q->logits = sl->logits;
     }
     q->kv = sl->kv;
-    q->logits = q->mode == DF_LOGITS_LAST ? sl->logits : NULL;
     rows += q->n;
-    who[nb++] = j;
   }
   char err[512];
-  double t0 = now_s();
   int rc = df_model_forward_batch(s->m, seqs, nb, err, sizeof err);
-  double t1 = now_s();
   int64_t gen = 0;
   if (rc != 0) {
     for (int b = 0; b < nb; b++) job_finish(s, who[b], DF_SCHED_ERROR, err);
   } else {
     for (int b = 0; b < nb; b++) {
       df_sched_job *j = who[b];
+      int64_t g0 = j->generated;
       if (j->fed < j->n_prompt) j->fed += seqs[b].n;
-      if (seqs[b].mode != DF_LOGITS_LAST) continue;
-      int32_t id = df_sampler_sample(j->smp, seqs[b].logits);
-      gen++;
-      on_token(s, j, id);
+      if (seqs[b].mode == DF_LOGITS_ALL) accept(s, j, k[b], dtok[b], L[b]);
+      else if (seqs[b].mode == DF_LOGITS_LAST) on_token(s, j, df_sampler_sample(j->smp, seqs[b].logits));
+      gen += j->generated - g0;
     }
   }
+  double t1 = now_s();
   /* retire finished jobs (keeping the running order of the rest) */
   for (int i = s->n_run - 1; i >= 0; i--) {
     df_sched_job *j = s->running[i];
@@ -429,6 +556,24 @@ int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sche
   s->V = df_model_cfg(m)->vocab_size;
   s->gcfg = df_model_gen_cfg(m);
   if (!s->o.max_seqs) s->o.max_seqs = 8;
+  if (!s->o.draft_k) s->o.draft_k = 4;
+  if (!s->o.draft_max_seqs) s->o.draft_max_seqs = 1;
+  if (s->o.draft_k < 1 || s->o.draft_k > DF_SCHED_K_MAX || s->o.draft_max_seqs < 0) {
+    snprintf(err, errlen, "draft length must be in [1, %d], got %d", DF_SCHED_K_MAX, s->o.draft_k);
+    goto fail;
+  }
+  s->draft = s->o.draft;
+  if (s->draft && df_model_cfg(s->draft)->vocab_size != s->V) {
+    fprintf(stderr, "deltafin serve: drafting off: the draft's vocabulary (%lld tokens) differs "
+            "from the target's (%lld)\n", (long long)df_model_cfg(s->draft)->vocab_size,
+            (long long)s->V);
+    s->draft = NULL;
+  }
+  if (s->draft && df_model_max_ctx(s->draft) < (s->o.ctx ? s->o.ctx : df_model_max_ctx(m))) {
+    fprintf(stderr, "deltafin serve: drafting off: the draft's context (%lld tokens) is shorter "
+            "than the target's\n", (long long)df_model_max_ctx(s->draft));
+    s->draft = NULL;
+  }
   if (!s->o.ctx) s->o.ctx = df_model_max_ctx(m);
   if (!s->o.prefill_budget) s->o.prefill_budget = 256;
   if (s->o.max_seqs < 1 || s->o.max_seqs > DF_MODEL_MAX_BATCH) {
@@ -480,7 +625,10 @@ void df_sched_destroy(df_sched **sp) {
   pthread_cond_destroy(&s->cv);
   for (int i = 0; i < DF_MODEL_MAX_BATCH; i++) {
     df_kv_destroy(&s->slots[i].kv);
+    df_kv_destroy(&s->slots[i].dkv);
     free(s->slots[i].logits);
+    free(s->slots[i].vlogits);
+    free(s->slots[i].dlogits);
   }
   free(s);
   *sp = NULL;
@@ -569,6 +717,7 @@ df_sched_stats df_sched_get_stats(df_sched *s) {
   df_sched_stats st = s->st;
   st.queued = s->n_queued;
   st.running = s->n_running;
+  st.drafting = s->draft != NULL;
   pthread_mutex_unlock(&s->mu);
   return st;
 }

@@ -17,6 +17,16 @@
  * exactly as the target-alone loop of coordinator/spec.c does. Which other requests run at
  * the same time has no effect on a request's output.
  *
+ * Speculative decoding (with a draft model, while at most draft_max_seqs sequences run):
+ * greedy sequences get k draft tokens each (the draft's forwards batched across them like
+ * the target's), verified in the same batched target forward as everyone else's rows; a
+ * draft token is kept while it equals the target's argmax, then the target's own token
+ * follows, and both caches roll back (coordinator/spec.h's greedy rule). The target's
+ * logits in a verify row are bitwise those of one-token decoding, so the output is identical
+ * to the target alone. Sampled sequences always run on the target alone: their draws must
+ * follow the request's seed exactly as `deltafin run --no-draft` consumes it. A sequence
+ * whose drafts are mostly rejected (acceptance < 1/4 after 8 rounds) stops drafting.
+ *
  * Threads: df_sched_submit, the df_sched_job_* functions and df_sched_get_stats may be called
  * from any thread; a job handle belongs to one caller thread.
  */
@@ -40,7 +50,14 @@ typedef struct df_sched_opts {
   int64_t ctx;            /* tokens per sequence (prompt + completion); 0 = the model's max_ctx;
                              at most the model's max_ctx */
   int64_t prefill_budget; /* prompt tokens fed per step over all sequences; 0 = 256 */
+  df_model *draft;        /* draft model for speculative decoding (borrowed), or NULL; one
+                             whose vocabulary or context does not fit is ignored (logged) */
+  int draft_k;            /* draft tokens per round, 1..DF_SCHED_K_MAX; 0 = 4 */
+  int draft_max_seqs;     /* draft only while at most this many sequences run; 0 = 1 */
 } df_sched_opts;
+
+/* Most draft tokens per round. */
+#define DF_SCHED_K_MAX 8
 
 /* Start the scheduler thread for model `m` and tokenizer `tok` (borrowed). Nothing per
  * sequence is allocated yet. Errors (-1, message): options out of range, thread creation. */
@@ -117,7 +134,10 @@ typedef struct df_sched_stats {
   int64_t steps;             /* batched forwards */
   int64_t step_rows;         /* rows over all steps */
   int64_t finished[5];       /* jobs finished, by df_sched_finish */
-  double busy_s;             /* seconds spent in steps */
+  double busy_s;             /* seconds spent in steps (draft and target forwards) */
+  int64_t draft_rounds;      /* verifications of drafted tokens */
+  int64_t drafted, accepted; /* draft tokens proposed / accepted */
+  bool drafting;             /* a draft model is in use */
   double gen_tok_s;          /* generated ids per second over the last few seconds */
 } df_sched_stats;
 

@@ -4,7 +4,11 @@
 strings across token boundaries, eight parallel requests equal to the same requests one by
 one (and sharing forward passes), the malformed-input table with OpenAI-shaped 4xx errors,
 API keys, 429 past --max-queue, a disconnecting client cancelled, /health, /v1/models,
-/metrics, and a clean exit on SIGTERM.
+/metrics, and a clean exit on SIGTERM. The main server drafts with the target itself as
+its draft (every draft token accepted; greedy requests speculate whenever at most two
+sequences run, so drafting starts mid-sequence in the parallel test), the second one with
+a random dense draft (nearly every draft token rejected): outputs stay those of
+`deltafin run --no-draft` either way.
 
 usage: server_http.py DELTAFIN MODEL_DIR
 """
@@ -347,8 +351,16 @@ def test_errors(port):
 
 def test_key_queue_cancel(exe):
     srv = Server(exe, MODEL, "--parallel", "1", "--max-queue", "1", "--quiet",
-                 env={"DELTAFIN_API_KEY": "sekret"})
+                 "--draft", MODEL + "-draft", env={"DELTAFIN_API_KEY": "sekret"})
     port = srv.port
+    auth = {"Authorization": "Bearer sekret"}
+    s, h, o = post(port, CHAT, {"model": NAME, "messages": [{"role": "user", "content": "The quick brown fox"}],
+                                "max_tokens": 24, "temperature": 0, "ignore_eos": True}, auth)
+    m = metrics(port)
+    check(s == 200 and o["choices"][0]["message"]["content"] == ref("greedy_chat")
+          and m['deltafin_draft_tokens_total{result="proposed"}'] > 0
+          and m["deltafin_draft_acceptance_ratio"] < 0.5,
+          "a draft the target rejects: greedy output still equals `deltafin run --no-draft`")
     body = {"model": NAME, "prompt": "x", "max_tokens": 2, "temperature": 0}
     s, h, o = post(port, CMPL, body)
     check(s == 401 and o["error"]["message"].startswith("You didn't provide an API key"), "missing key: 401")
@@ -358,7 +370,6 @@ def test_key_queue_cancel(exe):
     check(s == 200, "right key (DELTAFIN_API_KEY): 200")
     s, h, b = request(port, "GET", "/health")
     check(s == 200, "/health needs no key")
-    auth = {"Authorization": "Bearer sekret"}
     # two long streams hold the slot and the queue; a third request is 429
     long_body = json.dumps({"model": NAME, "prompt": "long", "max_tokens": 500, "temperature": 0,
                             "ignore_eos": True, "stream": True}).encode()
@@ -406,7 +417,7 @@ def timed(f, *a):
 def main():
     prefetch()
     pieces = byte_pieces()
-    srv = Server(EXE, MODEL, "--quiet")
+    srv = Server(EXE, MODEL, "--quiet", "--draft", MODEL, "--draft-max-seqs", "2")
     try:
         timed(test_basics, srv.port)
         timed(test_exact, srv.port)
@@ -415,6 +426,13 @@ def main():
         timed(test_parallel, srv.port)
         timed(test_errors, srv.port)
         check(srv.alive(), "the server is still running")
+        m = metrics(srv.port)
+        proposed = m['deltafin_draft_tokens_total{result="proposed"}']
+        check(m["deltafin_draft_enabled"] == 1 and proposed > 50
+              and m["deltafin_draft_acceptance_ratio"] == 1.0,
+              "self-draft: greedy requests speculated, every draft token accepted "
+              f"({proposed:.0f} proposed, ratio "
+              f"{m['deltafin_draft_acceptance_ratio']})")
     finally:
         rc = srv.stop()
     check(rc == 0, f"SIGTERM: clean exit (status {rc})")

@@ -5,7 +5,8 @@ parsing. Standard library only (run with Debian's /usr/bin/python3).
 Also a command: `server_util.py make-model TOKENIZER_DIR OUT_DIR` builds the test model: a
 random `tiny-moe-tied` checkpoint with Qwen3's vocabulary size (tests/reference/
 make_checkpoint.py) plus Qwen3's real tokenizer.json / tokenizer_config.json (chat template
-included).
+included), and OUT_DIR-draft: a random dense qwen3 of the same vocabulary (a draft whose
+tokens the target mostly rejects).
 """
 import http.client
 import json
@@ -40,6 +41,11 @@ def finish():
 
 
 def make_model(tokdir, out):
+    draft = out + "-draft"
+    if not os.path.exists(os.path.join(draft, "model.safetensors")):
+        subprocess.run([sys.executable, os.path.join(HERE, "reference", "make_checkpoint.py"),
+                        "--preset", "tiny-moe-tied", "--dense", "--vocab", "151936", "--seed", "77",
+                        "--out", draft], check=True, stdout=subprocess.DEVNULL)
     if not os.path.exists(os.path.join(out, "model.safetensors")):
         tmp = out + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
