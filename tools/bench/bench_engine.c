@@ -1,9 +1,12 @@
 /* tools/bench/bench_engine.c — engine figures measured side by side in one run:
  * this machine's memory read bandwidth, decode ms/token with its per-part breakdown, the
- * bandwidth-utilisation ratio (weight bytes read per token / time per token / bandwidth)
- * and prefill tok/s. Prints a markdown table and writes JSON (--json FILE).
+ * bandwidth-utilisation ratio (weight bytes read per token / time per token / bandwidth),
+ * prefill tok/s and, as its compute reference, the GFLOP/s of the engine's own bf16 linear
+ * kernel on a 64-row product measured in the same run. Prints a markdown table and writes
+ * JSON (--json FILE).
  *
  * usage: df-bench-engine --model DIR [--decode N] [--prefill N] [--repeat R] [--json FILE]
+ *                        [--bw-mib MIB]
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -24,9 +27,10 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Read bandwidth: all threads sum a 1 GiB buffer with 32-byte loads; best of `reps`. */
-__attribute__((target("avx2"))) static double mem_read_gbs(int reps) {
-  size_t n = (size_t)1 << 30;
+/* Read bandwidth: all threads sum a `mib` MiB buffer (default 1 GiB, far beyond the caches)
+ * with 32-byte loads; best of `reps`. */
+__attribute__((target("avx2"))) static double mem_read_gbs(int reps, int mib) {
+  size_t n = (size_t)mib << 20;
   char *a = aligned_alloc(64, n);
   if (!a) return 0;
   memset(a, 1, n);
@@ -55,14 +59,41 @@ __attribute__((target("avx2"))) static double mem_read_gbs(int reps) {
   return best;
 }
 
+/* Compute reference for prefill: y[64, N] = x[64, K] w[N, K]^T with bf16 weights through
+ * df_k_linear (the kernel every prefill product goes through), N = 8192 (a weight matrix well
+ * beyond the caches, as a layer's experts are); best of `reps` GFLOP/s. */
+static double gemm_gflops(int64_t K, int reps) {
+  const int64_t M = 64, N = 8192;
+  float *x = malloc((size_t)(M * K) * sizeof(float));
+  float *y = malloc((size_t)(M * N) * sizeof(float));
+  uint16_t *w = malloc((size_t)(N * K) * sizeof(uint16_t));
+  double best = 0;
+  if (!x || !y || !w) goto done;
+  for (int64_t i = 0; i < M * K; i++) x[i] = (float)((i % 17) - 8) * 0.0625f;
+  for (int64_t i = 0; i < N * K; i++) w[i] = (uint16_t)(0x3c00 + (i % 251)); /* small normals */
+  df_k_linear(x, M, K, K, w, DF_DT_BF16, N, NULL, y, N); /* warm-up: pages, threads */
+  for (int r = 0; r < reps; r++) {
+    double t = now_s();
+    df_k_linear(x, M, K, K, w, DF_DT_BF16, N, NULL, y, N);
+    double g = 2.0 * (double)M * (double)N * (double)K / (now_s() - t) / 1e9;
+    if (g > best) best = g;
+  }
+done:
+  free(x);
+  free(y);
+  free(w);
+  return best;
+}
+
 int main(int argc, char **argv) {
   const char *model_dir = NULL, *json_path = NULL;
-  int n_decode = 32, n_prefill = 128, repeat = 3;
+  int n_decode = 32, n_prefill = 128, repeat = 3, bw_mib = 1024;
   static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                        {"decode", required_argument, 0, 'd'},
                                        {"prefill", required_argument, 0, 'p'},
                                        {"repeat", required_argument, 0, 'r'},
                                        {"json", required_argument, 0, 'j'},
+                                       {"bw-mib", required_argument, 0, 'b'},
                                        {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -72,11 +103,12 @@ int main(int argc, char **argv) {
     case 'p': n_prefill = atoi(optarg); break;
     case 'r': repeat = atoi(optarg); break;
     case 'j': json_path = optarg; break;
+    case 'b': bw_mib = atoi(optarg); break;
     default: fprintf(stderr, "usage: df-bench-engine --model DIR [--decode N] [--prefill N] "
-                     "[--repeat R] [--json FILE]\n"); return 2;
+                     "[--repeat R] [--json FILE] [--bw-mib MIB]\n"); return 2;
     }
   }
-  if (!model_dir || n_decode < 2 || n_prefill < 1 || repeat < 1) {
+  if (!model_dir || n_decode < 2 || n_prefill < 1 || repeat < 1 || bw_mib < 16 || bw_mib > 65536) {
     fprintf(stderr, "df-bench-engine: --model DIR is required; counts must be positive\n");
     return 2;
   }
@@ -96,7 +128,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n_prefill; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
 
   fprintf(stderr, "bench: memory read bandwidth\n");
-  double bw = mem_read_gbs(5);
+  double bw = mem_read_gbs(5, bw_mib);
 
   /* warm the page cache: one full decode pass touches every weight a token reads */
   df_kv_cache *kv = df_model_kv_new(m, 0, err, sizeof err);
@@ -134,6 +166,8 @@ int main(int argc, char **argv) {
     double dt = now_s() - t;
     if (dt < best_prefill) best_prefill = dt;
   }
+  fprintf(stderr, "bench: bf16 linear kernel, 64 rows\n");
+  double gemm = gemm_gflops(cfg->hidden_size, 2 + repeat);
   double gbs = (double)mb.active_per_token / best_decode / 1e9;
   double ratio = gbs / bw;
   double flop_tok = 2.0 * (double)mb.active_per_token / (double)df_dtype_size(DF_DT_BF16);
@@ -152,6 +186,8 @@ int main(int argc, char **argv) {
   printf("| decode weight streaming | %.2f GB/s = %.2f of bandwidth |\n", gbs, ratio);
   printf("| prefill (%d tokens) | %.1f tok/s, %.1f GFLOP/s |\n", n_prefill, prefill_tps,
          prefill_tps * flop_tok / 1e9);
+  printf("| bf16 linear kernel, 64 rows | %.1f GFLOP/s (prefill reaches %.2f of it) |\n", gemm,
+         gemm > 0 ? prefill_tps * flop_tok / 1e9 / gemm : 0.0);
   printf("| decode breakdown | attention %.0f%%, router %.0f%%, experts %.0f%%, combine %.0f%%, "
          "dense MLP %.0f%%, lm_head %.0f%%, embed+residual %.0f%% |\n",
          PCT(best_prof.attention), PCT(best_prof.router), PCT(best_prof.experts),
@@ -165,16 +201,24 @@ int main(int argc, char **argv) {
     }
     fprintf(f,
             "{\n  \"model\": \"%s\",\n  \"isa\": \"%s\",\n  \"threads\": %d,\n"
-            "  \"mem_read_gbs\": %.4f,\n  \"active_bytes_per_token\": %llu,\n"
+            "  \"mem_read_gbs\": %.4f,\n  \"mem_read_mib\": %d,\n  \"active_bytes_per_token\": %llu,\n"
             "  \"decode_ms_per_token\": %.4f,\n  \"decode_weight_gbs\": %.4f,\n"
             "  \"bandwidth_utilisation\": %.4f,\n  \"prefill_tokens\": %d,\n"
             "  \"prefill_tok_s\": %.3f,\n  \"prefill_gflops\": %.3f,\n"
+            "  \"gemm64_gflops\": %.3f,\n  \"decode_tokens\": %d,\n  \"repeat\": %d,\n"
+            "  \"total_bytes\": %llu,\n  \"layers\": %lld,\n  \"hidden\": %lld,\n"
+            "  \"experts\": %lld,\n  \"top_k\": %lld,\n  \"moe_intermediate\": %lld,\n"
+            "  \"vocab\": %lld,\n"
             "  \"decode_breakdown_s_per_token\": {\"attention\": %.6f, \"router\": %.6f, "
             "\"experts\": %.6f, \"combine\": %.6f, \"dense_mlp\": %.6f, \"lm_head\": %.6f, "
             "\"embed_residual\": %.6f}\n}\n",
-            model_dir, df_k_isa_name(df_k_isa()), omp_get_max_threads(), bw,
+            model_dir, df_k_isa_name(df_k_isa()), omp_get_max_threads(), bw, bw_mib,
             (unsigned long long)mb.active_per_token, best_decode * 1e3, gbs, ratio, n_prefill,
-            prefill_tps, prefill_tps * flop_tok / 1e9, best_prof.attention / n_decode,
+            prefill_tps, prefill_tps * flop_tok / 1e9, gemm, n_decode, repeat,
+            (unsigned long long)mb.total, (long long)cfg->num_hidden_layers,
+            (long long)cfg->hidden_size, (long long)cfg->num_experts,
+            (long long)cfg->num_experts_per_tok, (long long)cfg->moe_intermediate_size,
+            (long long)cfg->vocab_size, best_prof.attention / n_decode,
             best_prof.router / n_decode, best_prof.experts / n_decode,
             best_prof.combine / n_decode, best_prof.dense_mlp / n_decode,
             best_prof.lm_head / n_decode, best_prof.embed / n_decode);
