@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""tools/bench/report_plots.py — PNG plots of a results.json (Debian python3-matplotlib).
+
+  report_plots.py RESULTS_JSON [OUT_DIR]     (suite.py calls plot_all after every run)
+
+Writes, for the figures present with status ok: engine.png (decode and prefill tok/s per
+model with the bandwidth-utilisation ratio), breakdown.png (decode ms/token by part),
+speculative.png, cluster.png, server.png, tokenizer.png. Returns the paths written.
+"""
+import json
+import os
+import sys
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _subtitle(res):
+    q = "" if res["load"]["quiet"] else ", MEASURED UNDER LOAD"
+    return "commit %s, %s CPUs, peak load %.1f%s" % (res["commit"], res["machine"]["cpus"],
+                                                   res["load"]["peak_1min"] or 0, q)
+
+
+def _ok(res, name):
+    f = res["figures"].get(name)
+    return f if f and f.get("status") == "ok" else None
+
+
+def _engine_runs(res):
+    runs = list((_ok(res, "engine_random") or {}).get("models", []))
+    w = _ok(res, "engine_widened_demo")
+    if w:
+        runs.append(w["model"])
+    return runs
+
+
+def plot_all(res, out):
+    plt = _plt()
+    paths = []
+
+    def save(fig, name):
+        p = os.path.join(out, name)
+        fig.tight_layout()
+        fig.savefig(p, dpi=100)
+        plt.close(fig)
+        paths.append(p)
+
+    runs = _engine_runs(res)
+    if runs:
+        labels = ["%s\n%.2f GB" % (r["label"], r["size_gb"]) for r in runs]
+        fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(13, 4))
+        b = a1.bar(labels, [r["decode_tok_s"] for r in runs], color="#4c72b0")
+        a1.bar_label(b, fmt="%.1f")
+        a1.set_title("decode tok/s")
+        b = a2.bar(labels, [r["bandwidth_utilisation"] for r in runs], color="#55a868")
+        a2.bar_label(b, fmt="%.2f")
+        a2.axhline(0.8, ls="--", color="grey", lw=1)
+        a2.set_ylim(0, max(1.0, max(r["bandwidth_utilisation"] for r in runs) * 1.15))
+        a2.set_title("decode weight GB/s / read GB/s (%.1f GB/s)" % max(r["mem_read_gbs"] for r in runs), fontsize=10)
+        b = a3.bar(labels, [r["prefill_tok_s"] for r in runs], color="#c44e52")
+        a3.bar_label(b, fmt="%.0f")
+        a3.set_title("prefill tok/s (%d-token prompt)" % runs[0]["prefill_tokens"])
+        fig.suptitle("Engine on random bf16 checkpoints — " + _subtitle(res), fontsize=10)
+        save(fig, "engine.png")
+
+        parts = ("attention", "router", "experts", "combine", "dense_mlp", "lm_head", "embed_residual")
+        fig, ax = plt.subplots(figsize=(8, 4))
+        bottom = [0.0] * len(runs)
+        for p in parts:
+            v = [1e3 * r["decode_breakdown_s_per_token"][p] for r in runs]
+            if max(v) == 0:
+                continue
+            ax.bar([r["label"] for r in runs], v, bottom=bottom, label=p)
+            bottom = [x + y for x, y in zip(bottom, v)]
+        ax.set_ylabel("ms per decoded token")
+        ax.legend(fontsize=8)
+        ax.set_title("Decode time by part — " + _subtitle(res), fontsize=10)
+        save(fig, "breakdown.png")
+
+    s = _ok(res, "speculative")
+    if s:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        b = ax.bar(["target alone", "with draft"], [1e3 / s["off_ms_per_token"], 1e3 / s["on_ms_per_token"]],
+                   color=["#4c72b0", "#55a868"])
+        ax.bar_label(b, fmt="%.1f")
+        ax.set_ylabel("decode tok/s")
+        ax.set_title("Speculative: acceptance %.2f, mean accepted %.2f, x%.2f\n%s" % (
+            s["acceptance"], s["mean_accepted_length"], s["ratio"]["value"], _subtitle(res)), fontsize=9)
+        save(fig, "speculative.png")
+
+    c = _ok(res, "cluster")
+    if c:
+        names = [k for k in ("local", "nodes_1", "nodes_3") if k in c["runs"]]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        b = ax.bar([n.replace("nodes_", "") + (" node(s)" if n != "local" else "") for n in names],
+                   [c["runs"][n]["decode_ms_per_token"] for n in names], color="#8172b2")
+        ax.bar_label(b, fmt="%.1f")
+        ax.set_ylabel("decode ms/token")
+        ax.set_title("Cluster on loopback (%s)\n%s" % (os.path.basename(c["model"]), _subtitle(res)), fontsize=9)
+        save(fig, "cluster.png")
+
+    v = _ok(res, "server")
+    if v:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = [x["streams"] for x in v["levels"]]
+        ax.plot(xs, [x["tok_s"] for x in v["levels"]], "o-", label="aggregate")
+        ax.plot(xs, [x["per_stream_tok_s"] for x in v["levels"]], "s--", label="per stream")
+        ax.set_xticks(xs)
+        ax.set_xlabel("concurrent streams")
+        ax.set_ylabel("completion tok/s")
+        ax.legend()
+        ax.set_title("deltafin serve (%s)\n%s" % (os.path.basename(v["model"]), _subtitle(res)), fontsize=9)
+        save(fig, "server.png")
+
+    t = _ok(res, "tokenizer")
+    if t:
+        names = list(t["tokenizers"])
+        fig, ax = plt.subplots(figsize=(6, 4))
+        w = 0.35
+        xs = range(len(names))
+        b1 = ax.bar([x - w / 2 for x in xs], [t["tokenizers"][n]["c"]["mb_s"] for n in names], w, label="C")
+        b2 = ax.bar([x + w / 2 for x in xs], [t["tokenizers"][n]["js"]["mb_s"] for n in names], w, label="JavaScript")
+        ax.bar_label(b1, fmt="%.2f")
+        ax.bar_label(b2, fmt="%.2f")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(names)
+        ax.set_ylabel("encode MB/s, one thread")
+        ax.legend()
+        ax.set_title("Tokenizer on Brown documents\n" + _subtitle(res), fontsize=9)
+        save(fig, "tokenizer.png")
+    return paths
+
+
+if __name__ == "__main__":
+    r = json.load(open(sys.argv[1]))
+    for p in plot_all(r, sys.argv[2] if len(sys.argv) > 2 else os.path.dirname(os.path.abspath(sys.argv[1]))):
+        print(p)

