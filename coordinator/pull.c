@@ -561,7 +561,7 @@ restart:
     return -1;
   }
   if (fchmod(fd, 0644) != 0) goto io_fail;
-  if (df_pull_publish(fd, e->partial, final, err, sizeof err) != 0) {
+  if (df_fs_publish(fd, e->partial, final, err, sizeof err) != 0) {
     fd = -1;
     snprintf(e->err, sizeof e->err, "%.300s: %.400s", e->path, err);
     return -1;
@@ -736,7 +736,7 @@ static int download_sparse(pull *p, void *h, entry *e) {
     /* the header range and the first span may touch: keep them separate records */
     nr++;
   }
-  if (df_pull_publish(fd, e->partial, final, err, sizeof err) != 0) {
+  if (df_fs_publish(fd, e->partial, final, err, sizeof err) != 0) {
     snprintf(e->err, sizeof e->err, "%.300s: %.400s", e->path, err);
     free(rs);
     return -1;
@@ -881,7 +881,7 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
                          "revision", p->rev, "commit", p->commit, "files", p->n));
 
   snprintf(path, sizeof path, "%.2048s/.deltafin/partial", p->dir);
-  if (df_pull_mkdirs(path, err, errlen) != 0) goto done;
+  if (df_fs_mkdirs(path, err, errlen) != 0) goto done;
   snprintf(path, sizeof path, "%.2048s/.deltafin/lock", p->dir);
   lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {

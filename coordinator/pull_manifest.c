@@ -270,7 +270,7 @@ int df_pull_manifest_write(const char *dir, const df_pull_manifest *m, char *err
   snprintf(path, sizeof path, "%s/%s", dir, DF_PULL_MANIFEST_NAME);
   size_t n = strlen(text);
   text[n] = '\n'; /* json_dumps leaves room for the NUL we overwrite; write n + 1 bytes */
-  rc = df_pull_write_atomic(path, text, n + 1, err, errlen);
+  rc = df_fs_write_atomic(path, text, n + 1, 0644, err, errlen);
   goto done;
 oom:
   snprintf(err, errlen, "out of memory writing the manifest");

@@ -9,6 +9,7 @@
 #ifndef DF_COORD_PULL_UTIL_H
 #define DF_COORD_PULL_UTIL_H
 
+#include "config/fsutil.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,17 +43,8 @@ void df_pull_gitsha_final(df_pull_gitsha *h, char hex[DF_PULL_SHA1_HEX]);
 int df_pull_hash_fd(int fd, uint64_t off, uint64_t len, const char *name,
                     char hex[DF_PULL_SHA256_HEX], df_pull_gitsha *git, char *err, size_t errlen);
 
-/* mkdir -p with mode 0755. 0, or -1 + message naming the path. */
-int df_pull_mkdirs(const char *path, char *err, size_t errlen);
-
-/* Publish an open temp file: fsync(fd), close(fd), rename(tmp, final) (creating final's parent
- * folders), fsync final's folder. fd is closed in every case. On error tmp is unlinked and
- * nothing exists at `final` that was not there before. 0 or -1 + message. */
-int df_pull_publish(int fd, const char *tmp, const char *final, char *err, size_t errlen);
-
-/* Write `len` bytes atomically to `path` (temp beside it, fsync, rename). 0 or -1 + message. */
-int df_pull_write_atomic(const char *path, const void *data, size_t len, char *err,
-                         size_t errlen);
+/* Folders and atomic publication: config/fsutil.h (df_fs_mkdirs, df_fs_publish,
+ * df_fs_write_atomic). */
 
 /* Read a whole file into a new NUL-terminated malloc'd buffer (caller frees), at most
  * `max` bytes. 0 or -1 + message. */

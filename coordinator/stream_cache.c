@@ -141,7 +141,7 @@ static int write_index(df_stream_cache *c, char *err, size_t errlen) {
   }
   char path[2300];
   snprintf(path, sizeof path, "%s/index.tsv", c->dir);
-  int rc = df_pull_write_atomic(path, buf, n, err, errlen);
+  int rc = df_fs_write_atomic(path, buf, n, 0644, err, errlen);
   free(buf);
   return rc;
 }
@@ -247,9 +247,9 @@ int df_stream_cache_open(const char *dir, uint64_t budget, df_stream_cache **out
   snprintf(c->dir, sizeof c->dir, "%s", dir);
   c->budget = budget;
   snprintf(p, sizeof p, "%s/blobs", dir);
-  if (df_pull_mkdirs(p, err, errlen) != 0) goto fail;
+  if (df_fs_mkdirs(p, err, errlen) != 0) goto fail;
   snprintf(p, sizeof p, "%s/tmp", dir);
-  if (df_pull_mkdirs(p, err, errlen) != 0) goto fail;
+  if (df_fs_mkdirs(p, err, errlen) != 0) goto fail;
   snprintf(p, sizeof p, "%s/lock", dir);
   c->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (c->lock_fd < 0 || flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
@@ -396,7 +396,7 @@ int df_stream_cache_put(df_stream_cache *c, const char *key, const void *buf, ui
       p += w;
       left -= (uint64_t)w;
     }
-    if (df_pull_publish(fd, tmp, fin, err, errlen) != 0) return -1;
+    if (df_fs_publish(fd, tmp, fin, err, errlen) != 0) return -1;
     c->used += len;
   }
   e->present = true;

@@ -232,7 +232,7 @@ static void test_manifest_roundtrip(void **state) {
   assert_int_equal(f->ranges[1].off, 70);
   snprintf(dir, sizeof dir, "%s/manifest", g_tmp);
   rm_rf(dir);
-  assert_int_equal(df_pull_mkdirs(dir, err, sizeof err), 0);
+  assert_int_equal(df_fs_mkdirs(dir, err, sizeof err), 0);
   assert_int_equal(df_pull_manifest_write(dir, &m, err, sizeof err), 0);
   df_pull_manifest m2;
   assert_int_equal(df_pull_manifest_read(dir, &m2, err, sizeof err), 0);
@@ -244,7 +244,7 @@ static void test_manifest_roundtrip(void **state) {
   df_pull_manifest_free(&m);
   snprintf(dir, sizeof dir, "%s/manifest-none", g_tmp);
   rm_rf(dir);
-  assert_int_equal(df_pull_mkdirs(dir, err, sizeof err), 0);
+  assert_int_equal(df_fs_mkdirs(dir, err, sizeof err), 0);
   assert_int_equal(df_pull_manifest_read(dir, &m, err, sizeof err), 1);
   df_pull_manifest_free(&m);
 }

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "transport/keys.h"
 
+#include "config/fsutil.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <mbedtls/ctr_drbg.h>
@@ -105,41 +107,7 @@ done:
 
 int df_proto_write_atomic(const char *path, const void *data, size_t len, int mode, char *err,
                           size_t errlen) {
-  char tmp[4200];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-    snprintf(err, errlen, "path too long: %s", path);
-    return -1;
-  }
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) {
-    snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    return -1;
-  }
-  const uint8_t *p = data;
-  size_t left = len;
-  while (left) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-      close(fd);
-      unlink(tmp);
-      return -1;
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (fchmod(fd, (mode_t)mode) != 0 || fsync(fd) != 0 || close(fd) != 0) {
-    snprintf(err, errlen, "cannot finish %s: %s", tmp, strerror(errno));
-    unlink(tmp);
-    return -1;
-  }
-  if (rename(tmp, path) != 0) {
-    snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    unlink(tmp);
-    return -1;
-  }
-  return 0;
+  return df_fs_write_atomic(path, data, len, mode, err, errlen);
 }
 
 /* Read a whole small file (< 16 MiB) into a NUL-terminated malloc'd buffer; NULL when it
