@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/tokenizer.h"
+
 struct df_spec {
   df_model *t, *d;
   df_kv_cache *tkv, *dkv;
@@ -52,6 +54,45 @@ void df_spec_disable(df_spec *s, const char *reason) {
   if (!s->pp.quiet) fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", reason);
 }
 
+uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx) {
+  if (ctx <= 0) ctx = df_model_max_ctx(draft);
+  df_model_bytes b = df_model_memory(draft);
+  uint64_t V = (uint64_t)df_model_cfg(draft)->vocab_size;
+  return df_model_kv_bytes_per_token(draft) * (uint64_t)ctx + b.buffers + (b.total - b.shared) +
+         (uint64_t)(DF_SPEC_K_MAX + 1) * V * sizeof(float);
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read. */
+static int64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+/* Why the draft does not fit (into why), or false when it does or cannot be judged. */
+static bool short_of_memory(const df_spec *s, const df_model *draft, char *why, size_t whylen) {
+  int64_t reserve = s->pp.mem_reserve;
+  if (reserve == 0) {
+    const char *e = getenv("DF_DRAFT_MEM_RESERVE");
+    char *end = NULL;
+    long long v = e && *e ? strtoll(e, &end, 10) : 0;
+    reserve = e && *e && end && *end == 0 ? (int64_t)v : DF_SPEC_MEM_RESERVE_DEFAULT;
+  }
+  if (reserve < 0) return false;
+  int64_t avail = mem_available();
+  if (avail < 0) return false;
+  uint64_t need = df_spec_draft_need_bytes(draft, s->ctx);
+  if ((double)avail - (double)need >= (double)reserve) return false;
+  snprintf(why, whylen, "memory headroom short (the draft needs %.1f MiB, MemAvailable %.1f MiB, "
+           "reserve %.1f MiB)", need / 1048576.0, avail / 1048576.0, reserve / 1048576.0);
+  return true;
+}
+
 df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params *sp,
                      const df_spec_params *pp, int64_t ctx, char *err, size_t errlen) {
   df_spec *s = calloc(1, sizeof *s);
@@ -82,8 +123,10 @@ df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params 
       snprintf(derr, sizeof derr, "the draft's vocabulary (%lld tokens) differs from the target's "
                "(%lld)", (long long)df_model_cfg(draft)->vocab_size, (long long)s->V);
       df_spec_disable(s, derr);
+    } else if (short_of_memory(s, draft, derr, sizeof derr)) {
+      df_spec_disable(s, derr);
     } else if (!(s->dkv = df_model_kv_new(draft, s->ctx, derr, sizeof derr))) {
-      char why[200];
+      char why[300];
       snprintf(why, sizeof why, "draft KV cache: %s", derr);
       df_spec_disable(s, why);
     } else {
@@ -310,6 +353,10 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
       a++;
       continue;
     }
+    if (s->pp.test_plain_resample) { /* TESTS ONLY (see spec.h): the wrong rule */
+      x = draw(s, s->pbuf);
+      break;
+    }
     /* residual distribution normalise(max(0, p - q)) */
     double z = 0;
     for (int64_t j = 0; j < V; j++) {
@@ -352,4 +399,102 @@ draft_failed : {
   df_spec_disable(s, why);
   return step_target_alone(s, out, err, errlen);
 }
+}
+
+/* ---- loading a draft ------------------------------------------------------------------- */
+
+/* Whole file into memory (NUL-terminated); NULL when absent or unreadable. */
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n + 65536 + 1 > cap) {
+      cap = cap ? 2 * cap : 1 << 20;
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, 65536, f);
+    n += got;
+    if (got < 65536) break;
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return NULL;
+  }
+  buf[n] = 0;
+  *len = n;
+  return buf;
+}
+
+/* 0 when the two folders' tokenizers map every id to the same bytes (or either folder has no
+ * tokenizer.json), else -1 with the difference in why. */
+static int same_tokenizer(const char *tdir, const char *ddir, char *why, size_t whylen) {
+  char tp[1100], dp[1100];
+  snprintf(tp, sizeof tp, "%s/tokenizer.json", tdir);
+  snprintf(dp, sizeof dp, "%s/tokenizer.json", ddir);
+  size_t tn = 0, dn = 0;
+  char *tb = slurp(tp, &tn), *db = tb ? slurp(dp, &dn) : NULL;
+  bool identical = tb && db && tn == dn && memcmp(tb, db, tn) == 0;
+  bool either_missing = !tb || !db;
+  free(tb);
+  free(db);
+  if (identical || either_missing) return 0;
+  /* different files: the ids must still mean the same bytes */
+  df_tok *tt = NULL, *dt = NULL;
+  char e[512];
+  int rc = -1;
+  if (df_tok_load(tdir, &tt, e, sizeof e) != 0 || df_tok_load(ddir, &dt, e, sizeof e) != 0) {
+    snprintf(why, whylen, "tokenizer: %s", e);
+    goto done;
+  }
+  size_t n = df_tok_vocab_size(tt);
+  if (df_tok_vocab_size(dt) != n) {
+    snprintf(why, whylen, "the draft's tokenizer has %zu tokens, the target's %zu",
+             df_tok_vocab_size(dt), n);
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) {
+    size_t la = 0, lb = 0;
+    const uint8_t *a = df_tok_id_to_bytes(tt, (int32_t)i, &la);
+    const uint8_t *b = df_tok_id_to_bytes(dt, (int32_t)i, &lb);
+    if ((!a) != (!b) || la != lb || (la && memcmp(a, b, la) != 0) ||
+        df_tok_is_special(tt, (int32_t)i) != df_tok_is_special(dt, (int32_t)i)) {
+      snprintf(why, whylen, "the draft's tokenizer differs from the target's (token id %zu)", i);
+      goto done;
+    }
+  }
+  rc = 0;
+done:
+  df_tok_destroy(&tt);
+  df_tok_destroy(&dt);
+  return rc;
+}
+
+int df_spec_draft_load(df_model *target, const char *target_dir, const char *draft_dir,
+                       const df_model_opts *opts, df_model **out, char *why, size_t whylen) {
+  *out = NULL;
+  df_model_opts o = {.max_ctx = df_model_max_ctx(target), .max_rows = DF_SPEC_K_MAX + 1};
+  if (opts) o = *opts;
+  o.share_from = target;
+  char err[1024];
+  df_model *d = NULL;
+  if (df_model_load(draft_dir, &o, &d, err, sizeof err) != 0) {
+    snprintf(why, whylen, "draft %s: %s", draft_dir, err);
+    return -1;
+  }
+  if (target_dir && same_tokenizer(target_dir, draft_dir, why, whylen) != 0) {
+    df_model_destroy(&d);
+    return -1;
+  }
+  *out = d;
+  return 0;
 }

@@ -38,7 +38,20 @@ typedef struct df_spec_params {
   int k_max;     /* 0 = DF_SPEC_K_MAX */
   bool adaptive; /* adapt k to measured acceptance and cost; stop drafting when it does not pay */
   bool quiet;    /* no log line when drafting switches off */
+  /* Memory headroom, bytes: drafting stays off when MemAvailable (/proc/meminfo) minus the
+   * draft's needs (df_spec_draft_need_bytes) is below this. 0 = the environment variable
+   * DF_DRAFT_MEM_RESERVE (bytes) when set, else DF_SPEC_MEM_RESERVE_DEFAULT; < 0 = no check.
+   * Where /proc/meminfo cannot be read the check is skipped. */
+  int64_t mem_reserve;
+  /* TESTS ONLY, deliberately wrong: on a rejection draw the replacement from p instead of
+   * the residual normalise(max(0, p - q)). The output is then no longer distributed as the
+   * target's; tests/test_spec_sampling.c turns this on to show that its chi-square test
+   * detects the difference. Never set it elsewhere. */
+  bool test_plain_resample;
 } df_spec_params;
+
+/* Default memory reserve kept free when a draft is used (256 MiB). */
+#define DF_SPEC_MEM_RESERVE_DEFAULT ((int64_t)256 << 20)
 
 typedef struct df_spec_stats {
   int64_t rounds;          /* verify forwards with a draft */
@@ -50,7 +63,7 @@ typedef struct df_spec_stats {
   double verify_ms;        /* total target time after prefill */
   bool drafting;           /* drafting currently on */
   int k;                   /* current draft length */
-  char off_reason[160];    /* why drafting is off ("" when on or never configured) */
+  char off_reason[256];    /* why drafting is off ("" when on or never configured) */
   int k_hist[DF_SPEC_K_MAX + 1]; /* rounds run at each k */
 } df_spec_stats;
 
@@ -58,8 +71,10 @@ typedef struct df_spec df_spec;
 
 /* A generator for one sequence of up to ctx tokens (0 = the target's max_ctx).
  * `draft` may be NULL (target alone). A draft whose vocabulary size differs from the
- * target's, or whose KV cache cannot be allocated, is not an error: drafting is switched
- * off with the reason in stats.off_reason and one log line on stderr (unless quiet).
+ * target's, that does not fit in memory (MemAvailable - df_spec_draft_need_bytes(draft, ctx)
+ * < the reserve, see df_spec_params.mem_reserve) or whose KV cache cannot be allocated is not
+ * an error: drafting is switched off with the reason in stats.off_reason and one log line on
+ * stderr (unless quiet); the output is then the target's alone.
  * Errors (NULL + message): bad sampler parameters, target KV allocation failure. */
 df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params *sp,
                      const df_spec_params *pp, int64_t ctx, char *err, size_t errlen);
@@ -82,5 +97,23 @@ df_spec_stats df_spec_get_stats(const df_spec *s);
 
 /* Turn drafting off for the rest of the sequence (reason is logged once unless quiet). */
 void df_spec_disable(df_spec *s, const char *reason);
+
+/* Bytes a draft still needs to run a sequence of ctx tokens (0 = its max_ctx): its KV cache
+ * (df_model_kv_bytes_per_token x ctx), its planned buffers, its weights not shared with the
+ * target (df_model_bytes.total - .shared) and the generator's per-draft scratch
+ * ((DF_SPEC_K_MAX + 1) x vocab fp32). */
+uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx);
+
+/* Load the draft model in draft_dir for `target` (loaded from target_dir), the way
+ * `deltafin run --draft` does: opts as given (NULL: max_ctx = the target's, max_rows =
+ * DF_SPEC_K_MAX + 1, threads 0) with share_from set to target, so an embedding / lm_head
+ * byte-identical to the target's is mapped once (the target must outlive the draft); then
+ * the tokenizers are compared: when both folders have a tokenizer.json, the files must be
+ * byte-identical or, failing that, give every id the same bytes and special flag.
+ * Returns 0 with *out set, or -1 with *out NULL and why the draft cannot be used in `why`
+ * (one line: the load error naming the file, or the tokenizer difference). A -1 is not a
+ * failure of the run: the caller logs `why` once and runs the target alone. */
+int df_spec_draft_load(df_model *target, const char *target_dir, const char *draft_dir,
+                       const df_model_opts *opts, df_model **out, char *why, size_t whylen);
 
 #endif

@@ -4,6 +4,18 @@
               down_proj flipped: a draft that agrees with the target often, not always
   vocab256/   a qwen3 dense model with a 256-token vocabulary (mismatch with the 512-token
               targets: drafting must switch itself off)
+  v16-target/, v16-draft/
+              a 16-token vocabulary pair for the sampling-distribution test: a qwen3_moe
+              target (tiny-moe-tied shapes) and a qwen3 dense draft with other weights, both
+              with logit scale 2 so that every token has mass
+  big-target/, big-draft/
+              tied qwen3_moe target and qwen3 dense draft with a 32768 x 256 bf16 embedding
+              table (16 MiB) that is byte-identical in both (same seed, same name, same scale):
+              the shared-tensor test
+  target-tok/ tiny-moe-sparse (files linked) with a small byte-level BPE tokenizer.json;
+  tok-same/   the perturbed draft with the same tokenizer written with other JSON formatting
+  tok-diff/   the perturbed draft with a tokenizer whose ids 256 and 257 are swapped
+  corrupt/    the perturbed draft with its safetensors file cut in half (load fails)
 usage: make_spec_drafts.py FIXTURES_DIR OUT_DIR
 """
 import json
@@ -16,8 +28,13 @@ import sys
 import numpy as np
 
 
+OUT = None
+
+
 def main():
+    global OUT
     fixtures, out = sys.argv[1:3]
+    OUT = out
     src = os.path.join(fixtures, "tiny-moe-sparse")
     dst = os.path.join(out, "perturbed")
     shutil.rmtree(dst, ignore_errors=True)
@@ -39,10 +56,83 @@ def main():
         blob[base + b:base + e] = w.tobytes()
     with open(os.path.join(dst, "model.safetensors"), "wb") as f:
         f.write(blob)
+    mk("vocab256", "--preset", "tiny-dense", "--vocab", "256")
+    mk("v16-target", "--preset", "tiny-moe-tied", "--vocab", "16", "--logit-scale", "2")
+    mk("v16-draft", "--preset", "tiny-dense", "--vocab", "16", "--logit-scale", "2", "--seed", "77")
+    mk("big-target", "--preset", "tiny-moe-tied", "--vocab", "32768", "--hidden", "256")
+    mk("big-draft", "--preset", "tiny-dense", "--vocab", "32768", "--hidden", "256", "--tied",
+       "true", "--seed", "1001", "--layers", "1")
+    tok = byte_level_tokenizer()
+    tgt = os.path.join(out, "target-tok")
+    shutil.rmtree(tgt, ignore_errors=True)
+    os.makedirs(tgt)
+    for fn in os.listdir(src):
+        os.symlink(os.path.join(os.path.abspath(src), fn), os.path.join(tgt, fn))
+    with open(os.path.join(tgt, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, indent=2)
+    for name, t, indent in (("tok-same", tok, None),
+                            ("tok-diff", swap_ids(tok, 256, 257), 2),
+                            ("corrupt", None, None)):
+        d = os.path.join(out, name)
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(dst, d)
+        if t is not None:
+            with open(os.path.join(d, "tokenizer.json"), "w") as f:
+                json.dump(t, f, indent=indent)
+        else:
+            path = os.path.join(d, "model.safetensors")
+            size = os.path.getsize(path)
+            with open(path, "r+b") as f:
+                f.truncate(size // 2)
+
+
+def mk(name, *args):
     here = os.path.dirname(os.path.abspath(__file__))
-    subprocess.run([sys.executable, os.path.join(here, "reference", "make_checkpoint.py"),
-                    "--preset", "tiny-dense", "--vocab", "256", "--out",
-                    os.path.join(out, "vocab256")], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, os.path.join(here, "reference", "make_checkpoint.py"), *args,
+                    "--out", os.path.join(OUT, name)], check=True, stdout=subprocess.DEVNULL)
+
+
+def byte_level_tokenizer():
+    """A GPT-2-style byte-level BPE tokenizer.json: the 256 byte symbols and a few merges."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    sym = [chr(c) for _, c in sorted(zip(bs, cs))]
+    vocab = {s: i for i, s in enumerate(sym)}
+    merges = []
+    for a, b in zip("thaeiouns", "heentrdgt"):
+        for x, y in ((a, b), (b, a)):
+            if x + y not in vocab:
+                vocab[x + y] = len(vocab)
+                merges.append(x + " " + y)
+    return {"version": "1.0", "truncation": None, "padding": None,
+            "added_tokens": [{"id": len(vocab), "content": "<|endoftext|>", "single_word": False,
+                              "lstrip": False, "rstrip": False, "normalized": False,
+                              "special": True}],
+            "normalizer": None,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                              "use_regex": True},
+            "post_processor": None,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                        "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": "", "end_of_word_suffix": "",
+                      "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                      "merges": merges}}
+
+
+def swap_ids(tok, a, b):
+    t = json.loads(json.dumps(tok))
+    v = t["model"]["vocab"]
+    ka = next(k for k, i in v.items() if i == a)
+    kb = next(k for k, i in v.items() if i == b)
+    v[ka], v[kb] = b, a
+    return t
 
 
 if __name__ == "__main__":

@@ -1,0 +1,212 @@
+/* tests/test_spec_sampling.c — speculative sampling leaves the output distribution the
+ * target's (coordinator/spec.c; Leviathan et al. 2023, Chen et al. 2023).
+ *
+ * A 16-token-vocabulary pair (make_spec_drafts.py: v16-target, a qwen3_moe, and v16-draft, a
+ * qwen3 dense model with other weights, so q is far from p) generates the first two tokens
+ * after a fixed prompt once per seed, N_RUNS seeds per configuration. The exact target
+ * distributions come from the target's own logits through the same sampler filter
+ * (df_sampler_probs): p0(x1) after the prompt and p1(x2 | x1) after prompt + x1, so the
+ * bigram law is p0(x1) p1(x2 | x1). Pearson's chi-square compares the observed first-token
+ * counts (16 cells) and bigram counts (256 cells; cells expecting fewer than 5 are pooled)
+ * with N_RUNS times those laws. The critical value is the chi-square quantile at
+ * ALPHA = 1e-4 (Wilson-Hilferty approximation, exact to a few tenths here), so each check
+ * false-alarms with probability ~1e-4; the seeds are fixed, so the test is deterministic.
+ *
+ * Configurations: k = 1 (the bonus token drawn from p_k after an accepted draft token) and
+ * k = 3 with T 1.5, top-k 6, top-p 0.95 (acceptance chains, filtered p and q), plus the target
+ * alone as a control of the harness.
+ *
+ * Power: the same runs with df_spec_params.test_plain_resample (on rejection, draw from p
+ * instead of normalise(max(0, p - q)); a test-only switch in spec.c) must FAIL the same
+ * chi-square checks. Recorded when this test was written (N_RUNS 2500; crit = critical value):
+ *   target alone, T=1             unigram   9.0 (crit 39.5)   bigram  35.8 (crit 80.8)
+ *   k=1, T=1, residual            unigram  12.3 (crit 39.5)   bigram  29.2 (crit 80.8)  pass
+ *   k=1, T=1, plain from p        unigram 406.6               bigram 439.6              FAIL
+ *   k=3, T=1.5 top-k 6 top-p 0.95 unigram   2.1 (crit 24.2)   bigram  19.5 (crit 63.4)  pass
+ *   k=3, ..., plain from p        unigram 332.3               bigram 702.7              FAIL
+ * (acceptance 0.51 at k=1, 0.25 at k=3); every run prints its figures ("# ..." lines).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coordinator/spec.h"
+
+#define V 16
+#define N_RUNS 2500
+#define ALPHA_Z 3.7190 /* standard normal upper quantile of ALPHA = 1e-4 */
+
+static const int32_t prompt[] = {1, 2, 3, 4, 5};
+#define NP ((int64_t)(sizeof prompt / sizeof prompt[0]))
+
+static df_model *load(const char *name) {
+  char dir[1024], err[1024];
+  snprintf(dir, sizeof dir, "%s/spec-drafts/%s", DF_BINARY_DIR, name);
+  df_model *m = NULL;
+  df_model_opts o = {.max_ctx = 32, .max_rows = 16, .threads = 1};
+  if (df_model_load(dir, &o, &m, err, sizeof err) != 0) fail_msg("load %s: %s", dir, err);
+  assert_int_equal(df_model_cfg(m)->vocab_size, V);
+  return m;
+}
+
+/* Exact first-token law p0 [V] and conditional second-token laws p1 [V][V] (row x1). */
+static void exact_laws(df_model *t, const df_sampler_params *sp, double *p0, double *p1) {
+  char err[1024];
+  df_sampler *smp = df_sampler_new(sp, V, err, sizeof err);
+  df_kv_cache *kv = df_model_kv_new(t, 0, err, sizeof err);
+  assert_non_null(smp);
+  assert_non_null(kv);
+  float logits[V], probs[V];
+  assert_int_equal(df_model_forward(t, kv, prompt, NP, DF_LOGITS_LAST, logits, err, sizeof err), 0);
+  df_sampler_probs(smp, logits, probs);
+  for (int i = 0; i < V; i++) p0[i] = probs[i];
+  for (int32_t x = 0; x < V; x++) {
+    df_kv_truncate(kv, NP);
+    assert_int_equal(df_model_forward(t, kv, &x, 1, DF_LOGITS_LAST, logits, err, sizeof err), 0);
+    df_sampler_probs(smp, logits, probs);
+    for (int i = 0; i < V; i++) p1[x * V + i] = probs[i];
+  }
+  df_kv_destroy(&kv);
+  df_sampler_destroy(&smp);
+}
+
+/* Pearson's chi-square of counts [n] against n_runs * law [n], pooling the cells that expect
+ * fewer than 5 into one; *dof gets the degrees of freedom (cells - 1). */
+static double chi_square(const long *counts, const double *law, int n, long n_runs, int *dof) {
+  double chi = 0, pool_e = 0, pool_o = 0;
+  int cells = 0;
+  for (int i = 0; i < n; i++) {
+    double e = law[i] * (double)n_runs;
+    if (e < 5) {
+      pool_e += e;
+      pool_o += (double)counts[i];
+      continue;
+    }
+    chi += ((double)counts[i] - e) * ((double)counts[i] - e) / e;
+    cells++;
+  }
+  if (pool_e > 0 || pool_o > 0) {
+    /* an observation where the law puts no mass at all is an outright failure */
+    double e = pool_e > 1e-9 ? pool_e : 1e-9;
+    chi += (pool_o - pool_e) * (pool_o - pool_e) / e;
+    cells++;
+  }
+  *dof = cells - 1;
+  return chi;
+}
+
+/* Chi-square upper quantile for `dof` degrees of freedom at ALPHA (Wilson-Hilferty). */
+static double chi_crit(int dof) {
+  double d = dof, a = 2.0 / (9.0 * d);
+  double c = 1 - a + ALPHA_Z * sqrt(a);
+  return d * c * c * c;
+}
+
+typedef struct result {
+  double chi_uni, chi_bi, crit_uni, crit_bi;
+  double acceptance;
+} result;
+
+static result run_config(df_model *t, df_model *d, const df_sampler_params *sp0, int k,
+                         bool plain, const double *p0, const double *p1, const char *label) {
+  static long uni[V], bi[V * V];
+  memset(uni, 0, sizeof uni);
+  memset(bi, 0, sizeof bi);
+  char err[1024];
+  int64_t drafted = 0, accepted = 0;
+  for (long r = 0; r < N_RUNS; r++) {
+    df_sampler_params sp = *sp0;
+    sp.seed = 1000003u * (uint64_t)r + 17u;
+    df_spec_params pp = {.k_init = k, .k_min = k, .k_max = k, .quiet = true, .mem_reserve = -1,
+                         .test_plain_resample = plain};
+    df_spec *s = df_spec_new(t, d, &sp, &pp, 0, err, sizeof err);
+    if (!s) fail_msg("%s", err);
+    if (df_spec_prefill(s, prompt, NP, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    int32_t got[2], n = 0;
+    while (n < 2) {
+      int32_t toks[DF_SPEC_K_MAX + 1];
+      int m = df_spec_step(s, toks, err, sizeof err);
+      if (m < 1) fail_msg("step: %s", err);
+      for (int i = 0; i < m && n < 2; i++) got[n++] = toks[i];
+    }
+    df_spec_stats st = df_spec_get_stats(s);
+    drafted += st.drafted;
+    accepted += st.accepted;
+    df_spec_destroy(&s);
+    uni[got[0]]++;
+    bi[got[0] * V + got[1]]++;
+  }
+  double law_bi[V * V];
+  for (int a = 0; a < V; a++)
+    for (int b = 0; b < V; b++) law_bi[a * V + b] = p0[a] * p1[a * V + b];
+  result res;
+  int du, db;
+  res.chi_uni = chi_square(uni, p0, V, N_RUNS, &du);
+  res.chi_bi = chi_square(bi, law_bi, V * V, N_RUNS, &db);
+  res.crit_uni = chi_crit(du);
+  res.crit_bi = chi_crit(db);
+  res.acceptance = drafted ? (double)accepted / (double)drafted : 0;
+  printf("# %-34s unigram chi2 %8.1f (dof %3d, crit %6.1f)  bigram chi2 %8.1f (dof %3d, crit "
+         "%6.1f)  acceptance %.3f\n", label, res.chi_uni, du, res.crit_uni, res.chi_bi, db,
+         res.crit_bi, res.acceptance);
+  return res;
+}
+
+static void check_config(const df_sampler_params *sp, int k, const char *name) {
+  df_model *t = load("v16-target"), *d = load("v16-draft");
+  double p0[V], p1[V * V];
+  exact_laws(t, sp, p0, p1);
+  char label[96];
+  snprintf(label, sizeof label, "%s, residual max(0,p-q)", name);
+  result ok = run_config(t, d, sp, k, false, p0, p1, label);
+  assert_true(ok.chi_uni < ok.crit_uni);
+  assert_true(ok.chi_bi < ok.crit_bi);
+  /* the draft is far from the target: both acceptance and rejection are frequent */
+  assert_true(ok.acceptance > 0.1 && ok.acceptance < 0.9);
+  /* power: the deliberately wrong rule is detected by the same statistics */
+  snprintf(label, sizeof label, "%s, WRONG plain resample from p", name);
+  result bad = run_config(t, d, sp, k, true, p0, p1, label);
+  assert_true(bad.chi_uni > bad.crit_uni || bad.chi_bi > bad.crit_bi);
+  df_model_destroy(&t);
+  df_model_destroy(&d);
+}
+
+static void test_k1_temperature1(void **state) {
+  (void)state;
+  df_sampler_params sp = {.temperature = 1.0, .top_p = 1.0};
+  check_config(&sp, 1, "k=1, T=1");
+}
+
+static void test_k3_filtered(void **state) {
+  (void)state;
+  df_sampler_params sp = {.temperature = 1.5, .top_p = 0.95, .top_k = 6};
+  check_config(&sp, 3, "k=3, T=1.5 top-k 6 top-p 0.95");
+}
+
+/* Control: the target alone passes the same checks (the harness is not biased). */
+static void test_target_alone_control(void **state) {
+  (void)state;
+  df_model *t = load("v16-target");
+  df_sampler_params sp = {.temperature = 1.0, .top_p = 1.0};
+  double p0[V], p1[V * V];
+  exact_laws(t, &sp, p0, p1);
+  result r = run_config(t, NULL, &sp, 1, false, p0, p1, "target alone, T=1");
+  assert_true(r.chi_uni < r.crit_uni);
+  assert_true(r.chi_bi < r.crit_bi);
+  df_model_destroy(&t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_target_alone_control),
+      cmocka_unit_test(test_k1_temperature1),
+      cmocka_unit_test(test_k3_filtered),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
