@@ -210,10 +210,10 @@ int df_cmd_run(int argc, char **argv) {
     goto done;
   }
   if (draft_dir && !no_draft) {
-    /* a draft that cannot be loaded is not fatal: the target runs alone */
-    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1};
-    if (df_model_load(draft_dir, &dmo, &dm, err, sizeof err) != 0)
-      fprintf(stderr, "deltafin: drafting off: draft %s: %s; the target runs alone\n", draft_dir, err);
+    /* a draft that cannot be loaded, or whose tokenizer differs, is not fatal: the target
+     * runs alone; an embedding / lm_head identical to the target's is mapped once */
+    if (df_spec_draft_load(m, model_dir, draft_dir, NULL, &dm, err, sizeof err) != 0)
+      fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", err);
   }
   copts.stats = stats;
   if (cluster && df_cluster_attach(m, &copts, err, sizeof err) != 0) {

@@ -10,11 +10,13 @@
 #include "engine/model_internal.h"
 
 #include <assert.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/expert_local.h"
 #include "engine/kernels.h"
@@ -233,6 +235,60 @@ static int build_rope(df_model *m, char *err, size_t errlen) {
   return 0;
 }
 
+/* ---- sharing identical tensors with another loaded model (df_model_opts.share_from) ---- */
+
+/* True when the bytes of `t` (read from its file with pread, so this model's mapping is not
+ * touched) equal `nbytes` bytes at `ref`. The first block is compared alone first, so
+ * different tables cost one small read. Any I/O failure answers false. */
+static bool file_bytes_equal(const df_model *m, const df_st_tensor *t, const uint8_t *ref) {
+  int fd = open(file_of(m, t), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  enum { BLK = 1 << 20 };
+  uint8_t *buf = malloc(BLK);
+  bool same = buf != NULL;
+  for (uint64_t off = 0; same && off < t->nbytes;) {
+    size_t want = off == 0 ? 4096 : BLK;
+    if (want > t->nbytes - off) want = (size_t)(t->nbytes - off);
+    ssize_t got = pread(fd, buf, want, (off_t)(t->file_offset + off));
+    if (got <= 0) {
+      same = false;
+      break;
+    }
+    same = memcmp(buf, ref + off, (size_t)got) == 0;
+    off += (uint64_t)got;
+  }
+  free(buf);
+  close(fd);
+  return same;
+}
+
+/* If this model's tensor `name` (bound as *dst) equals share_from's embed_tokens or lm_head
+ * (dtype, shape, bytes), rebind *dst to share_from's mapping. 0, or -1 out of memory. */
+static int share_tensor(df_model *m, const df_model *src, const char *name,
+                        const df_t_tensor **dst, char *err, size_t errlen) {
+  const df_st_tensor *t = df_st_find(m->st, name);
+  if (!t || !*dst) return 0;
+  const char *cands[] = {"model.embed_tokens.weight", "lm_head.weight"};
+  for (int i = 0; i < 2; i++) {
+    const df_st_tensor *r = df_st_find(src->st, cands[i]);
+    if (!r || r->dtype != t->dtype || r->ndim != t->ndim || r->nbytes != t->nbytes) continue;
+    bool same = true;
+    for (int d = 0; d < t->ndim; d++) same = same && r->shape[d] == t->shape[d];
+    if (!same || !file_bytes_equal(m, t, r->data)) continue;
+    df_t_tensor *h = df_t_wrap(r->data, r->dtype, r->ndim, r->shape, err, errlen);
+    if (!h) return -1;
+    if (track(m, h) != 0) {
+      df_t_destroy(&h);
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    *dst = h; /* the handle on this model's own mapping stays tracked, never read */
+    m->bytes.shared += t->nbytes;
+    return 0;
+  }
+  return 0;
+}
+
 static df_t_tensor *buf2(int64_t a, int64_t b, char *err, size_t errlen) {
   int64_t s[2] = {a, b};
   return df_t_new_f32(2, s, err, errlen);
@@ -305,6 +361,14 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
     m->lm_head = m->embed;
   } else {
     BIND(m->lm_head, "lm_head.weight", 2, c->vocab_size, H);
+  }
+  if (opts && opts->share_from) {
+    if (share_tensor(m, opts->share_from, "model.embed_tokens.weight", &m->embed, err, errlen) != 0)
+      goto fail;
+    if (c->tie_word_embeddings)
+      m->lm_head = m->embed;
+    else if (share_tensor(m, opts->share_from, "lm_head.weight", &m->lm_head, err, errlen) != 0)
+      goto fail;
   }
   m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
   if (!m->layers) {

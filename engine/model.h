@@ -42,6 +42,14 @@ typedef struct df_model_opts {
   int64_t max_ctx;  /* tokens a sequence may hold; 0 = min(max_position_embeddings, 4096) */
   int64_t max_rows; /* rows per forward chunk (prefill chunk size); 0 = 64 */
   int threads;      /* compute threads; 0 = every online CPU */
+  /* A loaded model (borrowed; it must outlive the one being loaded) whose identical tensors
+   * are reused: this model's model.embed_tokens.weight and lm_head.weight are compared with
+   * share_from's embed_tokens and lm_head (equal dtype, shape and bytes; this model's bytes
+   * are read with pread, never through its own mapping) and, when identical, bound to
+   * share_from's mapping, so that table is resident once and this model's file pages for it
+   * are never touched. NULL = no sharing. Typical use: a speculative-decoding draft that
+   * ships the target's embedding table (DESIGN.md §5). */
+  const struct df_model *share_from;
 } df_model_opts;
 
 /* Memory plan of a loaded model, in bytes of the stored tensors. */
@@ -51,13 +59,16 @@ typedef struct df_model_bytes {
   uint64_t experts;   /* routed experts */
   uint64_t active_per_token; /* resident + top-k experts of every MoE layer (decode traffic) */
   uint64_t buffers;   /* planned activation buffers (fp32) */
+  uint64_t shared;    /* of `total`, bytes bound to opts.share_from's mapping (not this model's) */
 } df_model_bytes;
 
 /* Load DIR (config.json, generation_config.json, *.safetensors): validates every tensor's
  * presence, dtype (BF16/F16/F32; deepseek_v3 linear weights also F8_E4M3 with an F32
  * `_scale_inv` of the config's weight_block_size; other F8/INT uses are refused by name) and
  * shape against the config, wraps the mmap (no copy), plans buffers for opts->max_rows rows, builds RoPE
- * tables for max_ctx positions and a local expert backend.
+ * tables for max_ctx positions and a local expert backend. With opts->share_from, identical
+ * embedding / lm_head tensors are reused from that model (see df_model_opts; a failed
+ * comparison, e.g. an unreadable file, just means no sharing).
  * Errors (-1, one line in err naming the file and tensor): config errors, safetensors
  * errors, a missing tensor, a dtype or shape disagreeing with the config, out of memory. */
 int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, char *err,
