@@ -9,3 +9,5 @@ set_tests_properties(test_spec PROPERTIES FIXTURES_REQUIRED spec_drafts)
 df_add_cmocka_test(test_spec_sampling SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_sampling.c
   LIBS dfcoord)
 set_tests_properties(test_spec_sampling PROPERTIES FIXTURES_REQUIRED spec_drafts)
+df_add_cmocka_test(test_spec_mem SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_mem.c LIBS dfcoord)
+set_tests_properties(test_spec_mem PROPERTIES FIXTURES_REQUIRED spec_drafts)
