@@ -11,3 +11,12 @@ df_add_cmocka_test(test_spec_sampling SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_s
 set_tests_properties(test_spec_sampling PROPERTIES FIXTURES_REQUIRED spec_drafts)
 df_add_cmocka_test(test_spec_mem SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_mem.c LIBS dfcoord)
 set_tests_properties(test_spec_mem PROPERTIES FIXTURES_REQUIRED spec_drafts)
+foreach(scenario fallbacks cluster demo_cluster)
+  add_test(NAME spec_${scenario}
+    COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/spec_cli.py ${scenario} ${PROJECT_BINARY_DIR}
+            ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/spec-drafts ${PROJECT_BINARY_DIR}/spec-cli/${scenario}
+            ${PROJECT_SOURCE_DIR}/models)
+  set_tests_properties(spec_${scenario} PROPERTIES FIXTURES_REQUIRED spec_drafts TIMEOUT 600
+                       SKIP_RETURN_CODE 77)
+endforeach()
+set_tests_properties(spec_cluster spec_demo_cluster PROPERTIES LABELS cluster)

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Speculative decoding through `deltafin run`: fallbacks and the cluster.
+
+usage: spec_cli.py SCENARIO BUILD_DIR FIXTURES_DIR DRAFTS_DIR WORK_DIR [MODELS_DIR]
+SCENARIO:
+  fallbacks  with a draft (perturbed tiny-moe-sparse) the greedy ids equal --no-draft's and
+             --stats reports the drafting figures; a corrupt draft, a missing draft folder, a
+             draft whose tokenizer.json maps ids differently, a draft of another vocabulary
+             and a memory reserve the machine cannot keep (DF_DRAFT_MEM_RESERVE) each give
+             exit 0, the --no-draft ids and exactly one "drafting off" line; a tokenizer
+             differing only in JSON formatting keeps drafting on; seeded sampling with a draft
+             is reproducible
+  cluster    three df-node processes on 127.0.0.x loopback holding the target's routed
+             experts (budgets of 3, 5 and 9 of the 16 pairs): greedy ids with the draft
+             (fixed k = 3, and adaptive k) equal the local --no-draft ids and the cluster
+             --no-draft ids; the verify batches went through the nodes
+  demo_cluster
+             the same three-node comparison on models/demo-moe + models/demo-draft
+             (MODELS_DIR), 4 prompts x 128 tokens; exit 77 (skipped) while they are missing
+Readiness is awaited on log lines, never on fixed sleeps.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+SCEN, BUILD, FIX, DRAFTS, WORK = sys.argv[1:6]
+MODELS = sys.argv[6] if len(sys.argv) > 6 else None
+DELTAFIN = os.path.join(BUILD, "coordinator", "deltafin")
+DFNODE = os.path.join(BUILD, "node", "df-node")
+TARGET = os.path.join(FIX, "tiny-moe-sparse")
+PROMPT = "400,3,77,1,0,12,5,6,9,100"
+DEADLINE = 120.0
+
+failures = []
+procs = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def run(*args, env=None, timeout=180):
+    e = dict(os.environ)
+    e.pop("DF_DRAFT_MEM_RESERVE", None)
+    if env:
+        e.update(env)
+    r = subprocess.run([DELTAFIN, "run", *args], capture_output=True, text=True, timeout=timeout,
+                       env=e)
+    return r.returncode, r.stdout.split(), r.stderr
+
+
+def off_lines(stderr):
+    return [ln for ln in stderr.splitlines() if "drafting off" in ln]
+
+
+def scen_fallbacks():
+    common = ["--model", TARGET, "--prompt-ids", PROMPT, "--max-new", "40", "--temperature", "0",
+              "--ignore-eos"]
+    rc, base, err = run(*common, "--no-draft")
+    check(rc == 0 and len(base) == 40, "--no-draft generates 40 ids")
+    rc, ids, err = run(*common, "--draft", os.path.join(DRAFTS, "perturbed"), "--stats")
+    check(rc == 0 and ids == base, "with the perturbed draft, adaptive k: ids identical")
+    print("\n".join("      " + ln for ln in err.splitlines()))
+    rc, ids, err = run(*common, "--draft", os.path.join(DRAFTS, "perturbed"), "--fixed-k",
+                       "--draft-k", "3", "--stats")
+    check(rc == 0 and ids == base, "with the perturbed draft, fixed k=3: ids identical")
+    check("draft:" in err and "acceptance" in err and "mean accepted length" in err
+          and not off_lines(err), "--stats reports acceptance and mean accepted length")
+    print("\n".join("      " + ln for ln in err.splitlines()))
+    rc, ids, err = run(*common, "--draft", os.path.join(DRAFTS, "perturbed"), "--fixed-k",
+                       "--draft-k", "2", "--stats")
+    check(rc == 0 and ids == base and " k=2:" in err, "--fixed-k --draft-k 2: ids identical, k=2 only")
+
+    def fallback(what, draft, want, model=TARGET, env=None):
+        args = ["--model", model] + common[2:]
+        rc, ids, err = run(*args, "--draft", draft, env=env)
+        lines = off_lines(err)
+        check(rc == 0 and ids == base, "%s: exit 0 and the --no-draft ids" % what)
+        check(len(lines) == 1 and want in lines[0] and "the target runs alone" in lines[0],
+              "%s: one log line (%s)" % (what, lines[0] if lines else err.strip()[-200:]))
+
+    fallback("corrupt draft", os.path.join(DRAFTS, "corrupt"), "model.safetensors")
+    fallback("missing draft folder", os.path.join(DRAFTS, "no-such-draft"), "no-such-draft")
+    fallback("vocabulary mismatch", os.path.join(DRAFTS, "vocab256"), "vocabulary (256 tokens)")
+    fallback("tokenizer differs", os.path.join(DRAFTS, "tok-diff"), "tokenizer differs",
+             model=os.path.join(DRAFTS, "target-tok"))
+    fallback("memory headroom", os.path.join(DRAFTS, "perturbed"), "memory headroom short",
+             env={"DF_DRAFT_MEM_RESERVE": str(1 << 62)})
+    rc, ids, err = run("--model", os.path.join(DRAFTS, "target-tok"), *common[2:], "--draft",
+                       os.path.join(DRAFTS, "tok-same"), "--fixed-k", "--stats")
+    check(rc == 0 and ids == base and "draft:" in err and not off_lines(err),
+          "same tokenizer in other JSON formatting: drafting stays on, ids identical")
+    samp = ["--model", TARGET, "--prompt-ids", PROMPT, "--max-new", "40", "--temperature", "0.8",
+            "--top-p", "0.95", "--ignore-eos", "--draft", os.path.join(DRAFTS, "perturbed")]
+    r1, r2, r3 = run(*samp, "--seed", "5"), run(*samp, "--seed", "5"), run(*samp, "--seed", "6")
+    check(r1[0] == 0 and r1[1] == r2[1] and r1[1] != r3[1],
+          "seeded sampling with a draft: same seed same ids, other seed other ids")
+
+
+# ---- cluster ----------------------------------------------------------------------------
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def spawn(args, log, **kw):
+    f = open(log, "ab")
+    p = subprocess.Popen(args, stdout=kw.pop("stdout", f), stderr=f, **kw)
+    procs.append(p)
+    return p
+
+
+def token(state):
+    r = subprocess.run([DELTAFIN, "cluster", "token", "--state-dir", state, "--reusable"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def pair_bytes(model):
+    """Bytes of one routed (layer, expert) pair of a qwen3_moe checkpoint (any shard)."""
+    import json
+    import struct
+    names = [n for n in os.listdir(model) if n.endswith(".safetensors")]
+    for n in names:
+        with open(os.path.join(model, n), "rb") as f:
+            hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        keys = [k for k in hdr if ".mlp.experts.0." in k]
+        if keys:
+            layer = min(int(k.split(".")[2]) for k in keys)
+            pre = "model.layers.%d.mlp.experts.0." % layer
+            got = [v["data_offsets"][1] - v["data_offsets"][0] for k, v in hdr.items()
+                   if k.startswith(pre)]
+            if len(got) == 3:
+                return sum(got)
+    raise SystemExit("no routed experts in " + model)
+
+
+def cluster_compare(model, draft, prompts, max_new, n_pairs):
+    """Three nodes with 3/16, 5/16, 9/16 of the pairs: local --no-draft vs cluster runs."""
+    pb = pair_bytes(model)
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state)
+    for i, frac in enumerate([3, 5, 9]):
+        budget = max(1, n_pairs * frac // 16) * pb
+        spawn([DFNODE, "join", "127.0.0.1:%d" % port, "--state-dir", os.path.join(WORK, "n%d" % i),
+               "--memory", str(budget), "--name", "s%d" % i, "--threads", "1", "--token", tok,
+               "--model-dir", model], os.path.join(WORK, "n%d.log" % i))
+    base = ["--model", model, "--max-new", str(max_new), "--temperature", "0", "--ignore-eos"]
+    clus = ["--cluster", "--cluster-bind", "127.0.0.1", "--cluster-port", str(port),
+            "--state-dir", state, "--cluster-nodes", "3", "--cluster-wait", "90"]
+    for pi, prompt in enumerate(prompts):
+        rc, local, err = run(*base, "--prompt-ids", prompt, "--no-draft", timeout=600)
+        check(rc == 0 and len(local) == max_new, "prompt %d: local --no-draft, %d ids" % (pi, max_new))
+        variants = [("cluster --no-draft", ["--no-draft"]),
+                    ("cluster, draft, fixed k=3", ["--draft", draft, "--fixed-k", "--draft-k", "3"]),
+                    ("cluster, draft, adaptive k", ["--draft", draft])]
+        if pi > 0:
+            variants = variants[1:]
+        for what, extra in variants:
+            rc, ids, err = run(*base, "--prompt-ids", prompt, *clus, *extra, "--stats", timeout=600)
+            check(rc == 0 and ids == local, "prompt %d, %s: ids identical to local" % (pi, what))
+            if "draft" in extra:
+                rounds = [ln for ln in err.splitlines() if ln.startswith("draft:")]
+                check(bool(rounds) and "acceptance" in rounds[0],
+                      "prompt %d, %s: drafted (%s)" % (pi, what, rounds[0] if rounds else "no rounds"))
+            cl = [ln for ln in err.splitlines() if "local," in ln or "round trip" in ln]
+            if cl:
+                print("      " + cl[-1])
+
+
+def scen_cluster():
+    cluster_compare(TARGET, os.path.join(DRAFTS, "perturbed"), [PROMPT, "7,7,7,7,7,7"], 48, 16)
+
+
+def scen_demo_cluster():
+    model, draft = os.path.join(MODELS, "demo-moe"), os.path.join(MODELS, "demo-draft")
+    if not (os.path.exists(os.path.join(model, "config.json"))
+            and os.path.exists(os.path.join(draft, "config.json"))):
+        print("skipped: %s or %s is missing" % (model, draft))
+        sys.exit(77)
+    import json
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    moe_layers = [l for l in range(cfg["num_hidden_layers"])
+                  if l not in cfg.get("mlp_only_layers", [])
+                  and (l + 1) % cfg.get("decoder_sparse_step", 1) == 0]
+    n_pairs = len(moe_layers) * cfg["num_experts"]
+    prompts = []
+    for text in ("The history of the city begins with", "She opened the letter and read",
+                 "In the morning the market was", "The committee decided that the new rules"):
+        r = subprocess.run([DELTAFIN, "tokenize", "--model", model, "--ids-only", text],
+                           capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and r.stdout.split(), "tokenize %r" % text)
+        prompts.append(",".join(r.stdout.split()))
+    cluster_compare(model, draft, prompts, 128, n_pairs)
+
+
+def main():
+    if os.path.isdir(WORK):
+        shutil.rmtree(WORK)
+    os.makedirs(WORK)
+    try:
+        {"fallbacks": scen_fallbacks, "cluster": scen_cluster,
+         "demo_cluster": scen_demo_cluster}[SCEN]()
+    finally:
+        for q in procs:
+            if q.poll() is None:
+                q.terminate()
+        for q in procs:
+            try:
+                q.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                q.kill()
+    if failures:
+        print("%d check(s) failed; logs in %s" % (len(failures), WORK))
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
