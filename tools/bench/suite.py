@@ -172,6 +172,12 @@ def parse_generate(stderr):
     m = re.findall(r"^cluster:.*$", stderr, re.M)
     if m:
         out["cluster_stats"] = m[-1]
+        x = re.search(r"\(([0-9.]+) per forward\)", m[-1])
+        if x:
+            out["round_trips_per_forward"] = float(x.group(1))
+        x = re.search(r"\(([0-9.]+) KiB per forward\)", m[-1])
+        if x:
+            out["kib_per_forward"] = float(x.group(1))
     return out
 
 
@@ -335,9 +341,11 @@ class Suite:
         d, wcmd = self.widened()
         if wcmd:
             fig["commands"].append(wcmd)
-        log("engine: widened demo target (%s)" % rel(d))
-        r = self.engine(d, "widened-demo")
+        widened = bool(wcmd)
+        log("engine: %s demo target (%s)" % ("widened" if widened else "unwidened (quick mode)", rel(d)))
+        r = self.engine(d, "widened-demo" if widened else "demo")
         fig["model"] = r
+        fig["widened"] = widened
         if "L" in self.engine_runs:
             L = self.engine_runs["L"]
             fig["ratio"] = {"name": "bandwidth utilisation, widened demo / random L",
@@ -575,9 +583,9 @@ def markdown(res):
     if w:
         if w["status"] == "ok":
             r = w["model"]
-            L.append("| widened demo target (%.2f GB, hidden %d, %d layers, %d experts top-%d) | decode %.2f ms/token; "
+            L.append("| %s demo target (%.2f GB, hidden %d, %d layers, %d experts top-%d) | decode %.2f ms/token; "
                      "prefill %.1f tok/s | bandwidth utilisation %.2f | ok |" % (
-                         r["size_gb"], r["hidden"], r["layers"], r["experts"], r["top_k"], r["decode_ms_per_token"],
+                         "widened" if w.get("widened") else "unwidened", r["size_gb"], r["hidden"], r["layers"], r["experts"], r["top_k"], r["decode_ms_per_token"],
                          r["prefill_tok_s"], r["bandwidth_utilisation"]))
         else:
             L.append("| widened demo target | - | - | %s |" % st("engine_widened_demo"))
