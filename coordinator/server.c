@@ -17,6 +17,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -77,7 +78,18 @@ typedef struct conn {
   int stage;        /* stream: 0 role, 1 content, 2 usage, 3 [DONE], 4 end */
   char *ev;         /* the event being written */
   size_t ev_len, ev_off;
+  atomic_int refs;  /* MHD's request (until on_completed) + a streaming response (until its
+                       free callback, which libmicrohttpd may call after on_completed) */
 } conn;
+
+static void conn_unref(conn *c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  df_sched_job_release(&c->job); /* cancels a generation still running */
+  free(c->body);
+  free(c->text);
+  free(c->ev);
+  free(c);
+}
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
@@ -273,9 +285,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 }
 
 static void stream_free(void *cls) {
-  conn *c = cls;
-  /* the response is done (or the client is gone): nothing more to generate */
-  if (c->job) df_sched_job_cancel(c->job);
+  conn_unref(cls);
 }
 
 /* ---- generation requests ------------------------------------------------------------- */
@@ -385,9 +395,13 @@ static enum MHD_Result handle_generate(conn *c, struct MHD_Connection *mc) {
                           .model = s->model_id, .include_usage = rq.include_usage};
   if (rq.stream) {
     df_api_request_free(&rq);
+    atomic_fetch_add(&c->refs, 1);
     struct MHD_Response *r =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, c, stream_free);
-    if (!r) return MHD_NO;
+    if (!r) {
+      atomic_fetch_sub(&c->refs, 1);
+      return MHD_NO;
+    }
     MHD_add_response_header(r, "Content-Type", "text/event-stream; charset=utf-8");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     ret = MHD_queue_response(mc, 200, r);
@@ -580,6 +594,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (!(c = calloc(1, sizeof *c))) return MHD_NO;
     c->srv = s;
     c->fd = -1;
+    atomic_init(&c->refs, 1);
     *con_cls = c;
     c->route = route_of(url);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -691,12 +706,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
   conn *c = *con_cls;
   if (!c) return;
   (void)toe;
-  df_sched_job_release(&c->job); /* cancels a generation still running */
-  free(c->body);
-  free(c->text);
-  free(c->ev);
-  free(c);
+  if (c->job) df_sched_job_cancel(c->job); /* the request is over: nothing more to generate */
   *con_cls = NULL;
+  conn_unref(c);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {

@@ -16,7 +16,7 @@ const KEY = 'test-key-123';
 
 let mod;
 try {
-  mod = require(path.join(TOOLS, 'node_modules', 'openai'));
+  mod = require(path.resolve(TOOLS, 'node_modules', 'openai'));
 } catch (e) {
   console.log(`SKIP: the openai npm package is not installed in ${TOOLS} (run tools/install-deps.sh)`);
   process.exit(77);

@@ -114,7 +114,9 @@ def main():
     for t in ts:
         t.join(120)
     rss1 = rss_kb(srv.p.pid)
-    check(srv.alive(), "the server survived the soak")
+    if not check(srv.alive(), "the server survived the soak"):
+        print("".join(srv.log[-60:]))
+        finish()
     print(f"      {stats['ok']} ok, {stats['bad']} malformed refused, {stats['busy']} 429, "
           f"{stats['hangup']} hang-ups; RSS {rss0 // 1024} -> {rss_mid // 1024} -> {rss1 // 1024} MiB")
     check(not stats["unexpected"], f"every answer expected ({stats['unexpected'][:5]})")
