@@ -21,8 +21,9 @@ def _plt():
 
 def _subtitle(res):
     q = "" if res["load"]["quiet"] else ", MEASURED UNDER LOAD"
-    return "commit %s, %s CPUs, peak load %.1f%s" % (res["commit"], res["machine"]["cpus"],
-                                                   res["load"]["peak_1min"] or 0, q)
+    return "commit %s, %s CPUs, load %.1f at start, others up to %.1f cores%s" % (
+        res["commit"], res["machine"]["cpus"], (res["load"]["start"] or [0])[0],
+        res["load"].get("other_cpu_cores_peak") or 0, q)
 
 
 def _ok(res, name):
