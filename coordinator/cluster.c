@@ -247,11 +247,13 @@ static int cmp_key(const void *a, const void *b, void *arg) {
 static void send_assign(df_cluster *c, member *mb) {
   df_proto_msg a = {.op = DF_PROTO_ASSIGN, .epoch = mb->epoch, .hidden = c->mf.hidden,
                     .inter = c->mf.inter, .max_rows = df_model_max_rows(c->m),
-                    .n_pairs = mb->n_apairs, .n_tensors = 3 * mb->n_apairs};
+                    .block_n = c->mf.block_n, .block_k = c->mf.block_k,
+                    .n_pairs = mb->n_apairs, .n_tensors = c->mf.tpp * mb->n_apairs};
+  int tpp = c->mf.tpp;
   a.id = mb->reply_id ? mb->reply_id : ++c->id_seq;
   mb->reply_id = 0;
   a.pairs = malloc((size_t)(mb->n_apairs ? mb->n_apairs : 1) * 2 * sizeof *a.pairs);
-  a.tensors = malloc((size_t)(mb->n_apairs ? mb->n_apairs : 1) * 3 * sizeof *a.tensors);
+  a.tensors = malloc((size_t)(mb->n_apairs ? mb->n_apairs : 1) * (size_t)tpp * sizeof *a.tensors);
   if (!a.pairs || !a.tensors) {
     cl_log("out of memory building an assignment for %s", mb->name);
     goto done;
@@ -260,7 +262,7 @@ static void send_assign(df_cluster *c, member *mb) {
     int64_t p = mb->apairs[i];
     a.pairs[2 * i] = c->mf.pairs[2 * p];
     a.pairs[2 * i + 1] = c->mf.pairs[2 * p + 1];
-    memcpy(&a.tensors[3 * i], &c->mf.t[3 * p], 3 * sizeof *a.tensors);
+    memcpy(&a.tensors[tpp * i], &c->mf.t[tpp * p], (size_t)tpp * sizeof *a.tensors);
   }
   if (send_to(c, mb, &a, NULL, 0) != 0) cl_log("cannot send ASSIGN to %s", mb->name);
 done:
@@ -392,13 +394,14 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
 
 static void on_fetch(df_cluster *c, member *mb, df_proto_msg *m) {
   if (m->epoch != mb->epoch) return; /* stale */
-  if (m->tensor >= (uint64_t)(3 * mb->n_apairs)) {
+  int tpp = c->mf.tpp;
+  if (m->tensor >= (uint64_t)tpp * (uint64_t)mb->n_apairs) {
     drop_member(c, mb, "FETCH of a tensor outside its assignment", true);
     return;
   }
-  int64_t p = mb->apairs[m->tensor / 3];
-  int k = (int)(m->tensor % 3);
-  const df_proto_tensor *t = &c->mf.t[3 * p + k];
+  int64_t p = mb->apairs[m->tensor / (uint64_t)tpp];
+  int k = (int)(m->tensor % (uint64_t)tpp);
+  const df_proto_tensor *t = &c->mf.t[tpp * p + k];
   if (m->offset >= t->nbytes) {
     drop_member(c, mb, "FETCH past the end of a tensor", true);
     return;
@@ -406,7 +409,7 @@ static void on_fetch(df_cluster *c, member *mb, df_proto_msg *m) {
   uint64_t len = t->nbytes - m->offset < m->length ? t->nbytes - m->offset : m->length;
   df_proto_msg r = {.op = DF_PROTO_SHARD_CHUNK, .id = m->id, .epoch = m->epoch, .tensor = m->tensor,
                     .offset = m->offset, .total = t->nbytes};
-  if (send_chunk(c, mb, &r, c->mf.data[3 * p + k] + m->offset, (size_t)len) != 0)
+  if (send_chunk(c, mb, &r, c->mf.data[tpp * p + k] + m->offset, (size_t)len) != 0)
     cl_log("cannot stream to %s: %s", mb->name, zmq_strerror(zmq_errno()));
   mb->bytes_tx += len;
 }

@@ -44,6 +44,7 @@ enum { JOINING, PROVISIONING, SERVING };
 typedef struct pair_w {
   int32_t layer, expert;
   df_t_tensor *w[3]; /* gate, up, down */
+  df_t_tensor *s[3]; /* their F32 block scales (FP8 experts), else NULL */
 } pair_w;
 
 typedef struct node {
@@ -79,7 +80,7 @@ typedef struct node {
 
 static void drop_assignment(node *n) {
   for (int64_t i = 0; i < n->n_pw; i++)
-    for (int k = 0; k < 3; k++) df_t_destroy(&n->pw[i].w[k]);
+    for (int k = 0; k < 3; k++) df_t_destroy(&n->pw[i].w[k]), df_t_destroy(&n->pw[i].s[k]);
   free(n->pw);
   n->pw = NULL;
   n->n_pw = 0;
@@ -173,9 +174,43 @@ static const pair_w *find_pair(const node *n, int32_t layer, int32_t expert) {
   return bsearch(&key, n->pw, (size_t)n->n_pw, sizeof *n->pw, cmp_pw);
 }
 
-/* Wrap every tensor of the assignment (all present now) and report READY. */
+/* Check tensor t of the assignment against the dtype and shape its role implies and wrap
+ * its bytes (all present now). FP8 weights: F8_E4M3 [want0, want1]; their scales: F32
+ * [ceil(want0 / block_n), ceil(want1 / block_k)]; otherwise BF16/F16/F32 [want0, want1]. */
+static df_t_tensor *wrap_tensor(node *n, const df_proto_tensor *t, int role, int64_t want0,
+                                int64_t want1, char *err, size_t errlen) {
+  const df_proto_msg *a = &n->assign;
+  const void *data = df_node_store_get(n->store, t);
+  df_dtype dt = DF_DT_F32;
+  if (!data) {
+    snprintf(err, errlen, "tensor %s vanished from the cache", t->name);
+    return NULL;
+  }
+  bool fp8 = a->block_n > 0, ok = df_dtype_from_name(t->dtype, &dt) == 0;
+  if (role == 1) { /* block scale */
+    want0 = (want0 + a->block_n - 1) / a->block_n;
+    want1 = (want1 + a->block_k - 1) / a->block_k;
+    ok = ok && dt == DF_DT_F32;
+  } else {
+    ok = ok && (fp8 ? dt == DF_DT_F8_E4M3 : df_dtype_is_supported(dt));
+  }
+  if (!ok || t->shape[0] != want0 || t->shape[1] != want1 ||
+      (uint64_t)t->shape[0] * (uint64_t)t->shape[1] * df_dtype_size(dt) != t->nbytes) {
+    snprintf(err, errlen, "tensor %s is %s [%lld, %lld], expected %s [%lld, %lld]", t->name,
+             t->dtype, (long long)t->shape[0], (long long)t->shape[1],
+             role == 1 ? "F32" : fp8 ? "F8_E4M3" : "BF16/F16/F32", (long long)want0,
+             (long long)want1);
+    return NULL;
+  }
+  n->held += t->nbytes;
+  return df_t_wrap(data, dt, 2, t->shape, err, errlen);
+}
+
+/* Wrap every tensor of the assignment (all present now), attach FP8 block scales so that
+ * df_t_swiglu_ffn de-quantises inside its kernels, and report READY. */
 static int finish_provisioning(node *n, char *err, size_t errlen) {
   const df_proto_msg *a = &n->assign;
+  int tpp = df_proto_assign_per_pair(a);
   n->pw = calloc(a->n_pairs ? (size_t)a->n_pairs : 1, sizeof *n->pw);
   if (!n->pw) {
     snprintf(err, errlen, "out of memory");
@@ -188,26 +223,13 @@ static int finish_provisioning(node *n, char *err, size_t errlen) {
     w->layer = a->pairs[2 * p];
     w->expert = a->pairs[2 * p + 1];
     for (int k = 0; k < 3; k++) {
-      const df_proto_tensor *t = &a->tensors[3 * p + k];
-      const void *data = df_node_store_get(n->store, t);
-      df_dtype dt;
-      if (!data) {
-        snprintf(err, errlen, "tensor %s vanished from the cache", t->name);
-        return -1;
-      }
-      if (df_dtype_from_name(t->dtype, &dt) != 0 || !df_dtype_is_supported(dt) ||
-          (uint64_t)t->shape[0] * (uint64_t)t->shape[1] * df_dtype_size(dt) != t->nbytes) {
-        snprintf(err, errlen, "tensor %s: dtype %s / shape unsupported", t->name, t->dtype);
-        return -1;
-      }
       int64_t want0 = k == 2 ? a->hidden : a->inter, want1 = k == 2 ? a->inter : a->hidden;
-      if (t->shape[0] != want0 || t->shape[1] != want1) {
-        snprintf(err, errlen, "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", t->name,
-                 (long long)t->shape[0], (long long)t->shape[1], (long long)want0, (long long)want1);
+      if (!(w->w[k] = wrap_tensor(n, &a->tensors[tpp * p + k], 0, want0, want1, err, errlen)))
         return -1;
-      }
-      if (!(w->w[k] = df_t_wrap(data, dt, 2, t->shape, err, errlen))) return -1;
-      n->held += t->nbytes;
+      if (tpp == 3) continue;
+      if (!(w->s[k] = wrap_tensor(n, &a->tensors[tpp * p + 3 + k], 1, want0, want1, err, errlen)) ||
+          df_t_set_block_scale(w->w[k], w->s[k], a->block_n, a->block_k, err, errlen) != 0)
+        return -1;
     }
   }
   qsort(n->pw, (size_t)n->n_pw, sizeof *n->pw, cmp_pw);

@@ -6,6 +6,10 @@ usage: cluster_test.py SCENARIO BUILD_DIR FIXTURES_DIR WORK_DIR
 SCENARIO:
   exact     local only / one node holding every expert / three nodes with uneven budgets
             whose sum, not any one, covers the routed experts: identical ids and logits
+  ds_fp8, ds_bf16
+            the same three-node comparison on the deepseek_v3 / kimi_k2 fixtures
+            (tiny-ds-fp8: F8_E4M3 experts with 32x32 block scales; tiny-ds-bf16); one node
+            streams its tensors, which stay FP8 on the wire and in its cache
   stream    nodes without the checkpoint get the tensors streamed (SHA-256 checked,
             content-addressed cache); a second run reuses the cache
   kill      kill -9 of a node mid-generation: ids unchanged; the restarted node rejoins
@@ -180,6 +184,59 @@ def scen_exact():
     check(st.returncode == 0 and "PLACEMENT" in st.stdout and "u2" in st.stdout,
           "cluster status prints the node table")
     print(st.stdout)
+
+
+def expert_pair_bytes(model):
+    """Bytes of one routed (layer, expert) pair: its three weights and any FP8 block scales."""
+    import json
+    import struct
+    with open(os.path.join(model, "model.safetensors"), "rb") as f:
+        hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    first = min(int(k.split(".")[2]) for k in hdr if ".mlp.experts.0." in k)
+    pre = "model.layers.%d.mlp.experts.0." % first
+    sizes = {k[len(pre):]: v["data_offsets"][1] - v["data_offsets"][0]
+             for k, v in hdr.items() if k.startswith(pre)}
+    pairs = {tuple(k.split(".")[2:6:3]) for k in hdr if ".mlp.experts." in k}
+    return sum(sizes.values()), sizes, len(pairs)
+
+
+def scen_exact_ds(fixture):
+    global MODEL
+    MODEL = os.path.join(FIX, fixture)
+    pair_bytes, sizes, n_pairs = expert_pair_bytes(MODEL)
+    fp8 = any(k.endswith("_scale_inv") for k in sizes)
+    check(fp8 == fixture.endswith("fp8"), "%s: pair of %d bytes (%s)" % (fixture, pair_bytes,
+                                                                          ", ".join(sorted(sizes))))
+    ids0, lg0 = run_local(24, "local")
+    port, state = free_port(), os.path.join(WORK, "coord3")
+    tok = token(state, "--reusable")
+    # uneven budgets (3, 5 and 9 pairs for 16) that only together hold every pair; the
+    # second node has no checkpoint and gets its tensors (FP8 weights and F32 scales) streamed
+    counts = [n_pairs // 5, n_pairs // 3, n_pairs - n_pairs // 5 - n_pairs // 3 + 1]
+    for i, np_ in enumerate(counts):
+        node("u%d" % i, port, os.path.join(WORK, "n-u%d" % i), os.path.join(WORK, "n-u%d.log" % i),
+             np_ * pair_bytes, tok, model=i != 1, host="127.0.0.%d" % (i + 1))
+    p, so, se, out = coordinator("three", port, state, 24, 3, bind="0.0.0.0")
+    ids, lg = finish(p, so, out)
+    check(ids == ids0, "%s, three nodes, uneven budgets: ids identical (%s)" % (fixture, " ".join(ids or [])))
+    check(lg == lg0, "%s, three nodes, uneven budgets: prompt logits bitwise identical" % fixture)
+    import json
+    st = subprocess.run([DELTAFIN, "cluster", "status", "--state-dir", state, "--json"],
+                        capture_output=True, text=True)
+    js = json.loads(st.stdout)
+    check(js["pairs_on_coordinator"] == 0, "every pair placed on a node (%d on the coordinator)"
+          % js["pairs_on_coordinator"])
+    held = sorted(n["experts"] for n in js["nodes"])
+    check(held == counts, "placement of %d pairs follows the budgets: %s" % (n_pairs, held))
+    check(" 0 local," in read(se), "no group ran on the coordinator")
+    log1 = read(os.path.join(WORK, "n-u1.log"))
+    check("to fetch" in log1 and " 0 to fetch" not in log1 and "ready:" in log1,
+          "node without the checkpoint fetched its tensors and became ready")
+    cache = os.path.join(WORK, "n-u1", "cache", "sha256")
+    got = sorted({os.path.getsize(os.path.join(cache, n)) for n in os.listdir(cache)})
+    want = sorted(set(sizes.values()))
+    check(got == want, "cached tensors keep their stored sizes (%s bytes; checkpoint %s)"
+          % (got, want))
 
 
 def scen_stream():
@@ -357,7 +414,9 @@ def main():
     os.makedirs(WORK)
     try:
         {"exact": scen_exact, "stream": scen_stream, "kill": scen_kill,
-         "security": scen_security, "idle": scen_idle}[SCEN]()
+         "security": scen_security, "idle": scen_idle,
+         "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"),
+         "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16")}[SCEN]()
     finally:
         for q in procs:
             if q.poll() is None:

@@ -72,7 +72,52 @@ static void test_codec_roundtrip(void **st) {
   assert_int_equal(o.n_tensors, 6);
   assert_memory_equal(o.tensors, ts, sizeof ts);
   assert_true(o.epoch == 3 && o.hidden == 96 && o.inter == 48 && o.max_rows == 64);
+  assert_true(o.block_n == 0 && o.block_k == 0 && df_proto_assign_per_pair(&o) == 3);
   df_proto_msg_free(&o);
+
+  /* FP8 experts: one pair, three F8_E4M3 weights and their three F32 block scales */
+  for (int i = 0; i < 3; i++) strcpy(ts[i].dtype, "F8_E4M3"), ts[i].nbytes = 48 * 96;
+  for (int i = 3; i < 6; i++)
+    strcpy(ts[i].dtype, "F32"), ts[i].shape[0] = 1, ts[i].shape[1] = 1, ts[i].nbytes = 4;
+  df_proto_msg a8 = {.op = DF_PROTO_ASSIGN, .id = 10, .epoch = 4, .hidden = 96, .inter = 48,
+                     .max_rows = 64, .block_n = 128, .block_k = 128, .n_pairs = 1,
+                     .pairs = pairs, .n_tensors = 6, .tensors = ts};
+  o = roundtrip(&a8);
+  assert_true(o.block_n == 128 && o.block_k == 128 && df_proto_assign_per_pair(&o) == 6);
+  assert_int_equal(o.n_pairs, 1);
+  assert_int_equal(o.n_tensors, 6);
+  assert_memory_equal(o.tensors, ts, sizeof ts);
+  df_proto_msg_free(&o);
+  /* six tensors for two pairs without a block size: not three per pair */
+  uint8_t *eb;
+  size_t el;
+  char e2[256];
+  int code2;
+  a8.block_n = a8.block_k = 0;
+  assert_int_equal(df_proto_encode(&a8, &eb, &el, e2, sizeof e2), 0);
+  assert_int_equal(df_proto_decode(eb, el, &o, &code2, e2, sizeof e2), -1);
+  assert_int_equal(code2, DF_PROTO_E_MALFORMED);
+  assert_non_null(strstr(e2, "three per pair"));
+  free(eb);
+  /* a block size with three tensors for one pair: not six per pair */
+  a8.block_n = a8.block_k = 128;
+  a8.n_tensors = 3;
+  assert_int_equal(df_proto_encode(&a8, &eb, &el, e2, sizeof e2), 0);
+  assert_int_equal(df_proto_decode(eb, el, &o, &code2, e2, sizeof e2), -1);
+  assert_non_null(strstr(e2, "six per pair"));
+  free(eb);
+  /* block sizes of 0 or over the limit */
+  a8.n_tensors = 6;
+  for (int bad = 0; bad < 2; bad++) {
+    a8.block_n = bad ? DF_PROTO_MAX_BLOCK + 1 : 128;
+    a8.block_k = bad ? 128 : 0;
+    if (!bad) a8.block_k = 0, a8.block_n = 128;
+    assert_int_equal(df_proto_encode(&a8, &eb, &el, e2, sizeof e2), 0);
+    int rc2 = df_proto_decode(eb, el, &o, &code2, e2, sizeof e2);
+    assert_int_equal(rc2, -1);
+    assert_non_null(strstr(e2, "block"));
+    free(eb);
+  }
 
   int32_t ex[3] = {0, 5, 7};
   int64_t rows[3] = {1, 4, 2};
@@ -125,8 +170,8 @@ static const bad_case bad_cases[] = {
     {"empty", "", DF_PROTO_E_MALFORMED},
     {"not a map", "93010203", DF_PROTO_E_MALFORMED},
     {"reserved byte c1", "c1", DF_PROTO_E_MALFORMED},
-    {"truncated str", "81a17601a4504f", DF_PROTO_E_MALFORMED},
-    {"trailing bytes", "83a17601a26f70a450494e47a26964010000", DF_PROTO_E_MALFORMED},
+    {"truncated str", "81a17602a4504f", DF_PROTO_E_MALFORMED},
+    {"trailing bytes", "83a17602a26f70a450494e47a26964010000", DF_PROTO_E_MALFORMED},
     {"array32 claims 4G elements", "dd ffffffff", DF_PROTO_E_MALFORMED},
     {"map32 claims 4G pairs", "df ffffffff 01", DF_PROTO_E_MALFORMED},
     {"str32 past the end", "db 7fffffff 41", DF_PROTO_E_MALFORMED},
@@ -134,26 +179,27 @@ static const bad_case bad_cases[] = {
     {"ext type", "d40102", DF_PROTO_E_MALFORMED},
     {"missing v", "82a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
     {"v not an integer", "83a176a131a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
-    {"version 2", "83a17602a26f70a450494e47a26964 01", DF_PROTO_E_VERSION},
+    {"version 1", "83a17601a26f70a450494e47a26964 01", DF_PROTO_E_VERSION},
+    {"version 3", "83a17603a26f70a450494e47a26964 01", DF_PROTO_E_VERSION},
     {"version 0", "83a17600a26f70a450494e47a26964 01", DF_PROTO_E_VERSION},
-    {"unknown op", "83a17601a26f70a4 4e4f5045 a26964 01", DF_PROTO_E_MALFORMED},
-    {"missing id", "82a17601a26f70a450494e47", DF_PROTO_E_MALFORMED},
-    {"negative id", "83a17601a26f70a450494e47a26964 ff", DF_PROTO_E_MALFORMED},
-    {"duplicate key", "84a17601a17601a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
-    {"non-string key", "8401 01a17601a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
+    {"unknown op", "83a17602a26f70a4 4e4f5045 a26964 01", DF_PROTO_E_MALFORMED},
+    {"missing id", "82a17602a26f70a450494e47", DF_PROTO_E_MALFORMED},
+    {"negative id", "83a17602a26f70a450494e47a26964 ff", DF_PROTO_E_MALFORMED},
+    {"duplicate key", "84a17602a17602a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
+    {"non-string key", "8401 01a17602a26f70a450494e47a26964 01", DF_PROTO_E_MALFORMED},
     /* FFN without rows */
-    {"FFN missing keys", "83a17601a26f70a346464ea26964 01", DF_PROTO_E_MALFORMED},
+    {"FFN missing keys", "83a17602a26f70a346464ea26964 01", DF_PROTO_E_MALFORMED},
     /* FFN layer 1, experts [1], rows [0], cols 4, dtype F32: a zero-row group */
-    {"FFN zero rows", "88a17601a26f70a346464ea26964 01a56c6179657201a7657870657274739101a4726f777391 00"
+    {"FFN zero rows", "88a17602a26f70a346464ea26964 01a56c6179657201a7657870657274739101a4726f777391 00"
                       "a4636f6c7304a56474797065a3463332", DF_PROTO_E_MALFORMED},
     /* FFN experts [1, 2], rows [3] */
-    {"FFN rows/experts lengths", "88a17601a26f70a346464ea26964 01a56c6179657201a765787065727473920102"
+    {"FFN rows/experts lengths", "88a17602a26f70a346464ea26964 01a56c6179657201a765787065727473920102"
                                  "a4726f777391 03a4636f6c7304a56474797065a3463332", DF_PROTO_E_MALFORMED},
     /* FFN dtype BF16 */
-    {"FFN dtype", "88a17601a26f70a346464ea26964 01a56c6179657201a7657870657274739101a4726f777391 03"
+    {"FFN dtype", "88a17602a26f70a346464ea26964 01a56c6179657201a7657870657274739101a4726f777391 03"
                   "a4636f6c7304a56474797065a4424631 36", DF_PROTO_E_MALFORMED},
     /* JOIN name of 70 bytes */
-    {"JOIN name too long", "86a17601a26f70a44a4f494ea26964 01a46e616d65d946"
+    {"JOIN name too long", "86a17602a26f70a44a4f494ea26964 01a46e616d65d946"
                            "41414141414141414141414141414141414141414141414141414141414141414141"
                            "414141414141414141414141414141414141414141414141414141414141414141414141"
                            "a66d656d6f727901a9686173 5f6d6f64656cc2", DF_PROTO_E_MALFORMED},
@@ -188,13 +234,13 @@ static void test_codec_malformed(void **st) {
   }
   /* a valid JOIN still decodes (the table's encoding is right) */
   uint8_t buf[128];
-  size_t n = unhex("85a17601a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901", buf);
+  size_t n = unhex("85a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901", buf);
   df_proto_msg m;
   int code;
   char err[256];
   assert_int_equal(df_proto_decode(buf, n, &m, &code, err, sizeof err), -1); /* has_model missing */
   assert_non_null(strstr(err, "has_model"));
-  n = unhex("86a17601a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901a9686173 5f6d6f64656cc2", buf);
+  n = unhex("86a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901a9686173 5f6d6f64656cc2", buf);
   assert_int_equal(df_proto_decode(buf, n, &m, &code, err, sizeof err), 0);
   assert_string_equal(m.name, "x");
 }

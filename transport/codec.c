@@ -1,4 +1,4 @@
-/* transport/codec.c — protocol-1 header encoding and bounded decoding; see codec.h.
+/* transport/codec.c — protocol header encoding and bounded decoding; see codec.h.
  *
  * Decoding is two passes over untrusted bytes: scan() walks the msgpack structure with an
  * explicit stack and rejects anything whose declared sizes exceed the bytes that remain
@@ -21,6 +21,8 @@ static const char *const op_names[DF_PROTO_OP_COUNT] = {
     [DF_PROTO_PONG] = "PONG",   [DF_PROTO_STATS] = "STATS",   [DF_PROTO_BYE] = "BYE",
     [DF_PROTO_ERROR] = "ERROR",
 };
+
+int df_proto_assign_per_pair(const df_proto_msg *m) { return m->block_n > 0 ? 6 : 3; }
 
 const char *df_proto_op_name(df_proto_op op) {
   return op > 0 && op < DF_PROTO_OP_COUNT ? op_names[op] : "?";
@@ -59,7 +61,7 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
   uint32_t n = 3;
   switch (m->op) {
   case DF_PROTO_JOIN: n += 3 + (m->token[0] != 0); break;
-  case DF_PROTO_ASSIGN: n += 6; break;
+  case DF_PROTO_ASSIGN: n += 6 + (m->block_n > 0); break;
   case DF_PROTO_FETCH: case DF_PROTO_SHARD_CHUNK: n += 4; break;
   case DF_PROTO_READY: n += 2; break;
   case DF_PROTO_FFN: n += 5; break;
@@ -86,6 +88,12 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
     pk_uint(&pk, "hidden", (uint64_t)m->hidden);
     pk_uint(&pk, "inter", (uint64_t)m->inter);
     pk_uint(&pk, "max_rows", (uint64_t)m->max_rows);
+    if (m->block_n > 0) {
+      pk_key(&pk, "block");
+      msgpack_pack_array(&pk, 2);
+      msgpack_pack_uint64(&pk, (uint64_t)m->block_n);
+      msgpack_pack_uint64(&pk, (uint64_t)m->block_k);
+    }
     pk_key(&pk, "pairs");
     msgpack_pack_array(&pk, (size_t)m->n_pairs);
     for (int64_t i = 0; i < m->n_pairs; i++) {
@@ -312,10 +320,21 @@ static int dec_assign(const dec *d, df_proto_msg *m) {
       get_uint(d, "inter", DF_PROTO_MAX_DIM, &in) ||
       get_uint(d, "max_rows", DF_PROTO_MAX_ROWS, &mr) ||
       get_array(d, "pairs", DF_PROTO_MAX_PAIRS, &pa) ||
-      get_array(d, "tensors", 3ull * DF_PROTO_MAX_PAIRS, &ta))
+      get_array(d, "tensors", 6ull * DF_PROTO_MAX_PAIRS, &ta))
     return -1;
   m->hidden = (int64_t)h, m->inter = (int64_t)in, m->max_rows = (int64_t)mr;
-  if (ta->size != 3ull * pa->size) return bad(d, "tensors", "is not three per pair");
+  const msgpack_object *bo = get(d, "block");
+  if (bo) {
+    if (bo->type != MSGPACK_OBJECT_ARRAY || bo->via.array.size != 2 ||
+        !is_uint(&bo->via.array.ptr[0], DF_PROTO_MAX_BLOCK) ||
+        !is_uint(&bo->via.array.ptr[1], DF_PROTO_MAX_BLOCK) || bo->via.array.ptr[0].via.u64 == 0 ||
+        bo->via.array.ptr[1].via.u64 == 0)
+      return bad(d, "block", "is not [block_n, block_k] in [1, max]");
+    m->block_n = (int64_t)bo->via.array.ptr[0].via.u64;
+    m->block_k = (int64_t)bo->via.array.ptr[1].via.u64;
+  }
+  if (ta->size != (uint64_t)df_proto_assign_per_pair(m) * pa->size)
+    return bad(d, "tensors", bo ? "is not six per pair" : "is not three per pair");
   m->n_pairs = pa->size;
   m->n_tensors = ta->size;
   m->pairs = calloc(pa->size ? 2 * (size_t)pa->size : 1, sizeof *m->pairs);
@@ -461,7 +480,7 @@ int df_proto_decode(const uint8_t *buf, size_t len, df_proto_msg *m, int *code, 
     goto done;
   }
   dec d = {&up.data.via.map, err, errlen};
-  if (d.map->size > 32) { /* no op has more than 9 keys; bounds the duplicate check below */
+  if (d.map->size > 32) { /* no op has more than 10 keys; bounds the duplicate check below */
     snprintf(err, errlen, "malformed header: %u keys", d.map->size);
     goto done;
   }

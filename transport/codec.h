@@ -1,6 +1,6 @@
 /* transport/codec.h — the cluster message codec: header frames <-> df_proto_msg.
  *
- * Owns: the msgpack header of every protocol-1 message (docs/PROTOCOL.md §2): encoding a
+ * Owns: the msgpack header of every protocol-2 message (docs/PROTOCOL.md §2): encoding a
  * df_proto_msg into bytes, and decoding untrusted bytes into one with bounded work and
  * memory (every length checked against the DF_PROTO_MAX_* limits before allocation, one
  * "malformed" exit). Does not own: sockets (transport/sock.h), payload frames (their size
@@ -14,7 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DF_PROTO_VERSION 1
+/* 2: ASSIGN may carry `block` and six tensors per pair (FP8 weights + their block scales). */
+#define DF_PROTO_VERSION 2
 
 /* Limits a decoder enforces (inclusive). */
 #define DF_PROTO_MAX_NAME 63        /* JOIN name bytes */
@@ -26,6 +27,7 @@
 #define DF_PROTO_MAX_DIM 1048576    /* hidden, inter, cols */
 #define DF_PROTO_MAX_ROWS 1048576   /* rows of one expert group, and of one FFN */
 #define DF_PROTO_MAX_CHUNK (4u << 20) /* FETCH length */
+#define DF_PROTO_MAX_BLOCK 65536    /* ASSIGN block sizes */
 #define DF_PROTO_MAX_DEPTH 6        /* msgpack nesting */
 
 /* Error codes carried by ERROR (docs/PROTOCOL.md §2). */
@@ -57,7 +59,7 @@ typedef enum df_proto_op {
 /* One expert tensor of an ASSIGN manifest. */
 typedef struct df_proto_tensor {
   char name[DF_PROTO_MAX_TNAME + 1]; /* safetensors name */
-  char dtype[8];                     /* safetensors dtype name ("BF16") */
+  char dtype[8];                     /* safetensors dtype name ("BF16", "F8_E4M3", "F32") */
   int64_t shape[2];                  /* [d0, d1] */
   uint64_t nbytes;                   /* = d0 * d1 * dtype size */
   uint8_t sha256[32];                /* of the tensor's bytes */
@@ -82,8 +84,10 @@ typedef struct df_proto_msg {
   int64_t hidden, inter, max_rows;
   int64_t n_pairs;
   int32_t *pairs;            /* [n_pairs][2] (layer, expert) */
-  int64_t n_tensors;         /* = 3 * n_pairs */
-  df_proto_tensor *tensors;  /* [n_tensors] gate, up, down per pair */
+  int64_t block_n, block_k;  /* FP8 block size [n, k] (weight_block_size); 0 = no scales */
+  int64_t n_tensors;         /* = df_proto_assign_per_pair(m) * n_pairs */
+  df_proto_tensor *tensors;  /* [n_tensors] per pair: gate, up, down weights, then (block_n
+                                > 0) their F32 weight_scale_inv in the same order */
   /* FETCH, SHARD_CHUNK */
   uint64_t tensor, offset, length, total;
   /* READY, STATS */
@@ -100,6 +104,10 @@ typedef struct df_proto_msg {
   uint32_t code;
   char reason[DF_PROTO_MAX_REASON + 1];
 } df_proto_msg;
+
+/* Tensors per (layer, expert) pair in an ASSIGN: 6 when m->block_n > 0 (three F8_E4M3
+ * weights, then their three F32 block-scale tensors), else 3. */
+int df_proto_assign_per_pair(const df_proto_msg *m);
 
 /* Name of an op as on the wire ("FFN"); "?" for values outside the enum. */
 const char *df_proto_op_name(df_proto_op op);

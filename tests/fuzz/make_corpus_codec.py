@@ -32,16 +32,20 @@ def pk(o):
 
 
 def hdr(op, **kw):
-    d = {"v": 1, "op": op, "id": 7}
+    d = {"v": 2, "op": op, "id": 7}
     d.update(kw)
     return pk(d)
 
 
 t = ["model.layers.1.mlp.experts.0.gate_proj.weight", "BF16", [48, 96], 9216, b"\x11" * 32]
+t8 = ["model.layers.1.mlp.experts.0.gate_proj.weight", "F8_E4M3", [48, 96], 4608, b"\x22" * 32]
+s8 = ["model.layers.1.mlp.experts.0.gate_proj.weight_scale_inv", "F32", [1, 1], 4, b"\x33" * 32]
 seeds = {
     "join": hdr("JOIN", name="node-a", memory=1 << 30, has_model=True, token="00" * 16),
     "assign": hdr("ASSIGN", epoch=3, hidden=96, inter=48, max_rows=64, pairs=[[1, 0]],
                   tensors=[t, t, t]),
+    "assign_fp8": hdr("ASSIGN", epoch=3, hidden=96, inter=48, max_rows=64, block=[128, 128],
+                      pairs=[[1, 0]], tensors=[t8, t8, t8, s8, s8, s8]),
     "fetch": hdr("FETCH", epoch=3, tensor=2, offset=0, length=1 << 20),
     "chunk": hdr("SHARD_CHUNK", epoch=3, tensor=2, offset=0, total=9216),
     "ready": hdr("READY", epoch=3, held=27648),
@@ -52,7 +56,7 @@ seeds = {
     "stats": hdr("STATS", held=1, served=2, rows=3, busy_us=4),
     "bye": hdr("BYE", reason="shutting down"),
     "error": hdr("ERROR", code=4, reason="bad request"),
-    "bad_version": pk({"v": 2, "op": "JOIN", "id": 1}),
+    "bad_version": pk({"v": 1, "op": "JOIN", "id": 1}),
     "bad_array32": b"\xdd\xff\xff\xff\xff",
     "bad_nested": b"\x91" * 12 + b"\x01",
 }
