@@ -1,9 +1,12 @@
 /* coordinator/stream.c — the streaming expert backend; see stream.h.
  *
- * One slot per (MoE layer, expert): where its three tensors live in the remote shards, how
- * they are laid out in its cache blob (file order, so adjacent tensors come in one request),
- * and tensor views over the blob while it is mapped. Experts of shards that were downloaded
- * in full are computed from the local mapping, like the local backend.
+ * One slot per (MoE layer, expert): where its tensors live in the remote shards (gate, up,
+ * down weights, and for FP8 experts their F32 `weight_scale_inv` block scales, which pull
+ * --stream leaves as holes too), how they are laid out in its cache blob (file order, so
+ * adjacent tensors come in one request), and tensor views over the blob while it is mapped,
+ * FP8 views carrying their block scales so df_t_swiglu_ffn de-quantises inside its kernels.
+ * Experts of shards that were downloaded in full are computed from the local mapping, like
+ * the local backend.
  */
 #define _GNU_SOURCE
 #include "coordinator/stream.h"
@@ -17,24 +20,29 @@
 #include "coordinator/pull_manifest.h"
 #include "coordinator/pull_util.h"
 #include "coordinator/stream_cache.h"
+#include "engine/torch_shim.h"
 
 typedef struct piece {
   int file;            /* index into the backend's remote file table */
   uint64_t off, len;   /* bytes in that file */
   uint64_t blob_off;   /* where the bytes sit in the expert's blob */
-  int which;           /* 0 gate, 1 up, 2 down */
+  int which;           /* 0 gate, 1 up, 2 down; 3..5 their block scales */
 } piece;
+
+#define MAX_PIECES 6
 
 typedef struct slot {
   bool remote;               /* false: the shard is complete locally */
   char key[72];              /* cache key: SHA-256 of where the bytes come from */
-  piece pc[3];               /* in file order */
+  int n_pc;                  /* 3, or 6 for FP8 experts */
+  piece pc[MAX_PIECES];      /* in file order */
   uint64_t bytes;            /* blob size */
-  df_dtype dt[3];
-  int ndim[3];
-  int64_t shape[3][2];
+  df_dtype dt[MAX_PIECES];   /* by `which` */
+  int ndim[MAX_PIECES];
+  int64_t shape[MAX_PIECES][2];
+  int64_t bn, bk;            /* FP8 block size (n_pc == 6) */
   const void *base;          /* blob mapping the views below were made for */
-  df_t_tensor *view[3];      /* gate, up, down over `base` */
+  df_t_tensor *view[MAX_PIECES]; /* gate, up, down (+ scales) over `base` */
 } slot;
 
 typedef struct rfile {
@@ -71,7 +79,7 @@ static void stream_destroy(df_expert_backend *be) {
   }
   if (s->slots)
     for (int i = 0; i < s->n_layers * s->n_experts; i++)
-      for (int k = 0; k < 3; k++) df_t_destroy(&s->slots[i].view[k]);
+      for (int k = 0; k < MAX_PIECES; k++) df_t_destroy(&s->slots[i].view[k]);
   free(s->slots);
   free(s->files);
   df_stream_cache_close(&s->cache);
@@ -100,10 +108,10 @@ static int ensure(stream_be *s, slot *sl, int layer, int expert, char *err, size
       return -1;
     }
     /* one request per run of adjacent pieces */
-    for (int k = 0; k < 3;) {
+    for (int k = 0; k < sl->n_pc;) {
       int j = k + 1;
       uint64_t run = sl->pc[k].len;
-      while (j < 3 && sl->pc[j].file == sl->pc[k].file &&
+      while (j < sl->n_pc && sl->pc[j].file == sl->pc[k].file &&
              sl->pc[j].off == sl->pc[j - 1].off + sl->pc[j - 1].len) {
         run += sl->pc[j].len;
         j++;
@@ -126,9 +134,9 @@ static int ensure(stream_be *s, slot *sl, int layer, int expert, char *err, size
     s->fetched_bytes += sl->bytes;
   }
   if (data != sl->base || !sl->view[0]) {
-    for (int k = 0; k < 3; k++) df_t_destroy(&sl->view[k]);
+    for (int k = 0; k < MAX_PIECES; k++) df_t_destroy(&sl->view[k]);
     sl->base = NULL;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < sl->n_pc; k++) {
       const piece *p = &sl->pc[k];
       int w = p->which;
       sl->view[w] = df_t_wrap((const uint8_t *)data + p->blob_off, sl->dt[w], sl->ndim[w],
@@ -138,6 +146,11 @@ static int ensure(stream_be *s, slot *sl, int layer, int expert, char *err, size
         return -1;
       }
     }
+    for (int k = 0; k < 3 && sl->n_pc == MAX_PIECES; k++)
+      if (df_t_set_block_scale(sl->view[k], sl->view[3 + k], sl->bn, sl->bk, e2, sizeof e2) != 0) {
+        snprintf(err, errlen, "stream: layer %d expert %d: %s", layer, expert, e2);
+        return -1;
+      }
     sl->base = data;
   }
   return 0;
@@ -234,13 +247,27 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
       if (df_model_expert_weights(m, l, e, &w3[0], &w3[1], &w3[2]) != 0) continue;
       slot *sl = &s->slots[l * s->n_experts + e];
       static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
-      const df_st_tensor *t[3];
+      const df_st_tensor *t[MAX_PIECES];
+      const df_t_tensor *sc[3] = {NULL, NULL, NULL};
       bool any_sparse = false;
-      for (int k = 0; k < 3; k++) {
+      sl->n_pc = df_t_dtype(w3[0]) == DF_DT_F8_E4M3 ? MAX_PIECES : 3;
+      for (int k = 0; k < sl->n_pc; k++) {
         char nm[256];
-        snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[k]);
+        const void *bound = NULL;
+        if (k < 3) {
+          bound = df_t_data(w3[k]);
+          snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[k]);
+        } else {
+          int64_t bn = 0, bk = 0;
+          sc[k - 3] = df_t_block_scale(w3[k - 3], &bn, &bk);
+          if (sc[k - 3]) bound = df_t_data(sc[k - 3]);
+          if (k > 3 && (bn != sl->bn || bk != sl->bk)) bound = NULL;
+          sl->bn = bn, sl->bk = bk;
+          snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.%s.weight_scale_inv", l, e,
+                   proj[k - 3]);
+        }
         t[k] = df_st_find(st, nm);
-        if (!t[k] || t[k]->data != df_t_data(w3[k]) || t[k]->ndim != 2) {
+        if (!t[k] || !bound || t[k]->data != bound || t[k]->ndim != 2) {
           snprintf(err, errlen, "stream: %s: not found as the engine bound it", nm);
           free(mf);
           goto done;
@@ -248,7 +275,7 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
         any_sparse |= mf[t[k]->file_index] && mf[t[k]->file_index]->sparse;
       }
       if (!any_sparse) continue; /* complete locally: computed from the mapping */
-      for (int k = 0; k < 3; k++) {
+      for (int k = 0; k < sl->n_pc; k++) {
         const df_pull_mfile *f = mf[t[k]->file_index];
         if (!f || !f->sparse) {
           snprintf(err, errlen, "stream: layer %d expert %d spans a complete and a stream-mode "
@@ -264,7 +291,7 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
         sl->shape[k][1] = t[k]->shape[1];
       }
       /* blob layout in file order */
-      for (int a = 1; a < 3; a++)
+      for (int a = 1; a < sl->n_pc; a++)
         for (int b = a; b > 0 && (sl->pc[b].file < sl->pc[b - 1].file ||
                                   (sl->pc[b].file == sl->pc[b - 1].file &&
                                    sl->pc[b].off < sl->pc[b - 1].off)); b--) {
@@ -272,9 +299,17 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
           sl->pc[b] = sl->pc[b - 1];
           sl->pc[b - 1] = tmp;
         }
-      char desc[512];
+      char desc[1024];
       size_t dn = 0;
-      for (int k = 0; k < 3; k++) {
+      for (int k = 0; k < sl->n_pc; k++) {
+        /* FP8 slots: a piece that does not continue the previous one's file bytes starts at a
+         * blob offset congruent to its file offset mod 16, so the F32 scales keep the
+         * alignment they have in the checkpoint's mapping (3-piece slots keep their packed
+         * layout, and their cache keys) */
+        bool cont = k > 0 && sl->pc[k].file == sl->pc[k - 1].file &&
+                    sl->pc[k].off == sl->pc[k - 1].off + sl->pc[k - 1].len;
+        if (sl->n_pc == MAX_PIECES && !cont)
+          sl->bytes += (sl->pc[k].off - sl->bytes) & 15;
         sl->pc[k].blob_off = sl->bytes;
         sl->bytes += sl->pc[k].len;
         dn += (size_t)snprintf(desc + dn, sizeof desc - dn, "%s:%llu:%llu;",
@@ -312,7 +347,7 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
   char cdir[4200];
   snprintf(cdir, sizeof cdir, "%s/.deltafin/experts", dir);
   if (df_stream_cache_open(cdir, budget, &s->cache, err, errlen) != 0) goto done;
-  if (!(s->buf = malloc(s->max_bytes ? s->max_bytes : 1))) goto oom;
+  if (!(s->buf = calloc(1, s->max_bytes ? s->max_bytes : 1))) goto oom;
   if (!s->offline && !(s->http = df_pull_http_handle_new())) goto oom;
   int64_t I = cfg->moe_intermediate_size > 0 ? cfg->moe_intermediate_size : 1;
   int64_t shape[2] = {df_model_max_rows(m), I};

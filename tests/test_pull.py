@@ -1,7 +1,7 @@
 """tests/test_pull.py — `deltafin pull`, stream mode and `deltafin verify` against a mock hub.
 
 usage: test_pull.py DELTAFIN FIXTURES WORKDIR SCENARIO
-scenarios: full resume corrupt http_errors stall disk stream verify
+scenarios: full resume corrupt http_errors stall disk stream stream_fp8 verify
 
 The mock hub (tests/mock_hub.py) runs in this process on 127.0.0.1 and serves the
 tiny-moe-sharded checkpoint (2 shards + index, 8 experts) plus a byte-level tokenizer.json and a
@@ -528,6 +528,56 @@ def scenario_stream():
     check(p.returncode == 0, "pull without --stream over a stream folder")
     all_published(d2)
     check(manifest(d2)["mode"] == "full", "the folder is a full folder again")
+
+
+def scenario_stream_fp8():
+    """FP8 experts in stream mode: each expert's F8_E4M3 weights and F32 block scales (all
+    holes after pull --stream) come as one cached blob, stay FP8, and give the complete
+    checkpoint's ids and logits bit for bit."""
+    src = os.path.join(FIXTURES, "tiny-ds-fp8")
+    files = {n: open(os.path.join(src, n), "rb").read() for n in sorted(os.listdir(src))
+             if not n.startswith("golden")}
+    hub.add_repo(Repo("acme/tiny-fp8", files))
+    d = fresh("stream-fp8")
+    hub.reset()
+    p = pull("acme/tiny-fp8", d, "--stream", "--cache-budget", "1M")
+    check(p.returncode == 0, "pull --stream of an FP8 checkpoint exits 0")
+    base, hdr = st_header(files["model.safetensors"])
+    expert = sorted((base + t["data_offsets"][0], base + t["data_offsets"][1], n)
+                    for n, t in hdr.items() if n != "__metadata__" and ".mlp.experts." in n)
+    got = open(os.path.join(d, "model.safetensors"), "rb").read()
+    check(any(n.endswith("_scale_inv") for _, _, n in expert) and
+          all(got[a:b] == bytes(b - a) for a, b, _ in expert),
+          "expert weights and their block scales are holes")
+
+    def ids_logits(model_dir, tag):
+        out = os.path.join(WORK, SCENARIO, tag + ".f32")
+        p = deltafin(["run", "--model", model_dir, "--logits-out", out] + RUN_ARGS)
+        return p.returncode, p.stdout.strip(), open(out, "rb").read() if p.returncode == 0 else b""
+
+    rc0, ids0, lg0 = ids_logits(src, "full")
+    hub.reset()
+    rc, ids, lg = ids_logits(d, "stream")
+    check(rc0 == 0 and rc == 0 and ids == ids0 and lg == lg0 and len(lg) > 0,
+          "FP8 stream mode: ids and logits identical to the complete checkpoint (%s vs %s)"
+          % (ids, ids0))
+    fetched = []
+    for g in shard_gets("model.safetensors"):
+        a, b = g["range"][6:].split("-")
+        fetched.append((int(a), int(b) + 1))
+    covered = [(a, b) for a, b, _ in expert if any(x <= a and b <= y for x, y in fetched)]
+    check(sum(b - a for a, b in fetched) == sum(b - a for a, b in covered),
+          "fetches cover exactly whole expert tensors")
+    scales = [n for a, b, n in expert if n.endswith("_scale_inv") and (a, b) in covered]
+    check(len(scales) > 0, "block scales were fetched with their weights (%d)" % len(scales))
+    blobs = os.path.join(d, ".deltafin", "experts", "blobs")
+    stored = sum(b - a for a, b in covered)
+    check(dir_bytes(blobs) <= stored + 16 * len(covered),
+          "the cache holds the stored FP8 bytes (%d B for %d B of tensors)" % (dir_bytes(blobs), stored))
+    hub.reset()
+    rc, ids2, lg2 = ids_logits(d, "stream2")
+    check(rc == 0 and ids2 == ids0 and lg2 == lg0 and not shard_gets(),
+          "second FP8 stream run: same bits, everything from the cache")
 
 
 def scenario_verify():
