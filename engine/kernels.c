@@ -311,13 +311,21 @@ DEF_COLTILE(coltile_scalar_f32, tile_scalar, , DF_DT_F32)
 typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void *, int64_t, int,
                            const void *, float *, int64_t);
 
-/* Column tile `t` of a job: tiles of 8 columns for one row (decode), else 4. */
+/* Column tile `t` of a job: tiles of 8 columns for one row (decode), else 4; FP8 jobs
+ * always 4 (df_k_linear_fp8_cols). */
 static int64_t job_tiles(const df_k_linear_job *j) {
-  int nr_max = df_k_isa() == DF_ISA_AVX2 && j->M == 1 ? 8 : 4;
+  int nr_max = df_k_isa() == DF_ISA_AVX2 && j->M == 1 && j->wdt != DF_DT_F8_E4M3 ? 8 : 4;
   return j->M > 0 ? (j->N + nr_max - 1) / nr_max : 0;
 }
 
 static void job_tile(const df_k_linear_job *j, int64_t t) {
+  if (j->wdt == DF_DT_F8_E4M3) {
+    int64_t n0 = t * 4;
+    int nr = (int)(j->N - n0 < 4 ? j->N - n0 : 4);
+    df_k_linear_fp8_cols(j->x, j->M, j->K, j->ldx, j->w, j->scale, j->scale_ld, j->bn, j->bk,
+                         n0, nr, j->y + n0, j->ldy);
+    return;
+  }
 #if DF_HAVE_X86
   if (df_k_isa() == DF_ISA_AVX2) {
     int nr_max = j->M == 1 ? 8 : 4;
@@ -343,7 +351,9 @@ void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
   for (int i = 0; i < n_jobs; i++) {
     const df_k_linear_job *j = &jobs[i];
     assert(j->M >= 0 && j->K > 0 && j->N > 0 && j->ldx >= j->K && j->ldy >= j->N);
-    assert(j->wdt == DF_DT_BF16 || j->wdt == DF_DT_F16 || j->wdt == DF_DT_F32);
+    assert(j->wdt == DF_DT_BF16 || j->wdt == DF_DT_F16 || j->wdt == DF_DT_F32 ||
+           (j->wdt == DF_DT_F8_E4M3 && j->scale && !j->bias && j->bn > 0 && j->bk > 0 &&
+            j->scale_ld == (j->K + j->bk - 1) / j->bk));
     first[i + 1] = first[i] + job_tiles(j);
     work += j->M * j->N * j->K;
   }
@@ -364,7 +374,8 @@ void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
 
 void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
                  df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy) {
-  df_k_linear_job j = {x, M, K, ldx, w, wdt, N, bias, y, ldy};
+  assert(wdt != DF_DT_F8_E4M3); /* FP8 needs its scales: df_k_linear_fp8 */
+  df_k_linear_job j = {x, M, K, ldx, w, wdt, N, bias, y, ldy, NULL, 0, 0, 0};
   df_k_linear_multi(&j, 1);
 }
 

@@ -45,7 +45,10 @@ const char *df_k_isa_name(df_isa isa);
 void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
                  df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy);
 
-/* One matrix product of a df_k_linear_multi call; fields as df_k_linear's arguments. */
+/* One matrix product of a df_k_linear_multi call; fields as df_k_linear's arguments.
+ * FP8 weights (wdt F8_E4M3): w is the matrix [N, K] of E4M3 bytes and scale its block scales
+ * [ceil(N/bn), scale_ld = ceil(K/bk)] fp32, as df_k_linear_fp8 with n0 = 0; bias NULL.
+ * Other dtypes leave scale NULL (the zero-initialised tail of the struct). */
 typedef struct df_k_linear_job {
   const float *x;
   int64_t M, K, ldx;
@@ -55,12 +58,16 @@ typedef struct df_k_linear_job {
   const void *bias;
   float *y;
   int64_t ldy;
+  const float *scale;          /* FP8 only */
+  int64_t scale_ld, bn, bk;    /* FP8 only */
 } df_k_linear_job;
 
-/* Several independent df_k_linear products in ONE parallel region (their column tiles are
- * shared out among the threads together): small matrices such as a MoE layer's experts
- * pay one fork/join instead of one each. Each output element is computed exactly as
- * df_k_linear computes it. Outputs must not alias each other or any input. */
+/* Several independent products in ONE parallel region (their column tiles are shared out
+ * among the threads together): small matrices such as a MoE layer's experts pay one
+ * fork/join instead of one each. BF16/F16/F32 jobs compute each output element exactly as
+ * df_k_linear, FP8 jobs exactly as df_k_linear_fp8 (same decode, scale rounding and lane
+ * order; the tiles are df_k_linear_fp8_cols). Jobs of different dtypes may be mixed.
+ * Outputs must not alias each other or any input. */
 void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs);
 
 /* RMSNorm (Zhang & Sennrich 2019) as transformers' Qwen3RMSNorm computes it in fp32:
@@ -141,6 +148,14 @@ float df_k_fp8_weight(const uint8_t *w, const float *scale, int64_t scale_ld, in
 void df_k_linear_fp8(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w,
                      const float *scale, int64_t scale_ld, int64_t bn, int64_t bk, int64_t n0,
                      int64_t N, float *y, int64_t ldy);
+
+/* Columns [0, nr) of y = weight rows n0 .. n0+nr-1 of df_k_linear_fp8 for all M rows, nr <= 4:
+ * the unit of work df_k_linear_fp8 and df_k_linear_multi share out. Each element is
+ * computed by the same instructions whatever the tile, so results equal df_k_linear_fp8's
+ * bit for bit. Arguments as df_k_linear_fp8; y points at the tile's first column. */
+void df_k_linear_fp8_cols(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w,
+                          const float *scale, int64_t scale_ld, int64_t bn, int64_t bk,
+                          int64_t n0, int nr, float *y, int64_t ldy);
 
 /* ---- DeepSeek-V3 family (engine/kernels_deepseek.c) ------------------------------------ */
 

@@ -32,6 +32,9 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
+#define FP8_MR 3 /* rows of an AVX2 tile */
+#define FP8_NR 4 /* weight rows (output columns) of a tile */
+
 static inline float half_bits_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
   if (exp == 0) {
@@ -108,8 +111,6 @@ INLINE AVX2_FN float reduce8(__m256 v) {
   return _mm_cvtss_f32(s1);
 }
 
-#define FP8_MR 3
-#define FP8_NR 4
 
 /* Tile of mr rows x nr weight rows; weights decoded once per k-chunk and reused over rows. */
 static AVX2_FN void tile_avx2(int mr, int nr, const float *x, int64_t ldx, const uint8_t *const *wr,
@@ -137,42 +138,46 @@ static AVX2_FN void tile_avx2(int mr, int nr, const float *x, int64_t ldx, const
 }
 #endif
 
+void df_k_linear_fp8_cols(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w,
+                          const float *scale, int64_t scale_ld, int64_t bn, int64_t bk,
+                          int64_t n0, int nr, float *y, int64_t ldy) {
+  assert(nr >= 1 && nr <= FP8_NR);
+#if DF_HAVE_X86
+  if (df_k_isa() == DF_ISA_AVX2) {
+    const uint8_t *wr[FP8_NR];
+    const float *sr[FP8_NR];
+    for (int j = 0; j < nr; j++) {
+      int64_t n = n0 + j;
+      wr[j] = w + n * K;
+      sr[j] = scale + (n / bn) * scale_ld;
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += FP8_MR) {
+      int mr = (int)(M - m0 < FP8_MR ? M - m0 : FP8_MR);
+      tile_avx2(mr, nr, x + m0 * ldx, ldx, wr, sr, bk, K, y + m0 * ldy, ldy);
+    }
+    return;
+  }
+#endif
+  for (int j = 0; j < nr; j++) {
+    int64_t n = n0 + j;
+    const uint8_t *wr = w + n * K;
+    const float *sr = scale + (n / bn) * scale_ld;
+    for (int64_t m = 0; m < M; m++) y[m * ldy + j] = dot_row_scalar(x + m * ldx, wr, sr, bk, K);
+  }
+}
+
 void df_k_linear_fp8(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *w,
                      const float *scale, int64_t scale_ld, int64_t bn, int64_t bk, int64_t n0,
                      int64_t N, float *y, int64_t ldy) {
   assert(M >= 0 && K > 0 && N > 0 && n0 >= 0 && ldx >= K && ldy >= N && bn > 0 && bk > 0);
   assert(scale_ld == (K + bk - 1) / bk);
   if (M == 0) return;
-  bool avx2 = df_k_isa() == DF_ISA_AVX2;
-  (void)avx2;
   bool par = M * N * K >= 65536;
-#if DF_HAVE_X86
-  if (avx2) {
-    int64_t n_tiles = (N + FP8_NR - 1) / FP8_NR;
+  int64_t n_tiles = (N + FP8_NR - 1) / FP8_NR;
 #pragma omp parallel for schedule(static) if (par)
-    for (int64_t t = 0; t < n_tiles; t++) {
-      int64_t j0 = t * FP8_NR;
-      int nr = (int)(N - j0 < FP8_NR ? N - j0 : FP8_NR);
-      const uint8_t *wr[FP8_NR];
-      const float *sr[FP8_NR];
-      for (int j = 0; j < nr; j++) {
-        int64_t n = n0 + j0 + j;
-        wr[j] = w + n * K;
-        sr[j] = scale + (n / bn) * scale_ld;
-      }
-      for (int64_t m0 = 0; m0 < M; m0 += FP8_MR) {
-        int mr = (int)(M - m0 < FP8_MR ? M - m0 : FP8_MR);
-        tile_avx2(mr, nr, x + m0 * ldx, ldx, wr, sr, bk, K, y + m0 * ldy + j0, ldy);
-      }
-    }
-    return;
-  }
-#endif
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t j = 0; j < N; j++) {
-    int64_t n = n0 + j;
-    const uint8_t *wr = w + n * K;
-    const float *sr = scale + (n / bn) * scale_ld;
-    for (int64_t m = 0; m < M; m++) y[m * ldy + j] = dot_row_scalar(x + m * ldx, wr, sr, bk, K);
+  for (int64_t t = 0; t < n_tiles; t++) {
+    int64_t j0 = t * FP8_NR;
+    int nr = (int)(N - j0 < FP8_NR ? N - j0 : FP8_NR);
+    df_k_linear_fp8_cols(x, M, K, ldx, w, scale, scale_ld, bn, bk, n0 + j0, nr, y + j0, ldy);
   }
 }

@@ -205,23 +205,29 @@ static void lin(const float *x, int64_t M, int64_t ldx, const df_t_tensor *w, fl
   df_k_linear_w(x, M, ldx, &kw, 0, w->t.size(0), y, ldy);
 }
 
+// A df_k_linear_multi job of x [M, K] (row stride ldx) through the whole of w, any dtype
+// (FP8 with its block scales), into y [M, N] (row stride ldy).
+static df_k_linear_job job_of(const float *x, int64_t M, int64_t ldx, const df_t_tensor *w,
+                              const df_t_tensor *bias, float *y, int64_t ldy) {
+  df_k_weight kw = df_t_kweight(w);
+  df_k_linear_job j = {x, M, kw.K, ldx, kw.data, kw.dt, w->t.size(0),
+                       bias ? bias->t.data_ptr() : nullptr, y, ldy, kw.scale, kw.scale_ld,
+                       kw.bn, kw.bk};
+  return j;
+}
+
 extern "C" void df_t_linear_multi(const df_t_linear_op *ops, int n) {
   assert(n >= 0 && n <= 256);
-  for (int i = 0; i < n; i++)
-    if (ops[i].w->dt == DF_DT_F8_E4M3) { // FP8: each product through its own kernel
-      for (int j = 0; j < n; j++)
-        df_t_linear(ops[j].x, ops[j].row0, ops[j].rows, ops[j].w, ops[j].bias, ops[j].y);
-      return;
-    }
   df_k_linear_job jobs[256];
   for (int i = 0; i < n; i++) {
     const df_t_linear_op *o = &ops[i];
     int64_t N = o->w->t.size(0), K = o->w->t.size(1);
     assert(row_elems(o->x) == K && row_elems(o->y) == N);
     assert(o->row0 + o->rows <= o->x->t.size(0) && o->row0 + o->rows <= o->y->t.size(0));
-    assert(!o->bias || (o->bias->dt == o->w->dt && o->bias->t.numel() == N));
-    jobs[i] = {cf32(o->x) + o->row0 * K, o->rows, K, K, o->w->t.data_ptr(), o->w->dt, N,
-               o->bias ? o->bias->t.data_ptr() : nullptr, df_t_f32(o->y) + o->row0 * N, N};
+    assert(!o->bias || (o->bias->dt == o->w->dt && o->bias->t.numel() == N &&
+                        o->w->dt != DF_DT_F8_E4M3));
+    jobs[i] = job_of(cf32(o->x) + o->row0 * K, o->rows, K, o->w, o->bias,
+                     df_t_f32(o->y) + o->row0 * N, N);
   }
   df_k_linear_multi(jobs, n);
 }
@@ -235,14 +241,6 @@ extern "C" void df_t_swiglu_ffn_groups(const df_t_tensor *x, int n, const int64_
   if (n == 0) return;
   int64_t H = row_elems(x), ldg = row_elems(g);
   assert(row_elems(y) == H && row_elems(u) == ldg && offsets[n] <= g->t.size(0));
-  for (int i = 0; i < n; i++)
-    if (gate[i]->dt == DF_DT_F8_E4M3 || up[i]->dt == DF_DT_F8_E4M3 ||
-        down[i]->dt == DF_DT_F8_E4M3) { // FP8 experts: one group at a time, same elements
-      for (int j = 0; j < n; j++)
-        df_t_swiglu_ffn(x, offsets[j], offsets[j + 1] - offsets[j], gate[j], up[j], down[j], g,
-                        u, y);
-      return;
-    }
   df_k_linear_job jobs[256];
   const float *xp = cf32(x);
   float *gp = df_t_f32(g), *up_ = df_t_f32(u), *yp = df_t_f32(y);
@@ -250,10 +248,8 @@ extern "C" void df_t_swiglu_ffn_groups(const df_t_tensor *x, int n, const int64_
     int64_t r0 = offsets[i], rows = offsets[i + 1] - r0, I = gate[i]->t.size(0);
     assert(gate[i]->t.size(1) == H && I <= ldg && up[i]->t.size(0) == I);
     assert(down[i]->t.size(0) == H && down[i]->t.size(1) == I);
-    jobs[2 * i] = {xp + r0 * H, rows, H, H, gate[i]->t.data_ptr(), gate[i]->dt, I, nullptr,
-                   gp + r0 * ldg, ldg};
-    jobs[2 * i + 1] = {xp + r0 * H, rows, H, H, up[i]->t.data_ptr(), up[i]->dt, I, nullptr,
-                       up_ + r0 * ldg, ldg};
+    jobs[2 * i] = job_of(xp + r0 * H, rows, H, gate[i], nullptr, gp + r0 * ldg, ldg);
+    jobs[2 * i + 1] = job_of(xp + r0 * H, rows, H, up[i], nullptr, up_ + r0 * ldg, ldg);
   }
   df_k_linear_multi(jobs, 2 * n);
   for (int i = 0; i < n; i++) {
@@ -262,9 +258,8 @@ extern "C" void df_t_swiglu_ffn_groups(const df_t_tensor *x, int n, const int64_
       df_k_silu_mul(gp + r * ldg, up_ + r * ldg, I);
   }
   for (int i = 0; i < n; i++) {
-    int64_t r0 = offsets[i], rows = offsets[i + 1] - r0, I = gate[i]->t.size(0);
-    jobs[i] = {gp + r0 * ldg, rows, I, ldg, down[i]->t.data_ptr(), down[i]->dt, H, nullptr,
-               yp + r0 * H, H};
+    int64_t r0 = offsets[i], rows = offsets[i + 1] - r0;
+    jobs[i] = job_of(gp + r0 * ldg, rows, ldg, down[i], nullptr, yp + r0 * H, H);
   }
   df_k_linear_multi(jobs, n);
 }

@@ -340,6 +340,71 @@ static void test_fp8_kernels(void **state) {
   free(ya);
 }
 
+/* df_k_linear_multi with FP8 jobs (mixed with a BF16 one, as a layer's projections may be):
+ * every element bitwise equal to df_k_linear_fp8 / df_k_linear computed alone, for row
+ * counts 1..7 (decode and batch tiles), K with a tail, partial blocks and bk not a multiple
+ * of 8, on the AVX2 and scalar paths. */
+static void test_fp8_multi(void **state) {
+  (void)state;
+  enum { NJ = 6 };
+  static const int64_t Ms[NJ] = {1, 2, 3, 5, 7, 4}, Ns[NJ] = {40, 96, 37, 130, 9, 64},
+                       Ks[NJ] = {96, 40, 61, 300, 33, 72}, Bn[NJ] = {32, 32, 16, 128, 4, 1},
+                       Bk[NJ] = {32, 32, 12, 128, 5, 64};
+  uint32_t s = 7;
+  uint8_t *w[NJ];
+  float *sc[NJ], *x[NJ], *y[NJ], *ref[NJ];
+  df_k_linear_job jobs[NJ + 1];
+  for (int i = 0; i < NJ; i++) {
+    int64_t gn = (Ns[i] + Bn[i] - 1) / Bn[i], gk = (Ks[i] + Bk[i] - 1) / Bk[i];
+    w[i] = malloc((size_t)(Ns[i] * Ks[i]));
+    sc[i] = malloc((size_t)(gn * gk) * sizeof(float));
+    x[i] = malloc((size_t)(Ms[i] * Ks[i]) * sizeof(float));
+    y[i] = malloc((size_t)(Ms[i] * Ns[i]) * sizeof(float));
+    ref[i] = malloc((size_t)(Ms[i] * Ns[i]) * sizeof(float));
+    for (int64_t k = 0; k < Ns[i] * Ks[i]; k++) {
+      w[i][k] = (uint8_t)lcg(&s);
+      if ((w[i][k] & 0x7f) == 0x7f) w[i][k] ^= 1;
+    }
+    for (int64_t k = 0; k < gn * gk; k++) sc[i][k] = (float)(lcg(&s) % 1000 + 1) * 1e-4f;
+    for (int64_t k = 0; k < Ms[i] * Ks[i]; k++) x[i][k] = (float)(lcg(&s) % 2001) / 1000.0f - 1.0f;
+    jobs[i] = (df_k_linear_job){x[i], Ms[i], Ks[i], Ks[i], w[i], DF_DT_F8_E4M3, Ns[i], NULL,
+                                y[i], Ns[i], sc[i], gk, Bn[i], Bk[i]};
+  }
+  /* a BF16 job in the same region: [3, 48] x [20, 48] */
+  uint16_t wb[20 * 48];
+  float xb[3 * 48], yb[3 * 20], rb[3 * 20];
+  for (int k = 0; k < 20 * 48; k++) wb[k] = (uint16_t)(0x3c00 + lcg(&s) % 0x600);
+  for (int k = 0; k < 3 * 48; k++) xb[k] = (float)(lcg(&s) % 2001) / 1000.0f - 1.0f;
+  jobs[NJ] = (df_k_linear_job){xb, 3, 48, 48, wb, DF_DT_BF16, 20, NULL, yb, 20, NULL, 0, 0, 0};
+  for (int isa = 0; isa < 2; isa++) {
+    if (isa == 1 && df_k_set_isa(DF_ISA_AVX2) != DF_ISA_AVX2) break;
+    if (isa == 0) df_k_set_isa(DF_ISA_SCALAR);
+    for (int i = 0; i < NJ; i++)
+      df_k_linear_fp8(x[i], Ms[i], Ks[i], Ks[i], w[i], sc[i], jobs[i].scale_ld, Bn[i], Bk[i], 0,
+                      Ns[i], ref[i], Ns[i]);
+    df_k_linear(xb, 3, 48, 48, wb, DF_DT_BF16, 20, NULL, rb, 20);
+    df_k_linear_multi(jobs, NJ + 1);
+    for (int i = 0; i < NJ; i++)
+      if (memcmp(y[i], ref[i], (size_t)(Ms[i] * Ns[i]) * sizeof(float)))
+        fail_msg("%s: FP8 job %d [%lld x %lld x %lld] differs from df_k_linear_fp8",
+                 df_k_isa_name(df_k_isa()), i, (long long)Ms[i], (long long)Ns[i], (long long)Ks[i]);
+    assert_memory_equal(yb, rb, sizeof yb);
+    /* against the de-quantised weights in double: the kernel is a correct product */
+    for (int64_t m = 0; m < Ms[3]; m++)
+      for (int64_t n = 0; n < Ns[3]; n++) {
+        double acc = 0, mag = 0;
+        for (int64_t k = 0; k < Ks[3]; k++) {
+          double t = (double)x[3][m * Ks[3] + k] *
+                     df_k_fp8_weight(w[3], sc[3], jobs[3].scale_ld, Bn[3], Bk[3], Ks[3], n, k);
+          acc += t, mag += fabs(t);
+        }
+        assert_true(fabs(y[3][m * Ns[3] + n] - acc) <= 1e-5 * mag + 1e-30);
+      }
+  }
+  df_k_set_isa(DF_ISA_AVX2);
+  for (int i = 0; i < NJ; i++) free(w[i]), free(sc[i]), free(x[i]), free(y[i]), free(ref[i]);
+}
+
 /* Group-limited sigmoid routing: a group with a single strong expert loses to groups whose
  * two best sum higher; the bias steers selection but not the weights. */
 static void test_router(void **state) {
@@ -427,7 +492,8 @@ static void test_cache_bytes(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_fp8_kernels),     cmocka_unit_test(test_router),
+      cmocka_unit_test(test_fp8_kernels),     cmocka_unit_test(test_fp8_multi),
+      cmocka_unit_test(test_router),
       cmocka_unit_test(test_golden_fixtures), cmocka_unit_test(test_batch_invariance),
       cmocka_unit_test(test_isa_agreement),   cmocka_unit_test(test_kv_rollback),
       cmocka_unit_test(test_multi_sequence_batch), cmocka_unit_test(test_fp8_experts),
