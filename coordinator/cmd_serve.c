@@ -16,8 +16,10 @@
 #include <unistd.h>
 
 #include "coordinator/cli.h"
+#include "coordinator/cluster.h"
 #include "coordinator/sched.h"
 #include "coordinator/server.h"
+#include "coordinator/spec.h"
 #include "engine/chat_template.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -45,12 +47,20 @@ static void serve_usage(FILE *f) {
           "  --no-draft           run the target alone\n"
           "  --draft-k K          draft tokens per round, 1..%d (default 4)\n"
           "  --draft-max-seqs N   draft only while at most N sequences run (default 1)\n"
+          "  --cluster            run routed experts on df-node agents (docs/CLUSTER.md)\n"
+          "  --cluster-port N     port of the cluster socket (default 7070)\n"
+          "  --cluster-bind HOST  interface to bind (default: all)\n"
+          "  --cluster-wait S     seconds to wait for nodes before serving (default 10)\n"
+          "  --cluster-nodes N    stop waiting once N nodes are ready (default 1)\n"
+          "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
+          "  --state-dir DIR      cluster keys, tokens and nodes (default ~/.local/state/deltafin)\n"
           "  --quiet              log only errors\n",
           DF_MODEL_MAX_BATCH, DF_SCHED_K_MAX);
 }
 
 enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
-       O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS };
+       O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE };
 
 static bool is_loopback(const char *h) {
   return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
@@ -68,10 +78,17 @@ int df_cmd_serve(int argc, char **argv) {
       {"quiet", no_argument, 0, O_QUIET},           {"help", no_argument, 0, O_HELP},
       {"draft", required_argument, 0, O_DRAFT},     {"no-draft", no_argument, 0, O_NODRAFT},
       {"draft-k", required_argument, 0, O_DRAFTK},  {"draft-max-seqs", required_argument, 0, O_DRAFTSEQS},
+      {"cluster", no_argument, 0, O_CLUSTER},      {"cluster-port", required_argument, 0, O_CPORT},
+      {"cluster-bind", required_argument, 0, O_CBIND}, {"cluster-wait", required_argument, 0, O_CWAIT},
+      {"cluster-nodes", required_argument, 0, O_CNODES},
+      {"cluster-timeout", required_argument, 0, O_CTIMEOUT},
+      {"state-dir", required_argument, 0, O_STATE},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
   bool no_draft = false;
-  int64_t draft_k = 4, draft_seqs = 1;
+  int64_t draft_k = 4, draft_seqs = 1, cport = 0, cnodes = 0;
+  bool cluster = false;
+  df_cluster_opts copts = {.wait_s = -1};
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
           threads = 0;
   bool quiet = false;
@@ -96,6 +113,13 @@ int df_cmd_serve(int argc, char **argv) {
     case O_DRAFT: draft_dir = optarg; break;
     case O_NODRAFT: no_draft = true; break;
     case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SCHED_K_MAX, &draft_k)) return 2; break;
+    case O_CLUSTER: cluster = true; break;
+    case O_CPORT: if (df_cli_int("cluster-port", optarg, 1, 65535, &cport)) return 2; copts.port = (int)cport; break;
+    case O_CBIND: copts.bind_host = optarg; break;
+    case O_CWAIT: if (df_cli_double("cluster-wait", optarg, 0, 86400, &copts.wait_s)) return 2; break;
+    case O_CNODES: if (df_cli_int("cluster-nodes", optarg, 1, 256, &cnodes)) return 2; copts.min_nodes = (int)cnodes; break;
+    case O_CTIMEOUT: if (df_cli_double("cluster-timeout", optarg, 0.01, 86400, &copts.timeout_s)) return 2; break;
+    case O_STATE: copts.state_dir = optarg; break;
     case O_DRAFTSEQS:
       if (df_cli_int("draft-max-seqs", optarg, 1, DF_MODEL_MAX_BATCH, &draft_seqs)) return 2;
       break;
@@ -155,11 +179,15 @@ int df_cmd_serve(int argc, char **argv) {
     goto done;
   }
   if (draft_dir && !no_draft) {
-    /* a draft that cannot be loaded is not fatal: the target runs alone */
-    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .threads = (int)threads};
-    if (df_model_load(draft_dir, &dmo, &dm, err, sizeof err) != 0)
-      fprintf(stderr, "deltafin serve: drafting off: draft %s: %s; the target runs alone\n",
-              draft_dir, err);
+    /* a draft that cannot be used is not fatal: the target runs alone (as deltafin run) */
+    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
+                         .threads = (int)threads};
+    if (df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err) != 0)
+      fprintf(stderr, "deltafin serve: drafting off: %s; the target runs alone\n", err);
+  }
+  if (cluster && df_cluster_attach(m, &copts, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: cluster: %s\n", err);
+    goto done;
   }
   if (df_tok_load(model_dir, &tok, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
