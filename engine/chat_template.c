@@ -3,7 +3,8 @@
  * Owns: reading the template text of a model folder, recognising it (FNV-1a 64 of the exact
  * text), and one renderer per known template, written as a line-by-line transcription of the
  * template's Jinja so that the output is byte-identical to jinja2's (checked against goldens in
- * tests/tokenizer/chat_golden.json). Does not own: tokenization (engine/tokenizer.c).
+ * tests/tokenizer/chat_golden.json and deepseek_v3_chat_golden.json), and the bos_token a
+ * template prints. Does not own: tokenization (engine/tokenizer.c).
  */
 #include "engine/chat_template.h"
 #include "engine/tokenizer_internal.h"
@@ -17,7 +18,11 @@
 struct df_chat_template {
   df_chat_family family;
   char origin[512];
+  char bos[256]; /* bos_token for templates that print it */
 };
+
+/* DeepSeek-V3's published special tokens (tokenizer_config.json of the V3 release). */
+#define DS_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 
 /* Known template texts, by FNV-1a 64 of the exact bytes. */
 static const struct {
@@ -27,6 +32,7 @@ static const struct {
   const char *what;
 } k_known[] = {
     {0x2bfdb7aa9754484eULL, 4116, DF_CHAT_QWEN3, "Qwen3 (hybrid thinking)"},
+    {0xebe3604156dc466aULL, 2301, DF_CHAT_DEEPSEEK_V3, "DeepSeek-V3"},
 };
 
 static uint64_t fnv1a64(const char *s, size_t n) {
@@ -48,13 +54,14 @@ int df_chat_template_from_text(const char *text, size_t len, const char *origin,
       }
       t->family = k_known[i].family;
       snprintf(t->origin, sizeof t->origin, "%s", origin);
+      if (t->family == DF_CHAT_DEEPSEEK_V3) snprintf(t->bos, sizeof t->bos, "%s", DS_BOS);
       *out = t;
       return 0;
     }
   }
   df_tok__seterr(err, errlen,
                  "%s: chat template not recognised (%zu bytes, FNV-1a 64 %016llx); supported: "
-                 "Qwen3. Render it with jinja2, add a renderer to engine/chat_template.c and "
+                 "Qwen3, DeepSeek-V3. Render it with jinja2, add a renderer to engine/chat_template.c and "
                  "goldens to tests/tokenizer/", origin, len, (unsigned long long)h);
   return -1;
 }
@@ -76,6 +83,24 @@ static char *read_text_file(const char *path, size_t *len) {
   if (!b.p && df_tok__buf_put(&b, "", 0) != 0) return NULL;
   *len = b.n;
   return b.p;
+}
+
+/* bos_token of tokenizer_config.json (a string, or an AddedToken object's "content") replaces
+ * the family default; absent or null keeps it. */
+static int set_bos(df_chat_template *t, const json_t *cfg, const char *where, char *err,
+                   size_t errlen) {
+  const json_t *b = json_object_get(cfg, "bos_token");
+  if (json_is_object(b)) b = json_object_get(b, "content");
+  if (!b || json_is_null(b)) return 0;
+  if (!json_is_string(b) || json_string_length(b) >= sizeof t->bos ||
+      !df_tok__utf8_valid((const uint8_t *)json_string_value(b), json_string_length(b)) ||
+      strlen(json_string_value(b)) != json_string_length(b)) {
+    df_tok__seterr(err, errlen, "%s: bos_token: expected a UTF-8 string of at most %zu bytes",
+                   where, sizeof t->bos - 1);
+    return -1;
+  }
+  memcpy(t->bos, json_string_value(b), json_string_length(b) + 1);
+  return 0;
 }
 
 int df_chat_template_load(const char *dir, df_chat_template **out, char *err, size_t errlen) {
@@ -118,6 +143,10 @@ int df_chat_template_load(const char *dir, df_chat_template **out, char *err, si
       }
       rc = df_chat_template_from_text(json_string_value(ct), json_string_length(ct), dir, out,
                                       err, errlen);
+      if (rc == 0 && set_bos(*out, cfg, path, err, errlen) != 0) {
+        df_chat_template_destroy(out);
+        rc = -1;
+      }
       goto done;
     }
   }
@@ -131,6 +160,10 @@ int df_chat_template_load(const char *dir, df_chat_template **out, char *err, si
   }
   rc = df_chat_template_from_text(text, len, dir, out, err, errlen);
   free(text);
+  if (rc == 0 && cfg && set_bos(*out, cfg, dir, err, errlen) != 0) {
+    df_chat_template_destroy(out);
+    rc = -1;
+  }
 done:
   json_decref(cfg);
   return rc;
@@ -316,6 +349,100 @@ static void render_qwen3(const df_chat_msg *msgs, size_t n, const df_chat_opts *
   }
 }
 
+/* ---- DeepSeek-V3 -------------------------------------------------------------------------
+ * A transcription of the DeepSeek-V3 template; comments quote it. The special strings are the
+ * full-width-bar tokens of its tokenizer ("｜" U+FF5C, "▁" U+2581). */
+#define FW "\xef\xbd\x9c" /* ｜ */
+#define SP "\xe2\x96\x81" /* ▁ */
+#define DS_USER "<" FW "User" FW ">"
+#define DS_ASSISTANT "<" FW "Assistant" FW ">"
+#define DS_EOS "<" FW "end" SP "of" SP "sentence" FW ">"
+#define DS_CALLS_BEGIN "<" FW "tool" SP "calls" SP "begin" FW ">"
+#define DS_CALLS_END "<" FW "tool" SP "calls" SP "end" FW ">"
+#define DS_CALL_BEGIN "<" FW "tool" SP "call" SP "begin" FW ">"
+#define DS_CALL_END "<" FW "tool" SP "call" SP "end" FW ">"
+#define DS_SEP "<" FW "tool" SP "sep" FW ">"
+#define DS_OUTPUTS_BEGIN "<" FW "tool" SP "outputs" SP "begin" FW ">"
+#define DS_OUTPUTS_END "<" FW "tool" SP "outputs" SP "end" FW ">"
+#define DS_OUTPUT_BEGIN "<" FW "tool" SP "output" SP "begin" FW ">"
+#define DS_OUTPUT_END "<" FW "tool" SP "output" SP "end" FW ">"
+
+/* tool['type'] + '<｜tool▁sep｜>' + name + '\n```json\n' + arguments + '\n```<｜tool▁call▁end｜>' */
+static void ds_call(out_t *o, const df_chat_tool_call *c) {
+  lit(o, "function" DS_SEP);
+  data(o, c->name, strlen(c->name));
+  lit(o, "\n```json\n");
+  data(o, c->arguments, strlen(c->arguments));
+  lit(o, "\n```" DS_CALL_END);
+}
+
+static void render_deepseek_v3(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
+                               const df_chat_opts *opt, out_t *o) {
+  /* ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='',
+   * is_first_sp=true) */
+  bool is_first = false, is_tool = false, is_output_first = true, is_first_sp = true;
+  /* {{bos_token}} first: the system prompt is built before any output, then printed */
+  lit(o, t->bos);
+  for (size_t i = 0; i < n; i++) {
+    if (!role_is(&msgs[i], "system")) continue;
+    /* ns.system_prompt + message['content'], later ones after '\n\n' */
+    if (!is_first_sp) lit(o, "\n\n");
+    data(o, msgs[i].content, strlen(msgs[i].content));
+    is_first_sp = false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const df_chat_msg *m = &msgs[i];
+    if (role_is(m, "user")) {
+      /* '<｜User｜>' + message['content'] */
+      is_tool = false;
+      lit(o, DS_USER);
+      data(o, m->content, strlen(m->content));
+    }
+    if (role_is(m, "assistant") && !m->content) {
+      /* {%- for tool in message['tool_calls'] %} */
+      is_tool = false;
+      for (size_t k = 0; k < m->n_tool_calls; k++) {
+        if (!is_first) {
+          lit(o, DS_ASSISTANT DS_CALLS_BEGIN DS_CALL_BEGIN);
+          ds_call(o, &m->tool_calls[k]);
+          is_first = true;
+        } else {
+          /* a later call closes the block after itself (as published) */
+          lit(o, "\n" DS_CALL_BEGIN);
+          ds_call(o, &m->tool_calls[k]);
+          lit(o, DS_CALLS_END DS_EOS);
+        }
+      }
+    }
+    if (role_is(m, "assistant") && m->content) {
+      if (is_tool) {
+        /* '<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>' */
+        lit(o, DS_OUTPUTS_END);
+        data(o, m->content, strlen(m->content));
+        lit(o, DS_EOS);
+        is_tool = false;
+      } else {
+        lit(o, DS_ASSISTANT);
+        data(o, m->content, strlen(m->content));
+        lit(o, DS_EOS);
+      }
+    }
+    if (role_is(m, "tool")) {
+      is_tool = true;
+      if (is_output_first) {
+        lit(o, DS_OUTPUTS_BEGIN DS_OUTPUT_BEGIN);
+        is_output_first = false;
+      } else {
+        lit(o, "\n" DS_OUTPUT_BEGIN);
+      }
+      data(o, m->content, strlen(m->content));
+      lit(o, DS_OUTPUT_END);
+    }
+  }
+  if (is_tool) lit(o, DS_OUTPUTS_END);
+  if (opt->add_generation_prompt && !is_tool) lit(o, DS_ASSISTANT);
+}
+
 static bool valid(const char *s) { return df_tok__utf8_valid((const uint8_t *)s, strlen(s)); }
 
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
@@ -329,11 +456,13 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
   }
   for (size_t i = 0; i < n; i++) {
     const df_chat_msg *m = &msgs[i];
-    if (!m->role || !m->content) {
+    /* null content: only an assistant's, only where the template tells it from "" */
+    bool null_ok = t->family == DF_CHAT_DEEPSEEK_V3 && m->role && role_is(m, "assistant");
+    if (!m->role || (!m->content && !null_ok)) {
       df_tok__seterr(err, errlen, "chat: messages[%zu].%s: missing", i, !m->role ? "role" : "content");
       return -1;
     }
-    if (!valid(m->role) || !valid(m->content) ||
+    if (!valid(m->role) || (m->content && !valid(m->content)) ||
         (m->reasoning_content && !valid(m->reasoning_content))) {
       df_tok__seterr(err, errlen, "chat: messages[%zu]: not valid UTF-8", i);
       return -1;
@@ -356,6 +485,9 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
   switch (t->family) {
   case DF_CHAT_QWEN3:
     if (!o.oom) render_qwen3(msgs, n, opts, &o);
+    break;
+  case DF_CHAT_DEEPSEEK_V3:
+    if (!o.oom) render_deepseek_v3(t, msgs, n, opts, &o);
     break;
   }
   if (o.oom) {

@@ -15,6 +15,13 @@
  *                  system, user, assistant, tool messages; <think> reasoning kept only for
  *                  assistant turns after the last user query; enable_thinking;
  *                  add_generation_prompt. Tool definitions (`tools`) are not supported yet.
+ *   DF_CHAT_DEEPSEEK_V3  the DeepSeek-V3 template (tokenizer_config.json of the V3 release,
+ *                  also used by checkpoints derived from it): bos_token, every system message
+ *                  joined by blank lines at the top, <｜User｜> / <｜Assistant｜> turns, an
+ *                  assistant message whose content is NULL (JSON null) rendering its tool calls
+ *                  (type "function"), tool outputs, add_generation_prompt; reasoning_content is
+ *                  ignored, as the template does. The template's quirks are kept byte for byte
+ *                  (tests/tokenizer/gen_chat_goldens.py lists them).
  */
 #ifndef DF_ENGINE_CHAT_TEMPLATE_H
 #define DF_ENGINE_CHAT_TEMPLATE_H
@@ -27,6 +34,7 @@
 
 typedef enum df_chat_family {
   DF_CHAT_QWEN3 = 1,
+  DF_CHAT_DEEPSEEK_V3 = 2,
 } df_chat_family;
 
 typedef struct df_chat_template df_chat_template;
@@ -40,7 +48,9 @@ typedef struct df_chat_tool_call {
 /* One message. Strings are UTF-8, NUL-terminated, borrowed for the call. */
 typedef struct df_chat_msg {
   const char *role;              /* "system", "user", "assistant", "tool" (others render nothing) */
-  const char *content;           /* required (use "" for none) */
+  const char *content;           /* required (use "" for none), except that an assistant
+                                    message may pass NULL for JSON null where the template
+                                    tells null from "" (DeepSeek-V3: tool-call turns) */
   const char *reasoning_content; /* assistant only; NULL = not given (then taken from
                                     <think>...</think> in content, as the template does) */
   const df_chat_tool_call *tool_calls; /* assistant only; n_tool_calls of them */
@@ -61,12 +71,16 @@ typedef struct df_chat_text {
 } df_chat_text;
 
 /* Load the chat template of model folder `dir` (tokenizer_config.json "chat_template", a string
- * or a list whose "default" entry is used; else DIR/chat_template.jinja). Returns 0 with *out
- * owning the template (free with df_chat_template_destroy), or -1 with *out NULL and err naming
- * the folder, e.g. "models/x: chat template not recognised (...)" or a missing-file message. */
+ * or a list whose "default" entry is used; else DIR/chat_template.jinja). Templates that use
+ * `bos_token` take it from tokenizer_config.json ("bos_token": a string or an AddedToken
+ * object's "content", at most 255 bytes of UTF-8), else the family's published one.
+ * Returns 0 with *out owning the template (free with df_chat_template_destroy), or -1 with
+ * *out NULL and err naming the folder, e.g. "models/x: chat template not recognised (...)",
+ * a missing-file message, or a bos_token that is not such a string. */
 int df_chat_template_load(const char *dir, df_chat_template **out, char *err, size_t errlen);
 
-/* Same from the template text itself; `origin` names it in messages (e.g. the folder). */
+/* Same from the template text itself; `origin` names it in messages (e.g. the folder).
+ * bos_token is the family's published one (DeepSeek-V3: "<｜begin▁of▁sentence｜>"). */
 int df_chat_template_from_text(const char *text, size_t len, const char *origin,
                                df_chat_template **out, char *err, size_t errlen);
 
@@ -78,8 +92,8 @@ df_chat_family df_chat_template_family(const df_chat_template *t);
 
 /* Render messages[0..n) with opts (NULL = add_generation_prompt false, enable_thinking not
  * given). On success returns 0 and fills *out (free with df_chat_text_free). Errors (-1, *out
- * zeroed, err set): no messages, a NULL role/content, content that is not valid UTF-8, out of
- * memory. */
+ * zeroed, err set): no messages, a NULL role, a NULL content other than an assistant's in a
+ * template that has null content, text that is not valid UTF-8, out of memory. */
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
                    const df_chat_opts *opts, df_chat_text *out, char *err, size_t errlen);
 

