@@ -20,7 +20,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUITE = os.path.join(HERE, "..", "tools", "bench", "suite.py")
 FIGURES = ("memory_bandwidth", "engine_random", "bandwidth_utilisation", "engine_widened_demo",
-           "speculative", "cluster", "server", "tokenizer")
+           "speculative", "cluster", "server", "tokenizer", "wait_policy")
 MAY_SKIP = ("server", "tokenizer")
 
 fails = []

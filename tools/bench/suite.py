@@ -17,6 +17,8 @@ average before and after it):
   cluster                decode ms/token local vs 1 and 3 loopback df-node agents
   server                 `deltafin serve` aggregate completion tok/s at 1/4/8 streams
   tokenizer              encode MB/s of the C tokenizer vs the JavaScript oracle
+  wait_policy            decode on the smallest model with libgomp's default thread waiting
+                         vs OMP_WAIT_POLICY=passive (how much a busy machine costs)
 A figure that needs the trained demo pair (models/demo-moe, models/demo-draft) is recorded
 with status "pending" and the reason while the pair is absent.
 
@@ -49,7 +51,7 @@ PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executabl
 
 SCHEMA = "deltafin-bench/1"
 FIGURES = ("memory_bandwidth", "engine_random", "bandwidth_utilisation", "engine_widened_demo",
-           "speculative", "cluster", "server", "tokenizer")
+           "speculative", "cluster", "server", "tokenizer", "wait_policy")
 
 # Random checkpoints: (label, make_checkpoint.py arguments). The large one is the ~2 GB
 # target of the engine's performance goal (hidden 1024, 16 layers, 64 experts top-8).
@@ -291,12 +293,16 @@ class Suite:
                 f.write(key + "\n")
         return d, cmdline(cmd)
 
-    def engine(self, model, label):
+    def engine(self, model, label, env=None):
         m = self.mode
         js = os.path.join(self.out, "engine-%s.json" % label)
         cmd = [self.exe["engine"], "--model", model, "--decode", str(m["decode"]), "--prefill",
                str(m["prefill"]), "--repeat", str(m["repeat"]), "--bw-mib", str(m["bw_mib"]), "--json", js]
-        self.cmd(cmd, timeout=1800)
+        if env:
+            self.cur["commands"].append(" ".join("%s=%s" % kv for kv in env.items()) + " " + cmdline(cmd))
+            run(cmd, timeout=1800, env=dict(os.environ, **env))
+        else:
+            self.cmd(cmd, timeout=1800)
         r = json.load(open(js))
         r["label"] = label
         r["model"] = rel(model)
@@ -513,6 +519,20 @@ class Suite:
         fig["ratio"] = {"name": "C MB/s / JavaScript MB/s (%s)" % first,
                         "value": fig["tokenizers"][first]["ratio"]}
 
+    def fig_wait_policy(self, fig):
+        label = self.mode["engine"][0]
+        model = self.random_model(label)
+        fig["title"] = "decode with libgomp's default thread waiting vs OMP_WAIT_POLICY=passive"
+        fig["model"] = rel(model)
+        log("wait policy: %s, default and passive" % label)
+        a = self.engine(model, label + "-default")
+        b = self.engine(model, label + "-passive", env={"OMP_WAIT_POLICY": "passive"})
+        del self.engine_runs[label + "-default"], self.engine_runs[label + "-passive"]
+        fig["default_ms_per_token"] = a["decode_ms_per_token"]
+        fig["passive_ms_per_token"] = b["decode_ms_per_token"]
+        fig["ratio"] = {"name": "decode ms/token, default / passive", "value":
+                        round(a["decode_ms_per_token"] / b["decode_ms_per_token"], 4)}
+
     # -- run -----------------------------------------------------------------------------
     def run(self):
         la0 = loadavg()
@@ -526,6 +546,7 @@ class Suite:
         self.figure("cluster", self.fig_cluster)
         self.figure("server", self.fig_server)
         self.figure("tokenizer", self.fig_tokenizer)
+        self.figure("wait_policy", self.fig_wait_policy)
         la1 = loadavg()
         peak = max([la0[0], la1[0]] + [f["load_before"][0] for f in self.figures.values()]
                    + [f["load_after"][0] for f in self.figures.values()]) if la0 else None
@@ -647,6 +668,13 @@ def markdown(res):
                     name, x["c"]["docs"], x["c"]["bytes"] / 1e6, x["c"]["mb_s"], x["js"]["mb_s"], x["ratio"]))
         else:
             L.append("| tokenizer | - | - | %s |" % st("tokenizer"))
+    p = F.get("wait_policy")
+    if p:
+        if p["status"] == "ok":
+            L.append("| thread waiting (%s) | default %.2f ms/token, OMP_WAIT_POLICY=passive %.2f ms/token | default/passive %.2fx | ok |"
+                     % (p["model"], p["default_ms_per_token"], p["passive_ms_per_token"], p["ratio"]["value"]))
+        else:
+            L.append("| thread waiting | - | - | %s |" % st("wait_policy"))
     L.append("")
     runs = F.get("engine_random", {}).get("models", []) + (
         [F["engine_widened_demo"]["model"]] if F.get("engine_widened_demo", {}).get("status") == "ok" else [])
