@@ -203,7 +203,7 @@ int df_cmd_serve(int argc, char **argv) {
     goto done;
   }
   df_srv_opts sv = {.host = host, .port = (int)port, .api_key = key, .model_id = name,
-                    .max_body = (size_t)body, .max_prompt = maxp, .quiet = quiet};
+                    .max_body = (size_t)body, .max_prompt = maxp, .quiet = quiet, .cluster = cluster};
   if (df_srv_start(&sv, sched, m, tok, tmpl, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;

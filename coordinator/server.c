@@ -78,6 +78,8 @@ typedef struct conn {
   int stage;        /* stream: 0 role, 1 content, 2 usage, 3 [DONE], 4 end */
   char *ev;         /* the event being written */
   size_t ev_len, ev_off;
+  int status;       /* HTTP status answered (0 = none yet) */
+  struct timespec t0; /* when the request arrived */
   atomic_int refs;  /* MHD's request (until on_completed) + a streaming response (until its
                        free callback, which libmicrohttpd may call after on_completed) */
 } conn;
@@ -142,6 +144,7 @@ static enum MHD_Result send_body(conn *c, struct MHD_Connection *mc, int status,
   enum MHD_Result ret = MHD_queue_response(mc, (unsigned)status, r);
   MHD_destroy_response(r);
   count(c->srv, c->route, status);
+  c->status = status;
   return ret;
 }
 
@@ -407,6 +410,7 @@ static enum MHD_Result handle_generate(conn *c, struct MHD_Connection *mc) {
     ret = MHD_queue_response(mc, 200, r);
     MHD_destroy_response(r);
     count(s, c->route, 200);
+    c->status = 200;
     return ret;
   }
   df_api_request_free(&rq);
@@ -460,10 +464,9 @@ fail:
 /* ---- other endpoints ----------------------------------------------------------------- */
 
 static char *model_json(const df_srv *s) {
-  char *id = NULL;
-  /* the id is a JSON string: escape it through api's builder-free path */
+  /* the id as a JSON string (it came from the command line: escape quotes and controls) */
   size_t n = strlen(s->model_id);
-  id = malloc(n * 6 + 3);
+  char *id = malloc(n * 6 + 3);
   if (!id) return NULL;
   char *w = id;
   *w++ = '"';
@@ -565,8 +568,9 @@ char *df_srv_metrics(df_srv *s, size_t *len) {
   HDR("deltafin_draft_acceptance_ratio", "gauge", "Draft tokens accepted / proposed so far (0 before any draft).");
   appendf(&b, &n, &cap, "deltafin_draft_acceptance_ratio %.4f\n",
           st.drafted ? (double)st.accepted / (double)st.drafted : 0.0);
-  HDR("deltafin_expert_backends_up", "gauge", "Expert backends able to serve (the local one; cluster nodes when joined).");
-  appendf(&b, &n, &cap, "deltafin_expert_backends_up{backend=\"local\"} 1\n");
+  HDR("deltafin_expert_backend_info", "gauge", "Where routed experts run: local (the mapped checkpoint) or cluster (df-node agents, the coordinator covering what no node holds).");
+  appendf(&b, &n, &cap, "deltafin_expert_backend_info{backend=\"%s\"} 1\n",
+          s->o.cluster ? "cluster" : "local");
 #undef HDR
   if (b && len) *len = n;
   return b;
@@ -595,6 +599,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     c->srv = s;
     c->fd = -1;
     atomic_init(&c->refs, 1);
+    clock_gettime(CLOCK_MONOTONIC, &c->t0);
     *con_cls = c;
     c->route = route_of(url);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -705,8 +710,20 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
   (void)mc;
   conn *c = *con_cls;
   if (!c) return;
-  (void)toe;
   if (c->job) df_sched_job_cancel(c->job); /* the request is over: nothing more to generate */
+  if (!c->srv->o.quiet && c->route != R_HEALTH && c->route != R_METRICS) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - c->t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - c->t0.tv_nsec);
+    if (c->meta.id)
+      logf_(c->srv, false, "%s %d %s, %lld prompt + %lld completion tokens, %.3f s",
+            route_name[c->route], c->status, c->meta.id, (long long)c->news.prompt_tokens,
+            (long long)c->news.completion_tokens, dt);
+    else
+      logf_(c->srv, false, "%s %d, %.3f s", route_name[c->route], c->status, dt);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->job)
+      logf_(c->srv, false, "%s %s: the client went away", route_name[c->route], c->meta.id);
+  }
   *con_cls = NULL;
   conn_unref(c);
 }

@@ -39,6 +39,7 @@ typedef struct df_srv_opts {
   int64_t max_prompt;    /* prompt tokens; 0 = the context size - 1 */
   unsigned max_conns;    /* simultaneous connections; 0 = 256 */
   int quiet;             /* no per-request log lines on stderr (errors are still logged) */
+  int cluster;           /* routed experts run on df-node agents (reported in /metrics) */
 } df_srv_opts;
 
 /* Start serving. `tmpl` may be NULL (then /v1/chat/completions answers 400: the model has no
