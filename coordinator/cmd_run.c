@@ -311,13 +311,18 @@ int df_cmd_run(int argc, char **argv) {
     if (st.rounds) {
       fprintf(stderr,
               "draft: %lld rounds, acceptance %.3f, mean accepted length %.2f (+1 target token "
-              "per round), draft %.2f ms and verify %.2f ms per round, k histogram",
+              "per round), draft %.2f ms per round, target %.2f ms per forward, k histogram",
               (long long)st.rounds, st.drafted ? (double)st.accepted / st.drafted : 0.0,
               (double)st.accepted / st.rounds, st.draft_ms / st.rounds,
               st.verify_ms / (st.target_forwards ? st.target_forwards : 1));
       for (int i = 0; i <= DF_SPEC_K_MAX; i++)
-        if (st.k_hist[i]) fprintf(stderr, " %s%d:%d", i ? "k=" : "alone", i ? i : 0, st.k_hist[i]);
+        if (st.k_hist[i] && i) fprintf(stderr, " k=%d:%d", i, st.k_hist[i]);
+        else if (st.k_hist[i]) fprintf(stderr, " alone:%d", st.k_hist[i]);
       fprintf(stderr, "%s%s\n", st.drafting ? "" : " | off: ", st.drafting ? "" : st.off_reason);
+      fprintf(stderr, "draft: k over time (from token: k, 0 = target alone):");
+      for (int i = 0; i < st.n_k_trace; i++)
+        fprintf(stderr, " %lld:%d", (long long)st.k_trace[i].at, st.k_trace[i].k);
+      fprintf(stderr, "%s\n", st.n_k_trace == DF_SPEC_K_TRACE ? " ..." : "");
     }
   }
   rc = 0;

@@ -46,8 +46,19 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* Record that k takes value k from the next token on (stats.k_trace). */
+static void trace_k(df_spec *s, int k) {
+  df_spec_stats *st = &s->st;
+  if (st->n_k_trace > 0 && st->k_trace[st->n_k_trace - 1].k == k) return;
+  if (st->n_k_trace == DF_SPEC_K_TRACE) return;
+  st->k_trace[st->n_k_trace].at = st->emitted;
+  st->k_trace[st->n_k_trace].k = k;
+  st->n_k_trace++;
+}
+
 void df_spec_disable(df_spec *s, const char *reason) {
   if (!s->drafting && s->st.off_reason[0]) return;
+  if (s->drafting) trace_k(s, 0);
   s->drafting = false;
   s->st.drafting = false;
   snprintf(s->st.off_reason, sizeof s->st.off_reason, "%s", reason);
@@ -136,6 +147,7 @@ df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params 
       s->d = draft;
       s->drafting = true;
       s->st.drafting = true;
+      trace_k(s, s->k);
     }
   }
   return s;
@@ -233,6 +245,7 @@ static void adapt(df_spec *s) {
     int c = cand[i];
     if ((c == 0 || (c >= s->pp.k_min && c <= s->pp.k_max)) && s->rate_n[c] < 2) {
       s->k = c;
+      trace_k(s, c);
       return;
     }
   }
@@ -248,6 +261,7 @@ static void adapt(df_spec *s) {
     return;
   }
   s->k = best;
+  trace_k(s, best);
 }
 
 static int step_target_alone(df_spec *s, int32_t *out, char *err, size_t errlen) {

@@ -31,6 +31,7 @@
 #include "engine/sampler.h"
 
 #define DF_SPEC_K_MAX 8
+#define DF_SPEC_K_TRACE 32 /* k changes kept in df_spec_stats.k_trace */
 
 typedef struct df_spec_params {
   int k_init;    /* first draft length; 0 = 4 */
@@ -64,7 +65,12 @@ typedef struct df_spec_stats {
   bool drafting;           /* drafting currently on */
   int k;                   /* current draft length */
   char off_reason[256];    /* why drafting is off ("" when on or never configured) */
-  int k_hist[DF_SPEC_K_MAX + 1]; /* rounds run at each k */
+  int k_hist[DF_SPEC_K_MAX + 1]; /* rounds run at each k (0: target-alone steps while drafting) */
+  int n_k_trace;                 /* entries used in k_trace */
+  struct {
+    int64_t at; /* tokens emitted before the change */
+    int k;      /* draft length from then on; 0 = target alone (exploring, or drafting off) */
+  } k_trace[DF_SPEC_K_TRACE];    /* k over time: the first DF_SPEC_K_TRACE values it took */
 } df_spec_stats;
 
 typedef struct df_spec df_spec;

@@ -20,3 +20,6 @@ foreach(scenario fallbacks cluster demo_cluster)
                        SKIP_RETURN_CODE 77)
 endforeach()
 set_tests_properties(spec_cluster spec_demo_cluster PROPERTIES LABELS cluster)
+# the demo pair (models/demo-moe + models/demo-draft): skipped (exit 77) while it is missing
+df_add_cmocka_test(test_spec_demo SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_demo.c LIBS dfcoord)
+set_tests_properties(test_spec_demo PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900)
