@@ -237,28 +237,34 @@ static int build_rope(df_model *m, char *err, size_t errlen) {
 
 /* ---- sharing identical tensors with another loaded model (df_model_opts.share_from) ---- */
 
-/* True when the bytes of `t` (read from its file with pread, so this model's mapping is not
- * touched) equal `nbytes` bytes at `ref`. The first block is compared alone first, so
- * different tables cost one small read. Any I/O failure answers false. */
-static bool file_bytes_equal(const df_model *m, const df_st_tensor *t, const uint8_t *ref) {
-  int fd = open(file_of(m, t), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+/* True when tensor `t` of model `m` and tensor `r` of model `src` (same nbytes) hold the same
+ * bytes. Both are read from their files with pread, so neither mapping is touched (no
+ * resident pages are added for a table only ever gathered by rows). The first 4 KiB are
+ * compared alone first, so different tables cost one small read. Any I/O failure answers
+ * false. */
+static bool file_bytes_equal(const df_model *m, const df_st_tensor *t, const df_model *src,
+                             const df_st_tensor *r) {
+  int fa = open(file_of(m, t), O_RDONLY | O_CLOEXEC);
+  int fb = open(file_of(src, r), O_RDONLY | O_CLOEXEC);
   enum { BLK = 1 << 20 };
-  uint8_t *buf = malloc(BLK);
-  bool same = buf != NULL;
+  uint8_t *ba = malloc(BLK), *bb = malloc(BLK);
+  bool same = fa >= 0 && fb >= 0 && ba && bb;
   for (uint64_t off = 0; same && off < t->nbytes;) {
     size_t want = off == 0 ? 4096 : BLK;
     if (want > t->nbytes - off) want = (size_t)(t->nbytes - off);
-    ssize_t got = pread(fd, buf, want, (off_t)(t->file_offset + off));
-    if (got <= 0) {
+    ssize_t ga = pread(fa, ba, want, (off_t)(t->file_offset + off));
+    ssize_t gb = pread(fb, bb, want, (off_t)(r->file_offset + off));
+    if (ga <= 0 || ga != gb) {
       same = false;
       break;
     }
-    same = memcmp(buf, ref + off, (size_t)got) == 0;
-    off += (uint64_t)got;
+    same = memcmp(ba, bb, (size_t)ga) == 0;
+    off += (uint64_t)ga;
   }
-  free(buf);
-  close(fd);
+  free(ba);
+  free(bb);
+  if (fa >= 0) close(fa);
+  if (fb >= 0) close(fb);
   return same;
 }
 
@@ -274,7 +280,7 @@ static int share_tensor(df_model *m, const df_model *src, const char *name,
     if (!r || r->dtype != t->dtype || r->ndim != t->ndim || r->nbytes != t->nbytes) continue;
     bool same = true;
     for (int d = 0; d < t->ndim; d++) same = same && r->shape[d] == t->shape[d];
-    if (!same || !file_bytes_equal(m, t, r->data)) continue;
+    if (!same || !file_bytes_equal(m, t, src, r)) continue;
     df_t_tensor *h = df_t_wrap(r->data, r->dtype, r->ndim, r->shape, err, errlen);
     if (!h) return -1;
     if (track(m, h) != 0) {

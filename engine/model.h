@@ -44,8 +44,8 @@ typedef struct df_model_opts {
   int threads;      /* compute threads; 0 = every online CPU */
   /* A loaded model (borrowed; it must outlive the one being loaded) whose identical tensors
    * are reused: this model's model.embed_tokens.weight and lm_head.weight are compared with
-   * share_from's embed_tokens and lm_head (equal dtype, shape and bytes; this model's bytes
-   * are read with pread, never through its own mapping) and, when identical, bound to
+   * share_from's embed_tokens and lm_head (equal dtype, shape and bytes; both read with
+   * pread, never through either mapping) and, when identical, bound to
    * share_from's mapping, so that table is resident once and this model's file pages for it
    * are never touched. NULL = no sharing. Typical use: a speculative-decoding draft that
    * ships the target's embedding table (DESIGN.md §5). */
