@@ -79,7 +79,7 @@ def plot_all(res, out):
             bottom = [x + y for x, y in zip(bottom, v)]
         ax.set_ylabel("ms per decoded token")
         ax.legend(fontsize=8)
-        ax.set_title("Decode time by part — " + _subtitle(res), fontsize=10)
+        ax.set_title("Decode time by part\n" + _subtitle(res), fontsize=9)
         save(fig, "breakdown.png")
 
     s = _ok(res, "speculative")
