@@ -11,6 +11,9 @@ df_add_cmocka_test(test_spec_sampling SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_s
 set_tests_properties(test_spec_sampling PROPERTIES FIXTURES_REQUIRED spec_drafts)
 df_add_cmocka_test(test_spec_mem SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_mem.c LIBS dfcoord)
 set_tests_properties(test_spec_mem PROPERTIES FIXTURES_REQUIRED spec_drafts)
+# many prompts through one coordinator process (driven by spec_cli.py demo_cluster)
+add_executable(test_spec_cluster ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_cluster.c)
+target_link_libraries(test_spec_cluster PRIVATE dfcoord)
 foreach(scenario fallbacks cluster demo_cluster)
   add_test(NAME spec_${scenario}
     COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/spec_cli.py ${scenario} ${PROJECT_BINARY_DIR}
@@ -20,6 +23,7 @@ foreach(scenario fallbacks cluster demo_cluster)
                        SKIP_RETURN_CODE 77)
 endforeach()
 set_tests_properties(spec_cluster spec_demo_cluster PROPERTIES LABELS cluster)
+set_tests_properties(spec_demo_cluster PROPERTIES TIMEOUT 1200)
 # the demo pair (models/demo-moe + models/demo-draft): skipped (exit 77) while it is missing
 df_add_cmocka_test(test_spec_demo SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_demo.c LIBS dfcoord)
 set_tests_properties(test_spec_demo PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900)

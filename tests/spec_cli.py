@@ -15,8 +15,10 @@ SCENARIO:
              (fixed k = 3, and adaptive k) equal the local --no-draft ids and the cluster
              --no-draft ids; the verify batches went through the nodes
   demo_cluster
-             the same three-node comparison on models/demo-moe + models/demo-draft
-             (MODELS_DIR), 4 prompts x 128 tokens; exit 77 (skipped) while they are missing
+             models/demo-moe + models/demo-draft (MODELS_DIR) on three loopback nodes: 20
+             prompts x 128 tokens in one coordinator process (tests/test_spec_cluster.c),
+             ids with the draft identical to the local target-alone ids; exit 77 (skipped)
+             while the pair is missing
 Readiness is awaited on log lines, never on fixed sleeps.
 """
 import os
@@ -191,7 +193,22 @@ def scen_cluster():
     cluster_compare(TARGET, os.path.join(DRAFTS, "perturbed"), [PROMPT, "7,7,7,7,7,7"], 48, 16)
 
 
+DEMO_PROMPTS = [
+    "The history of the city begins with", "She opened the letter and read",
+    "In the morning the market was", "The committee decided that the new rules",
+    "He had never seen so many people", "The president said on Tuesday that",
+    "After the war, the family moved to", "The water in the lake was cold and",
+    "It was the first time that the team", "The old man looked at the boy and said",
+    "Scientists have found that the", "The church stood at the end of a long road",
+    "When the music stopped, everyone", "Most of the students in the class",
+    "The report shows that the cost of", "There was a knock at the door, and",
+    "The governor announced a plan to", "In the spring of that year the farmers",
+    "Her voice was soft, but", "The book tells the story of a young"]
+
+
 def scen_demo_cluster():
+    """20 prompts x 128 tokens in one coordinator process (tests/test_spec_cluster.c): local
+    target-alone ids, then the same prompts with the draft over three loopback nodes."""
     model, draft = os.path.join(MODELS, "demo-moe"), os.path.join(MODELS, "demo-draft")
     if not (os.path.exists(os.path.join(model, "config.json"))
             and os.path.exists(os.path.join(draft, "config.json"))):
@@ -203,14 +220,23 @@ def scen_demo_cluster():
                   if l not in cfg.get("mlp_only_layers", [])
                   and (l + 1) % cfg.get("decoder_sparse_step", 1) == 0]
     n_pairs = len(moe_layers) * cfg["num_experts"]
-    prompts = []
-    for text in ("The history of the city begins with", "She opened the letter and read",
-                 "In the morning the market was", "The committee decided that the new rules"):
-        r = subprocess.run([DELTAFIN, "tokenize", "--model", model, "--ids-only", text],
-                           capture_output=True, text=True, timeout=60)
-        check(r.returncode == 0 and r.stdout.split(), "tokenize %r" % text)
-        prompts.append(",".join(r.stdout.split()))
-    cluster_compare(model, draft, prompts, 128, n_pairs)
+    pb = pair_bytes(model)
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state)
+    for i, frac in enumerate([3, 5, 9]):
+        budget = max(1, n_pairs * frac // 16) * pb
+        spawn([DFNODE, "join", "127.0.0.1:%d" % port, "--state-dir", os.path.join(WORK, "n%d" % i),
+               "--memory", str(budget), "--name", "s%d" % i, "--threads", "1", "--token", tok,
+               "--model-dir", model], os.path.join(WORK, "n%d.log" % i))
+    exe = os.path.join(BUILD, "tests", "test_spec_cluster")
+    r = subprocess.run([exe, model, draft, "128", str(port), state, "3"],
+                       input="\n".join(DEMO_PROMPTS) + "\n", capture_output=True, text=True,
+                       timeout=1100)
+    print("\n".join("      " + ln for ln in r.stdout.splitlines() + r.stderr.splitlines()))
+    check(r.returncode == 0 and r.stdout.count("identical to local") == len(DEMO_PROMPTS) + 2,
+          "demo pair, 20 prompts x 128 tokens, three nodes: ids with the draft identical to "
+          "the local target-alone ids")
+    check(" 0 local," in r.stderr, "every routed expert ran on the nodes")
 
 
 def main():
