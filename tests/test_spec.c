@@ -19,7 +19,8 @@
 static df_model *load(const char *dir) {
   char err[1024];
   df_model *m = NULL;
-  df_model_opts o = {.max_ctx = 256, .max_rows = 16};
+  /* one thread: on a busy machine a second one mostly waits at barriers */
+  df_model_opts o = {.max_ctx = 256, .max_rows = 16, .threads = 1};
   if (df_model_load(dir, &o, &m, err, sizeof err) != 0) fail_msg("load %s: %s", dir, err);
   return m;
 }
