@@ -1722,10 +1722,13 @@ int df_tok_decode(const df_tok *t, const int32_t *ids, size_t n, unsigned flags,
   int rc = -1;
   for (size_t i = 0; i < n; i++) {
     int32_t id = ids[i];
-    if (id < 0 || (size_t)id >= t->n_ids || t->piece_off[id] == UINT32_MAX) {
+    if (id < 0) {
       df_tok__seterr(err, errlen, "tokenizer: ids[%zu] = %ld is not a token id", i, (long)id);
       goto done;
     }
+    /* ids without a token (a model's padding rows past the tokenizer's vocabulary) decode
+     * to nothing, as the reference tokenizer's decode skips them */
+    if ((size_t)id >= t->n_ids || t->piece_off[id] == UINT32_MAX) continue;
     if ((flags & DF_TOK_SKIP_SPECIAL) && (t->flags[id] & 2)) continue;
     if (df_tok__buf_put(&raw, t->dbytes.p + t->bytes_off[id], t->bytes_len[id]) != 0) goto oom;
   }

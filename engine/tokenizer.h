@@ -94,8 +94,9 @@ int df_tok_encode_spans(const df_tok *tok, const char *text, size_t len, unsigne
 /* Decode ids to text, like the reference decode(): each token's bytes (byte-level pieces
  * mapped back to bytes; added tokens as their content), joined, then every ill-formed UTF-8
  * subpart replaced by U+FFFD. flags: DF_TOK_SKIP_SPECIAL. On success *text is a new malloc'd
- * NUL-terminated string of *len bytes (caller frees) and 0 is returned. An id outside
- * [0, vocab_size) or not assigned to any token returns -1 with *text = NULL and err set. */
+ * NUL-terminated string of *len bytes (caller frees) and 0 is returned. An id >= 0 that no
+ * token has (a model's padding rows past the tokenizer's vocabulary) decodes to nothing, as
+ * the reference decode skips it; a negative id returns -1 with *text = NULL and err set. */
 int df_tok_decode(const df_tok *tok, const int32_t *ids, size_t n, unsigned flags, char **text,
                   size_t *len, char *err, size_t errlen);
 
@@ -141,8 +142,9 @@ int df_tok_stream_new(const df_tok *tok, unsigned flags, df_tok_stream **out, ch
 
 /* Feed one id. On success returns 0 and sets *text / *len to the newly completed text
  * (possibly empty; NUL-terminated; owned by the stream, valid until the next call on it).
- * An unknown id returns -1 with err set and the stream unchanged; out of memory returns -1
- * and leaves the stream's pending bytes unchanged too. */
+ * An id >= 0 that no token has adds nothing (as df_tok_decode); a negative id returns -1 with
+ * err set and the stream unchanged; out of memory returns -1 and leaves the stream's pending
+ * bytes unchanged too. */
 int df_tok_stream_feed(df_tok_stream *s, int32_t id, const char **text, size_t *len, char *err,
                        size_t errlen);
 

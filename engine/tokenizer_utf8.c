@@ -205,11 +205,13 @@ int df_tok_stream_feed(df_tok_stream *s, int32_t id, const char **text, size_t *
                        size_t errlen) {
   size_t blen = 0;
   const uint8_t *bytes = df_tok_id_to_bytes(s->tok, id, &blen);
-  if (!bytes) {
-    df_tok__seterr(err, errlen, "tokenizer stream: token id %ld is not in the vocabulary",
-                   (long)id);
+  if (!bytes && id < 0) {
+    df_tok__seterr(err, errlen, "tokenizer stream: token id %ld is not a token id", (long)id);
     return -1;
   }
+  /* ids without a token (a model's padding rows past the tokenizer's vocabulary) add
+   * nothing, as in df_tok_decode */
+  if (!bytes) blen = 0;
   if ((s->flags & DF_TOK_SKIP_SPECIAL) && df_tok_is_special(s->tok, id)) blen = 0;
   s->work.n = 0;
   s->out.n = 0;

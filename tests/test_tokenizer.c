@@ -374,8 +374,14 @@ static void test_added_tokens(void **state) {
   assert_int_equal(df_tok_decode(t, dec2, 4, DF_TOK_SKIP_SPECIAL, &out, &ol, err, sizeof err), 0);
   assert_string_equal(out, "ab\xc3\xa9");
   free(out);
-  int32_t unknown[] = {299};
-  assert_int_equal(df_tok_decode(t, unknown, 1, 0, &out, &ol, err, sizeof err), -1);
+  /* an id no token has (a model's padding row) decodes to nothing, as the reference's
+   * decode skips it; a negative id is an error */
+  int32_t unknown[] = {97, 299, 98};
+  assert_int_equal(df_tok_decode(t, unknown, 3, 0, &out, &ol, err, sizeof err), 0);
+  assert_string_equal(out, "ab");
+  free(out);
+  int32_t negative[] = {-1};
+  assert_int_equal(df_tok_decode(t, negative, 1, 0, &out, &ol, err, sizeof err), -1);
   assert_null(out);
   assert_true(df_tok_is_special(t, 300));
   assert_false(df_tok_is_special(t, 303));
@@ -421,10 +427,13 @@ static void test_stream_edges(void **state) {
   assert_int_equal(ol, 0);
   assert_int_equal(df_tok_stream_feed(s, 'x', &o, &ol, err, sizeof err), 0);
   assert_string_equal(o, "\xef\xbf\xbdx");
-  /* unknown id: error, stream unchanged */
+  /* an id no token has adds nothing and keeps the held bytes; a negative id is an error */
   assert_int_equal(df_tok_stream_feed(s, 0xE2, &o, &ol, err, sizeof err), 0);
-  assert_int_equal(df_tok_stream_feed(s, 99999, &o, &ol, err, sizeof err), -1);
-  assert_non_null(strstr(err, "99999"));
+  assert_int_equal(df_tok_stream_feed(s, 99999, &o, &ol, err, sizeof err), 0);
+  assert_int_equal(ol, 0);
+  assert_int_equal(df_tok_stream_pending(s), 1);
+  assert_int_equal(df_tok_stream_feed(s, -5, &o, &ol, err, sizeof err), -1);
+  assert_non_null(strstr(err, "-5"));
   assert_int_equal(df_tok_stream_pending(s), 1);
   /* flush: the held byte becomes U+FFFD, then the stream is empty */
   assert_int_equal(df_tok_stream_flush(s, &o, &ol, err, sizeof err), 0);
