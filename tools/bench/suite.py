@@ -262,14 +262,15 @@ class Suite:
             run([PY, MAKE_CKPT] + args + ["--out", d], timeout=1800)
         return d
 
-    def demo_present(self):
+    def demo_present(self, draft=True):
         return (os.path.exists(os.path.join(self.demo_target, "config.json"))
-                and os.path.exists(os.path.join(self.demo_draft, "config.json")))
+                and (not draft or os.path.exists(os.path.join(self.demo_draft, "config.json"))))
 
-    def pending(self, fig):
+    def pending(self, fig, draft=True):
         fig["status"] = "pending"
-        fig["reason"] = "pending demo model: %s and %s are not both present" % (
-            rel(self.demo_target), rel(self.demo_draft))
+        fig["reason"] = ("pending demo model: %s and %s are not both present" % (
+            rel(self.demo_target), rel(self.demo_draft)) if draft else
+            "pending demo model: %s is absent" % rel(self.demo_target))
         log("%s: %s" % (fig["name"], fig["reason"]))
 
     def widened(self):
@@ -360,8 +361,8 @@ class Suite:
 
     def fig_widened(self, fig):
         fig["title"] = "decode and prefill on the widened demo target"
-        if not self.demo_present():
-            return self.pending(fig)
+        if not self.demo_present(draft=False):
+            return self.pending(fig, draft=False)
         d, wcmd = self.widened()
         if wcmd:
             fig["commands"].append(wcmd)
