@@ -10,6 +10,12 @@
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 int df_cmd_inspect(int argc, char **argv) {
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    printf("usage: deltafin inspect DIR\n"
+           "  config summary, tensor inventory and memory plan (resident part vs routed experts,\n"
+           "  weight bytes read per decoded token, KV cache bytes per token) of a model folder\n");
+    return 0;
+  }
   if (argc != 2 || argv[1][0] == '-') {
     fprintf(stderr, "usage: deltafin inspect DIR\n");
     return 2;

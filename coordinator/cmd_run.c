@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "coordinator/spec.h"
+#include "config/fsutil.h"
 #include "coordinator/stream.h"
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
@@ -137,6 +138,10 @@ int df_cmd_run(int argc, char **argv) {
     fprintf(stderr, "deltafin run: --chat, --system and --no-think need --prompt TEXT\n");
     return 2;
   }
+  if ((system || no_think) && !chat) {
+    fprintf(stderr, "deltafin run: --system and --no-think apply to --chat prompts only\n");
+    return 2;
+  }
   if (!model_dir) {
     model_dir = DF_DEFAULT_MODEL;
     if (!draft_dir && !no_draft && access(DF_DEFAULT_DRAFT "/config.json", R_OK) == 0)
@@ -197,7 +202,6 @@ int df_cmd_run(int argc, char **argv) {
   df_model *m = NULL, *dm = NULL;
   df_spec *gen = NULL;
   float *logits = NULL;
-  FILE *lf = NULL;
   double t0 = df_cli_now();
   df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk};
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
@@ -254,15 +258,12 @@ int df_cmd_run(int argc, char **argv) {
     goto done;
   }
   double t_prefill = df_cli_now() - t1;
-  if (logits_path) {
-    lf = fopen(logits_path, "wb");
-    if (!lf || fwrite(logits, sizeof(float), (size_t)(n_prompt * V), lf) != (size_t)(n_prompt * V) ||
-        fclose(lf) != 0) {
-      lf = NULL;
-      fprintf(stderr, "deltafin: --logits-out: cannot write '%s'\n", logits_path);
-      goto done;
-    }
-    lf = NULL;
+  /* a temporary file renamed into place: the target may be one of the mapped inputs */
+  if (logits_path &&
+      df_fs_write_atomic(logits_path, logits, (size_t)(n_prompt * V) * sizeof(float), 0644, err,
+                         sizeof err) != 0) {
+    fprintf(stderr, "deltafin: --logits-out: %s\n", err);
+    goto done;
   }
   int64_t n_out = 0;
   bool stop = max_new == 0;
@@ -327,7 +328,6 @@ int df_cmd_run(int argc, char **argv) {
   }
   rc = 0;
 done:
-  if (lf) fclose(lf);
   df_tok_stream_destroy(&stream);
   df_chat_template_destroy(&tmpl);
   df_tok_destroy(&tok);

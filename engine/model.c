@@ -360,6 +360,12 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
   m->max_ctx = opts && opts->max_ctx > 0 ? opts->max_ctx
                : (c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096);
   m->max_rows = opts && opts->max_rows > 0 ? opts->max_rows : 64;
+  if (m->max_ctx > c->max_position_embeddings) {
+    snprintf(err, errlen, "context of %lld tokens exceeds max_position_embeddings %lld "
+             "(%s/config.json)", (long long)m->max_ctx, (long long)c->max_position_embeddings,
+             dir);
+    goto fail;
+  }
   int64_t H = c->hidden_size;
   BIND(m->embed, "model.embed_tokens.weight", 2, c->vocab_size, H);
   BIND(m->final_norm, "model.norm.weight", 1, H);

@@ -39,7 +39,8 @@
 typedef struct df_model df_model;
 
 typedef struct df_model_opts {
-  int64_t max_ctx;  /* tokens a sequence may hold; 0 = min(max_position_embeddings, 4096) */
+  int64_t max_ctx;  /* tokens a sequence may hold, <= max_position_embeddings;
+                       0 = min(max_position_embeddings, 4096) */
   int64_t max_rows; /* rows per forward chunk (prefill chunk size); 0 = 64 */
   int threads;      /* compute threads; 0 = every online CPU */
   /* A loaded model (borrowed; it must outlive the one being loaded) whose identical tensors
