@@ -36,6 +36,13 @@ def main(argv):
         print(__doc__.strip().splitlines()[-2], file=sys.stderr)
         return 2
     deltafin, models, fixture = argv[1:]
+    missing = [p for p in (os.path.join(models, "demo-moe", "model.safetensors"),
+                           os.path.join(models, "demo-draft", "model.safetensors"), fixture)
+               if not os.path.exists(p)]
+    if missing:
+        print("skipped: the trained demo pair is not in this tree yet (missing %s)"
+              % ", ".join(missing))
+        return 77
     with open(fixture) as f:
         fx = json.load(f)
     n = fx["max_new"]
