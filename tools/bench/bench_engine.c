@@ -170,8 +170,11 @@ int main(int argc, char **argv) {
   double gemm = gemm_gflops(cfg->hidden_size, 2 + repeat);
   double gbs = (double)mb.active_per_token / best_decode / 1e9;
   double ratio = gbs / bw;
+  /* FLOPs: 2 per weight a token reads; lm_head runs for the last prompt position only */
   double flop_tok = 2.0 * (double)mb.active_per_token / (double)df_dtype_size(DF_DT_BF16);
+  double lm_flop = 2.0 * (double)V * (double)cfg->hidden_size;
   double prefill_tps = n_prefill / best_prefill;
+  double prefill_gf = ((flop_tok - lm_flop) * n_prefill + lm_flop) / best_prefill / 1e9;
   double tot = best_prof.attention + best_prof.router + best_prof.experts + best_prof.combine +
                best_prof.dense_mlp + best_prof.lm_head + best_prof.embed;
 #define PCT(x) (tot > 0 ? 100.0 * (x) / tot : 0.0)
@@ -185,9 +188,9 @@ int main(int argc, char **argv) {
   printf("| decode | %.2f ms/token (%.2f tok/s) |\n", best_decode * 1e3, 1.0 / best_decode);
   printf("| decode weight streaming | %.2f GB/s = %.2f of bandwidth |\n", gbs, ratio);
   printf("| prefill (%d tokens) | %.1f tok/s, %.1f GFLOP/s |\n", n_prefill, prefill_tps,
-         prefill_tps * flop_tok / 1e9);
+         prefill_gf);
   printf("| bf16 linear kernel, 64 rows | %.1f GFLOP/s (prefill reaches %.2f of it) |\n", gemm,
-         gemm > 0 ? prefill_tps * flop_tok / 1e9 / gemm : 0.0);
+         gemm > 0 ? prefill_gf / gemm : 0.0);
   printf("| decode breakdown | attention %.0f%%, router %.0f%%, experts %.0f%%, combine %.0f%%, "
          "dense MLP %.0f%%, lm_head %.0f%%, embed+residual %.0f%% |\n",
          PCT(best_prof.attention), PCT(best_prof.router), PCT(best_prof.experts),
@@ -214,7 +217,7 @@ int main(int argc, char **argv) {
             "\"embed_residual\": %.6f}\n}\n",
             model_dir, df_k_isa_name(df_k_isa()), omp_get_max_threads(), bw, bw_mib,
             (unsigned long long)mb.active_per_token, best_decode * 1e3, gbs, ratio, n_prefill,
-            prefill_tps, prefill_tps * flop_tok / 1e9, gemm, n_decode, repeat,
+            prefill_tps, prefill_gf, gemm, n_decode, repeat,
             (unsigned long long)mb.total, (long long)cfg->num_hidden_layers,
             (long long)cfg->hidden_size, (long long)cfg->num_experts,
             (long long)cfg->num_experts_per_tok, (long long)cfg->moe_intermediate_size,
