@@ -501,6 +501,11 @@ int df_spec_draft_load(df_model *target, const char *target_dir, const char *dra
   o.share_from = target;
   char err[1024];
   df_model *d = NULL;
+  /* a draft with a shorter context than the target's loads at its own limit; df_spec_new
+   * then finds it cannot hold the sequence and switches drafting off with that reason */
+  df_model_config dc;
+  if (df_cfg_load(draft_dir, &dc, err, sizeof err) == 0 && o.max_ctx > dc.max_position_embeddings)
+    o.max_ctx = dc.max_position_embeddings;
   if (df_model_load(draft_dir, &o, &d, err, sizeof err) != 0) {
     snprintf(why, whylen, "draft %s: %s", draft_dir, err);
     return -1;
