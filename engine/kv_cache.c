@@ -8,6 +8,11 @@
 
 df_kv_cache *df_kv_new(int64_t n_layers, int64_t n_kv, int64_t head_dim, int64_t ctx, char *err,
                        size_t errlen) {
+  return df_kv_new_on(NULL, n_layers, n_kv, head_dim, ctx, err, errlen);
+}
+
+df_kv_cache *df_kv_new_on(const df_t_device *dev, int64_t n_layers, int64_t n_kv,
+                          int64_t head_dim, int64_t ctx, char *err, size_t errlen) {
   if (n_layers <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0) {
     snprintf(err, errlen, "KV cache: sizes must be positive (layers %lld, kv heads %lld, "
              "head_dim %lld, ctx %lld)", (long long)n_layers, (long long)n_kv,
@@ -29,8 +34,8 @@ df_kv_cache *df_kv_new(int64_t n_layers, int64_t n_kv, int64_t head_dim, int64_t
   if (!kv->k || !kv->v) goto oom;
   int64_t shape[3] = {n_kv, ctx, head_dim};
   for (int64_t l = 0; l < n_layers; l++) {
-    kv->k[l] = df_t_new_f32(3, shape, err, errlen);
-    kv->v[l] = kv->k[l] ? df_t_new_f32(3, shape, err, errlen) : NULL;
+    kv->k[l] = df_t_new_f32_on(dev, 3, shape, err, errlen);
+    kv->v[l] = kv->k[l] ? df_t_new_f32_on(dev, 3, shape, err, errlen) : NULL;
     if (!kv->v[l]) {
       char inner[256];
       snprintf(inner, sizeof inner, "%s", err);

@@ -34,6 +34,12 @@ typedef struct df_kv_cache {
 df_kv_cache *df_kv_new(int64_t n_layers, int64_t n_kv, int64_t head_dim, int64_t ctx, char *err,
                        size_t errlen);
 
+/* df_kv_new with the tensors on device `dev` (NULL or a host kind: as df_kv_new); a CUDA
+ * cache is written and read only by the torch compute path (torch_shim.h df_tm_forward).
+ * Same errors, the message naming the device. */
+df_kv_cache *df_kv_new_on(const df_t_device *dev, int64_t n_layers, int64_t n_kv,
+                          int64_t head_dim, int64_t ctx, char *err, size_t errlen);
+
 /* Allocate a zeroed MLA cache: per layer c_kv [ctx, kv_lora_rank] and k_rope
  * [ctx, rope_dim], n_layers * (kv_lora_rank + rope_dim) * ctx * 4 bytes. Same errors as
  * df_kv_new. */

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/admission.h"
+#include "engine/cuda_rt.h"
 #include "engine/expert_local.h"
 #include "engine/kernels.h"
 
@@ -338,6 +340,114 @@ static int plan_buffers(df_model *m, char *err, size_t errlen) {
   return 0;
 }
 
+/* ---- device placement (docs/GPU.md) ----------------------------------------------------- */
+
+static uint64_t tensor_bytes(const df_t_tensor *t) {
+  return t ? (uint64_t)df_t_numel(t) * df_dtype_size(df_t_dtype(t)) : 0;
+}
+
+/* Resolve opts->device, admit memory and upload for the torch compute path. Any failure
+ * leaves the model on the CPU path with the reason in m->device_note; only out-of-memory
+ * on the host is an error (-1). */
+static int device_attach(df_model *m, const df_model_opts *opts, char *err, size_t errlen) {
+  const df_model_config *c = &m->cfg;
+  char want_nm[32], nm[32], note[320], cerr[256];
+  df_t_device got;
+  df_t_device_name(&opts->device, want_nm, sizeof want_nm);
+  df_t_device_resolve(&opts->device, &got, note, sizeof note);
+  df_t_device_name(&got, nm, sizeof nm);
+  m->device.kind = DF_T_DEV_CPU;
+  m->device.index = 0;
+  if (got.kind == DF_T_DEV_CPU) {
+    snprintf(m->device_note, sizeof m->device_note, "%s",
+             note[0] ? note : "--device auto: no usable CUDA device; running on the CPU");
+    return 0;
+  }
+  if (c->arch == DF_ARCH_DEEPSEEK_V3) {
+    snprintf(m->device_note, sizeof m->device_note, "--device %s: %s runs on the CPU path only "
+             "(the torch compute path covers qwen3 and qwen3_moe); running on the CPU", nm,
+             c->model_type);
+    return 0;
+  }
+  /* memory figures: the device's, or the caller's (tests), or unlimited (torch-cpu) */
+  uint64_t free_b = opts->device_free, total_b = opts->device_total;
+  if (!free_b || !total_b) {
+    if (got.kind == DF_T_DEV_TORCH_CPU) {
+      free_b = total_b = UINT64_MAX / 2;
+    } else if (df_cuda_mem_info(got.index, &free_b, &total_b, cerr, sizeof cerr) != 0) {
+      snprintf(m->device_note, sizeof m->device_note, "--device %s: cannot measure free device "
+               "memory (%s); running on the CPU", nm, cerr);
+      return 0;
+    }
+  }
+  int64_t L = c->num_hidden_layers, E = c->num_experts > 0 ? c->num_experts : 0;
+  int64_t n_pairs = E > 0 ? L * E : 0, seqs = opts->device_seqs > 0 ? opts->device_seqs : 1;
+  uint64_t *eb = n_pairs ? calloc((size_t)n_pairs, sizeof *eb) : NULL;
+  uint8_t *on = n_pairs ? calloc((size_t)n_pairs, 1) : NULL;
+  df_tm_layer *tl = calloc((size_t)L, sizeof *tl);
+  if ((n_pairs && (!eb || !on)) || !tl) {
+    free(eb);
+    free(on);
+    free(tl);
+    snprintf(err, errlen, "out of memory planning device placement");
+    return -1;
+  }
+  uint64_t max_w = tensor_bytes(m->lm_head); /* largest weight: its fp32 copy per op */
+  for (int64_t l = 0; l < L; l++) {
+    const layer_w *w = &m->layers[l];
+    df_tm_layer *t = &tl[l];
+    *t = (df_tm_layer){.in_norm = w->in_norm, .post_norm = w->post_norm, .q = w->q, .k = w->k,
+                       .v = w->v, .o = w->o, .qb = w->qb, .kb = w->kb, .vb = w->vb,
+                       .ob = w->ob, .q_norm = w->q_norm, .k_norm = w->k_norm,
+                       .mlp_gate = w->mlp_gate, .mlp_up = w->mlp_up, .mlp_down = w->mlp_down};
+    if (!w->moe) continue;
+    t->router = w->router;
+    t->ex_gate = w->ex_gate;
+    t->ex_up = w->ex_up;
+    t->ex_down = w->ex_down;
+    for (int64_t e = 0; e < E; e++)
+      eb[l * E + e] = tensor_bytes(w->ex_gate[e]) + tensor_bytes(w->ex_up[e]) +
+                      tensor_bytes(w->ex_down[e]);
+  }
+  /* work: planned activations, the fp32 copy of the largest weight (twice: the widened
+   * weight and the product's workspace), the logits of a chunk */
+  uint64_t kv = df_model_kv_bytes_per_token(m) * (uint64_t)m->max_ctx * (uint64_t)seqs;
+  uint64_t work = m->bytes.buffers + 2 * (max_w / (df_dtype_size(df_t_dtype(m->lm_head)))) * 4;
+  df_admit_in in = {.device = nm, .free_bytes = free_b, .total_bytes = total_b,
+                    .resident_bytes = m->bytes.resident,
+                    .kv_bytes = kv, .draft_bytes = opts->device_extra, .work_bytes = work,
+                    .n_experts = n_pairs, .expert_bytes = eb, .heat = opts->expert_heat};
+  df_admit_plan plan;
+  int rc = df_admit_plan_make(&in, on, &plan);
+  m->device_plan = plan;
+  if (rc != 0 || !plan.ok) {
+    snprintf(m->device_note, sizeof m->device_note, "%s", plan.line);
+    goto done;
+  }
+  df_tm_desc d = {.n_layers = L, .hidden = c->hidden_size, .n_head = c->num_attention_heads,
+                  .n_kv = c->num_key_value_heads, .head_dim = c->head_dim,
+                  .vocab = c->vocab_size, .n_experts = E, .top_k = c->num_experts_per_tok,
+                  .norm_topk = c->norm_topk_prob, .eps = (float)c->rms_norm_eps,
+                  .embed = m->embed, .final_norm = m->final_norm, .lm_head = m->lm_head,
+                  .rope_cos = m->rope_cos, .rope_sin = m->rope_sin, .layers = tl,
+                  .expert_on_device = on};
+  m->tm = df_tm_new(&d, &got, note, sizeof note);
+  if (!m->tm) {
+    snprintf(m->device_note, sizeof m->device_note, "%s; running on the CPU", note);
+    goto done;
+  }
+  m->device = got;
+  m->experts_on_device = plan.experts_on_device;
+  m->expert_on_device = on;
+  on = NULL;
+  snprintf(m->device_note, sizeof m->device_note, "%s", plan.line);
+done:
+  free(eb);
+  free(on);
+  free(tl);
+  return 0;
+}
+
 int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, char *err,
                   size_t errlen) {
   *out = NULL;
@@ -404,6 +514,16 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
         m->bytes.experts / (uint64_t)c->num_experts * (uint64_t)c->num_experts_per_tok;
   m->backend = df_expert_local_new(m, err, errlen);
   if (!m->backend) goto fail;
+  if (c->num_experts > 0) {
+    m->route_counts = calloc((size_t)(c->num_hidden_layers * c->num_experts),
+                             sizeof *m->route_counts);
+    if (!m->route_counts) {
+      snprintf(err, errlen, "out of memory");
+      goto fail;
+    }
+  }
+  if (opts && opts->device.kind != DF_T_DEV_CPU && device_attach(m, opts, err, errlen) != 0)
+    goto fail;
   *out = m;
   return 0;
 fail:
@@ -415,6 +535,9 @@ void df_model_destroy(df_model **mp) {
   if (!mp || !*mp) return;
   df_model *m = *mp;
   df_expert_backend_destroy(&m->backend);
+  df_tm_destroy(&m->tm);
+  free(m->route_counts);
+  free(m->expert_on_device);
   for (size_t i = 0; i < m->n_handles; i++) df_t_destroy(&m->handles[i]);
   free(m->handles);
   if (m->layers) {
@@ -451,6 +574,12 @@ const df_st_model *df_model_tensors(const df_model *m) { return m->st; }
 int64_t df_model_max_ctx(const df_model *m) { return m->max_ctx; }
 int64_t df_model_max_rows(const df_model *m) { return m->max_rows; }
 df_model_bytes df_model_memory(const df_model *m) { return m->bytes; }
+df_t_device df_model_device(const df_model *m) { return m->device; }
+const char *df_model_device_note(const df_model *m) { return m->device_note; }
+int64_t df_model_experts_on_device(const df_model *m) { return m->experts_on_device; }
+const uint8_t *df_model_expert_placement(const df_model *m) { return m->expert_on_device; }
+df_admit_plan df_model_device_plan(const df_model *m) { return m->device_plan; }
+const uint64_t *df_model_route_counts(const df_model *m) { return m->route_counts; }
 
 df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t errlen) {
   if (ctx <= 0) ctx = m->max_ctx;
@@ -462,8 +591,8 @@ df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t e
   if (m->cfg.arch == DF_ARCH_DEEPSEEK_V3)
     return df_kv_new_mla(m->cfg.num_hidden_layers, m->cfg.kv_lora_rank, m->cfg.qk_rope_head_dim,
                          ctx, err, errlen);
-  return df_kv_new(m->cfg.num_hidden_layers, m->cfg.num_key_value_heads, m->cfg.head_dim, ctx,
-                   err, errlen);
+  return df_kv_new_on(m->tm ? &m->device : NULL, m->cfg.num_hidden_layers,
+                      m->cfg.num_key_value_heads, m->cfg.head_dim, ctx, err, errlen);
 }
 
 uint64_t df_model_kv_bytes_per_token(const df_model *m) {
@@ -513,6 +642,7 @@ static int moe_block(df_model *m, int layer, int64_t R, char *err, size_t errlen
   /* group (row, choice) pairs by expert id, ascending; rows ascending within a group */
   memset(m->counts, 0, (size_t)(E + 1) * sizeof *m->counts);
   for (int64_t i = 0; i < R * k; i++) m->counts[m->top_idx[i]]++;
+  for (int64_t e = 0; e < E; e++) m->route_counts[(int64_t)layer * E + e] += (uint64_t)m->counts[e];
   int n_groups = 0;
   int64_t off = 0;
   for (int64_t e = 0; e < E; e++) {
@@ -672,6 +802,26 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
         s++;
         i = 0;
       }
+    }
+    if (m->tm) { /* torch compute path: the whole chunk, lm_head included, on the device */
+      for (int64_t r = 0, ss = cs, ii = ci; r < R; r++) {
+        const df_batch_seq *q = &seqs[ss];
+        bool want = q->mode == DF_LOGITS_ALL || (q->mode == DF_LOGITS_LAST && ii == q->n - 1);
+        m->row_out[r] = !want ? NULL : q->mode == DF_LOGITS_ALL ? q->logits + ii * V : q->logits;
+        if (++ii == q->n) {
+          ss++;
+          ii = 0;
+        }
+      }
+      if (df_tm_forward(m->tm, R, m->row_ids, m->pos, m->row_seq, kvs, m->row_out, m->backend,
+                        m->xs, m->ys, m->route_counts, err, errlen) != 0) {
+        for (int t = 0; t < n_seqs; t++) kvs[t]->len = start[t];
+        return -1;
+      }
+      for (int64_t r = 0; r < R; r++)
+        if (m->pos[r] + 1 > kvs[m->row_seq[r]]->len) kvs[m->row_seq[r]]->len = m->pos[r] + 1;
+      done += R;
+      continue;
     }
     if (forward_chunk(m, kvs, m->row_seq, m->row_ids, R, err, errlen) != 0) {
       for (int t = 0; t < n_seqs; t++) kvs[t]->len = start[t];

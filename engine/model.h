@@ -32,9 +32,11 @@
 #include <stdint.h>
 
 #include "config/model_config.h"
+#include "engine/admission.h"
 #include "engine/expert_backend.h"
 #include "engine/kv_cache.h"
 #include "engine/safetensors.h"
+#include "engine/torch_shim.h"
 
 typedef struct df_model df_model;
 
@@ -51,6 +53,20 @@ typedef struct df_model_opts {
    * are never touched. NULL = no sharing. Typical use: a speculative-decoding draft that
    * ships the target's embedding table (DESIGN.md §5). */
   const struct df_model *share_from;
+  /* Where to compute (docs/GPU.md). Zero = {DF_T_DEV_CPU}: the own batch-invariant kernels,
+   * unchanged. CUDA / AUTO / TORCH_CPU: the device is resolved (df_t_device_resolve), memory
+   * is admitted (engine/admission.h: reserve, resident + KV + draft + work charged first,
+   * hottest experts in the rest) and the model is uploaded for the torch compute path.
+   * Whatever fails there (no CUDA, admission refused, upload error) leaves the model on
+   * the CPU, never an error; df_model_device_note says what happened. */
+  df_t_device device;
+  int64_t device_seqs;       /* KV caches of max_ctx the caller will keep (0 = 1) */
+  uint64_t device_extra;     /* further bytes charged first, e.g. a draft model (0 = none) */
+  const uint64_t *expert_heat; /* [n_layers * num_experts] routing counts of earlier runs
+                                  (layer-major), or NULL: lower (layer, expert) first */
+  uint64_t device_free, device_total; /* memory figures to admit against instead of asking
+                                  the device (tests; torch-cpu); 0 = ask (CUDA) or
+                                  unlimited (torch-cpu) */
 } df_model_opts;
 
 /* Memory plan of a loaded model, in bytes of the stored tensors. */
@@ -84,6 +100,29 @@ const df_st_model *df_model_tensors(const df_model *m);
 int64_t df_model_max_ctx(const df_model *m);
 int64_t df_model_max_rows(const df_model *m);
 df_model_bytes df_model_memory(const df_model *m);
+
+/* Where the model computes after load: DF_T_DEV_CPU (own kernels), or the device of the
+ * torch compute path (CUDA, TORCH_CPU). */
+df_t_device df_model_device(const df_model *m);
+
+/* The placement line of load: the admission figures when the torch path is used, or why
+ * the CPU is used although another device was asked for; "" when the CPU was asked for. */
+const char *df_model_device_note(const df_model *m);
+
+/* Routed (layer, expert) pairs whose weights are on the device (0 on the CPU path). */
+int64_t df_model_experts_on_device(const df_model *m);
+
+/* Which routed pairs are on the device: [n_layers * num_experts] layer-major, 1 = device;
+ * NULL on the CPU path. */
+const uint8_t *df_model_expert_placement(const df_model *m);
+
+/* The admission's figures (engine/admission.h) when a device was asked for and the
+ * admission ran (zeroed otherwise): reserve, budget, charged bytes, experts placed. */
+df_admit_plan df_model_device_plan(const df_model *m);
+
+/* Routing counts since load, [n_layers * num_experts] layer-major (dense layers stay 0),
+ * the heat admission uses; NULL for a model without routed experts. */
+const uint64_t *df_model_route_counts(const df_model *m);
 
 /* A KV cache sized for this model and `ctx` tokens (0 = the model's max_ctx). NULL + err
  * on failure. Free with df_kv_destroy. */

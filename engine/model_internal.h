@@ -57,6 +57,14 @@ struct df_model {
   int32_t *row_ids;   /* [R] token of each row */
   float **row_out;    /* [R] where each logits row goes */
   df_expert_backend *backend;
+  /* device placement (docs/GPU.md); tm NULL = own kernels on the CPU */
+  df_tm *tm;
+  df_t_device device;          /* DF_T_DEV_CPU, or tm's device */
+  char device_note[400];
+  int64_t experts_on_device;
+  uint8_t *expert_on_device;   /* [n_layers * E] 1 = on the device; NULL on the CPU path */
+  df_admit_plan device_plan;   /* the admission's figures (zero when none ran) */
+  uint64_t *route_counts;      /* [n_layers * E] or NULL (no routed experts) */
   df_model_bytes bytes;
   bool profiling;
   df_model_profile prof;

@@ -1,24 +1,42 @@
 // engine/torch_shim.cpp — libtorch tensors behind the C API of torch_shim.h.
 //
 // Owns: the df_t_tensor handle (an at::Tensor plus its dtype and, for FP8 weights, its
-// block scales), op dispatch to the CPU
-// kernels, and the float64 libtorch oracles used by tests. Does not own: the mmap (the
-// safetensors loader does) or buffer planning (engine/model.c does).
+// block scales), op dispatch to the CPU kernels, device selection, the torch compute path
+// (df_tm_*: the qwen3 / qwen3_moe forward in at:: operators on a CUDA or CPU at::Device)
+// and the float64 libtorch oracles used by tests. Does not own: the mmap (the safetensors
+// loader does), buffer planning and admission (engine/model.c, engine/admission.c), direct
+// CUDA runtime calls (engine/cuda_rt.c).
+//
+// Portability: written against the libtorch API common to 1.13 (Debian's libtorch-dev) and
+// 2.x (PyTorch wheels): ATen operators only (no at::rms_norm, no scaled_dot_product_attention,
+// both absent from 1.13), no c10::optional spelled out (an alias of std::optional in 2.x),
+// torch::cuda::is_available / device_count from <torch/cuda.h> (stable since 1.0), and no
+// CUDA header: a CPU-only libtorch compiles this file unchanged. setAllowTF32CuBLAS exists in
+// both (2.9 adds a finer-grained precision API and keeps it).
 extern "C" {
-#include "engine/safetensors.h" // C header without its own extern "C" guard
+#include "engine/safetensors.h" // C headers without their own extern "C" guard
+#include "engine/expert_backend.h"
+#include "engine/kv_cache.h"
 }
 #include "engine/torch_shim.h"
+#include "engine/cuda_rt.h"
 
 #include <ATen/ATen.h>
 
 #include <ATen/Parallel.h>
 #include <omp.h>
+#include <torch/cuda.h>
 
 #include <cassert>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 extern "C" {
 #include "engine/kernels.h"
@@ -407,6 +425,409 @@ extern "C" int df_t_ref_attention(const df_t_tensor *q, int64_t rows, int64_t po
     return 0;
   } catch (const std::exception &e) {
     snprintf(err, errlen, "libtorch attention: %s", e.what());
+    return -1;
+  }
+}
+
+// ---- devices ----------------------------------------------------------------------------
+
+extern "C" int df_t_device_parse(const char *s, df_t_device *out, char *err, size_t errlen) {
+  df_t_device d = {DF_T_DEV_CPU, 0};
+  if (!s) s = "";
+  if (!strcmp(s, "cpu")) {
+  } else if (!strcmp(s, "auto")) {
+    d.kind = DF_T_DEV_AUTO;
+  } else if (!strcmp(s, "torch-cpu")) {
+    d.kind = DF_T_DEV_TORCH_CPU;
+  } else if (!strcmp(s, "cuda")) {
+    d.kind = DF_T_DEV_CUDA;
+  } else if (!strncmp(s, "cuda:", 5) && s[5] >= '0' && s[5] <= '9') {
+    char *end;
+    long n = strtol(s + 5, &end, 10);
+    if (*end || n < 0 || n >= 64) goto bad;
+    d.kind = DF_T_DEV_CUDA;
+    d.index = (int)n;
+  } else {
+    goto bad;
+  }
+  *out = d;
+  return 0;
+bad:
+  snprintf(err, errlen, "device '%s' not understood (expected cpu, cuda, cuda:N, auto or "
+           "torch-cpu)", s);
+  return -1;
+}
+
+extern "C" const char *df_t_device_name(const df_t_device *d, char *buf, size_t cap) {
+  switch (d->kind) {
+  case DF_T_DEV_CUDA: snprintf(buf, cap, "cuda:%d", d->index); break;
+  case DF_T_DEV_AUTO: snprintf(buf, cap, "auto"); break;
+  case DF_T_DEV_TORCH_CPU: snprintf(buf, cap, "torch-cpu"); break;
+  default: snprintf(buf, cap, "cpu"); break;
+  }
+  return buf;
+}
+
+extern "C" bool df_t_cuda_available(void) {
+  try {
+    return torch::cuda::is_available();
+  } catch (const std::exception &) {
+    return false;
+  }
+}
+
+extern "C" int df_t_cuda_device_count(void) {
+  try {
+    return (int)torch::cuda::device_count();
+  } catch (const std::exception &) {
+    return 0;
+  }
+}
+
+extern "C" void df_t_device_resolve(const df_t_device *want, df_t_device *got, char *note,
+                                    size_t cap) {
+  if (note && cap) note[0] = 0;
+  *got = *want;
+  if (want->kind == DF_T_DEV_AUTO) {
+    got->index = 0;
+    got->kind = df_t_cuda_available() ? DF_T_DEV_CUDA : DF_T_DEV_CPU;
+    return; // auto asked for whatever is there: nothing to report
+  }
+  if (want->kind != DF_T_DEV_CUDA) return;
+  int n = df_t_cuda_available() ? df_t_cuda_device_count() : 0;
+  if (n == 0) {
+    got->kind = DF_T_DEV_CPU;
+    got->index = 0;
+    snprintf(note, cap, "--device cuda:%d: this build's libtorch has no usable CUDA (a "
+             "CPU-only libtorch, or no driver/device); running on the CPU", want->index);
+  } else if (want->index >= n) {
+    got->kind = DF_T_DEV_CPU;
+    got->index = 0;
+    snprintf(note, cap, "--device cuda:%d: only %d CUDA device%s found; running on the CPU",
+             want->index, n, n == 1 ? "" : "s");
+  }
+}
+
+static at::Device at_device(const df_t_device *d) {
+  if (d && d->kind == DF_T_DEV_CUDA) return at::Device(at::kCUDA, (c10::DeviceIndex)d->index);
+  return at::Device(at::kCPU);
+}
+
+extern "C" df_t_tensor *df_t_new_f32_on(const df_t_device *dev, int ndim, const int64_t *shape,
+                                        char *err, size_t errlen) {
+  if (!dev || dev->kind != DF_T_DEV_CUDA) return df_t_new_f32(ndim, shape, err, errlen);
+  if (ndim < 1 || ndim > 8) {
+    snprintf(err, errlen, "tensor rank %d out of range 1..8", ndim);
+    return nullptr;
+  }
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  try {
+    std::vector<int64_t> sizes(shape, shape + ndim);
+    auto *h = new df_t_tensor;
+    h->t = at::zeros(sizes, at::TensorOptions().dtype(at::kFloat).device(at_device(dev)));
+    h->dt = DF_DT_F32;
+    h->owned = true;
+    return h;
+  } catch (const std::exception &e) {
+    char nm[32];
+    snprintf(err, errlen, "allocating %lld bytes on %s: %s", (long long)(n * 4),
+             df_t_device_name(dev, nm, sizeof nm), e.what());
+    return nullptr;
+  }
+}
+
+// ---- the torch compute path -------------------------------------------------------------
+
+namespace {
+
+struct tm_layer {
+  at::Tensor in_norm, post_norm, q, k, v, o, qb, kb, vb, ob, q_norm, k_norm;
+  at::Tensor router, mlp_gate, mlp_up, mlp_down;
+  std::vector<at::Tensor> gate, up, down; // [E]; undefined = served from host memory
+};
+
+// y = x @ w^T (+ b), w widened to fp32 for this op (weights stay stored-dtype on the device).
+at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &b = at::Tensor()) {
+  at::Tensor wf = w.scalar_type() == at::kFloat ? w : w.to(at::kFloat);
+  if (b.defined()) return at::linear(x, wf, b.to(at::kFloat));
+  return at::linear(x, wf);
+}
+
+// Qwen3RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * w (fp32 throughout).
+at::Tensor rms(const at::Tensor &x, const at::Tensor &w, double eps) {
+  at::Tensor var = x.pow(2).mean(-1, /*keepdim=*/true);
+  return x * at::rsqrt(var + eps) * w.to(at::kFloat);
+}
+
+// apply_rotary_pos_emb with rotate_half: x [R, heads, d], c/s [R, 1, d/2].
+at::Tensor rope(const at::Tensor &x, const at::Tensor &c, const at::Tensor &s) {
+  int64_t h2 = x.size(2) / 2;
+  at::Tensor x1 = x.narrow(2, 0, h2), x2 = x.narrow(2, h2, h2);
+  return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 2);
+}
+
+// Qwen3MoeMLP: down(silu(gate(x)) * up(x)).
+at::Tensor swiglu(const at::Tensor &x, const at::Tensor &g, const at::Tensor &u,
+                  const at::Tensor &d) {
+  return lin(at::silu(lin(x, g)) * lin(x, u), d);
+}
+
+bool stored_ok(const df_t_tensor *h) {
+  return h->dt == DF_DT_BF16 || h->dt == DF_DT_F16 || h->dt == DF_DT_F32;
+}
+
+} // namespace
+
+struct df_tm {
+  df_tm_desc d;          // copy; its pointers are borrowed
+  at::Device dev = at::Device(at::kCPU);
+  bool on_cpu = true;    // TORCH_CPU: host tensors used in place
+  df_cuda_uploader *up = nullptr;
+  uint64_t bytes = 0;    // uploaded
+  at::Tensor embed, final_norm, lm_head, cos, sin;
+  std::vector<tm_layer> layers;
+};
+
+static at::Tensor upload(df_tm *tm, const df_t_tensor *h) {
+  if (!h) return at::Tensor();
+  if (!stored_ok(h))
+    throw std::runtime_error(std::string("weight dtype ") + df_dtype_name(h->dt) +
+                             " is not on the torch path (BF16, F16, F32; FP8 runs on the CPU "
+                             "path for now)");
+  if (tm->on_cpu) return h->t;
+  size_t nb = (size_t)h->t.numel() * (size_t)h->t.element_size();
+  tm->bytes += nb;
+  if (tm->up) {
+    at::Tensor t = at::empty(h->t.sizes(), h->t.options().device(tm->dev));
+    char err[256];
+    if (df_cuda_upload(tm->up, t.data_ptr(), h->t.data_ptr(), nb, err, sizeof err) != 0)
+      throw std::runtime_error(err);
+    return t;
+  }
+  return h->t.to(tm->dev);
+}
+
+extern "C" df_tm *df_tm_new(const df_tm_desc *d, const df_t_device *dev, char *err,
+                            size_t errlen) {
+  df_tm *tm = nullptr;
+  char nm[32];
+  try {
+    tm = new df_tm;
+    tm->d = *d;
+    tm->dev = at_device(dev);
+    tm->on_cpu = dev->kind != DF_T_DEV_CUDA;
+    if (!tm->on_cpu) {
+      at::globalContext().setAllowTF32CuBLAS(false); // fp32 GEMMs in fp32 (DESIGN.md §4)
+      if (df_cuda_compiled()) {
+        char cerr[256];
+        tm->up = df_cuda_uploader_new(dev->index, 0, cerr, sizeof cerr);
+        if (!tm->up) throw std::runtime_error(std::string("pinned uploader: ") + cerr);
+      }
+    }
+    tm->embed = upload(tm, d->embed);
+    tm->final_norm = upload(tm, d->final_norm);
+    tm->lm_head = d->lm_head == d->embed ? tm->embed : upload(tm, d->lm_head);
+    tm->cos = upload(tm, d->rope_cos);
+    tm->sin = upload(tm, d->rope_sin);
+    tm->layers.resize((size_t)d->n_layers);
+    for (int64_t l = 0; l < d->n_layers; l++) {
+      const df_tm_layer *s = &d->layers[l];
+      tm_layer &L = tm->layers[(size_t)l];
+      L.in_norm = upload(tm, s->in_norm);
+      L.post_norm = upload(tm, s->post_norm);
+      L.q = upload(tm, s->q);
+      L.k = upload(tm, s->k);
+      L.v = upload(tm, s->v);
+      L.o = upload(tm, s->o);
+      L.qb = upload(tm, s->qb);
+      L.kb = upload(tm, s->kb);
+      L.vb = upload(tm, s->vb);
+      L.ob = upload(tm, s->ob);
+      L.q_norm = upload(tm, s->q_norm);
+      L.k_norm = upload(tm, s->k_norm);
+      if (s->router) {
+        L.router = upload(tm, s->router);
+        L.gate.resize((size_t)d->n_experts);
+        L.up.resize((size_t)d->n_experts);
+        L.down.resize((size_t)d->n_experts);
+        for (int64_t e = 0; e < d->n_experts; e++) {
+          if (d->expert_on_device && !d->expert_on_device[l * d->n_experts + e]) continue;
+          L.gate[(size_t)e] = upload(tm, s->ex_gate[e]);
+          L.up[(size_t)e] = upload(tm, s->ex_up[e]);
+          L.down[(size_t)e] = upload(tm, s->ex_down[e]);
+        }
+      } else {
+        L.mlp_gate = upload(tm, s->mlp_gate);
+        L.mlp_up = upload(tm, s->mlp_up);
+        L.mlp_down = upload(tm, s->mlp_down);
+      }
+    }
+    if (tm->up) {
+      char cerr[256];
+      if (df_cuda_uploader_sync(tm->up, cerr, sizeof cerr) != 0) throw std::runtime_error(cerr);
+    }
+    return tm;
+  } catch (const std::exception &e) {
+    snprintf(err, errlen, "%s: uploading the model: %s", df_t_device_name(dev, nm, sizeof nm),
+             e.what());
+    df_tm_destroy(&tm);
+    return nullptr;
+  }
+}
+
+extern "C" void df_tm_destroy(df_tm **tm) {
+  if (!tm || !*tm) return;
+  df_cuda_uploader_destroy(&(*tm)->up);
+  delete *tm;
+  *tm = nullptr;
+}
+
+extern "C" uint64_t df_tm_device_bytes(const df_tm *tm) { return tm->bytes; }
+
+// A host vector as a device tensor (copied).
+template <typename T>
+static at::Tensor to_dev(const df_tm *tm, const T *p, int64_t n, at::ScalarType st) {
+  return at::from_blob(const_cast<T *>(p), {n}, at::TensorOptions().dtype(st)).to(tm->dev);
+}
+
+// MoE block over xn [R, H] (fp32 on the device): the routed sum in the router's order.
+static at::Tensor tm_moe(df_tm *tm, int64_t l, const at::Tensor &xn, df_expert_backend *be,
+                         df_t_tensor *xs, df_t_tensor *ys, uint64_t *counts, char *err,
+                         size_t errlen, bool *failed) {
+  const df_tm_desc &d = tm->d;
+  tm_layer &L = tm->layers[(size_t)l];
+  int64_t R = xn.size(0), H = d.hidden, E = d.n_experts, k = d.top_k;
+  at::Tensor logits = lin(xn, L.router).to(at::kCPU).contiguous(); // [R, E] fp32
+  std::vector<int32_t> idx((size_t)(R * k));
+  std::vector<float> w((size_t)(R * k));
+  df_k_router_softmax_topk(logits.data_ptr<float>(), R, E, k, d.norm_topk, idx.data(), w.data());
+  // group (row, choice) pairs by expert id ascending, rows ascending (engine/model.c)
+  std::vector<int64_t> cnt((size_t)E + 1, 0), cur((size_t)E, 0), slot((size_t)(R * k)),
+      src((size_t)(R * k));
+  for (int64_t i = 0; i < R * k; i++) cnt[(size_t)idx[(size_t)i]]++;
+  int64_t off = 0;
+  for (int64_t e = 0; e < E; e++) {
+    cur[(size_t)e] = off;
+    off += cnt[(size_t)e];
+    if (counts) counts[l * E + e] += (uint64_t)cnt[(size_t)e];
+  }
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t j = 0; j < k; j++) {
+      int64_t s = cur[(size_t)idx[(size_t)(r * k + j)]]++;
+      slot[(size_t)(r * k + j)] = s;
+      src[(size_t)s] = r;
+    }
+  at::Tensor xs_d = xn.index_select(0, to_dev(tm, src.data(), R * k, at::kLong)); // [R*k, H]
+  at::Tensor ys_d = at::empty({R * k, H}, xn.options());
+  std::vector<int32_t> h_exp;         // host-served experts, ascending
+  std::vector<int64_t> h_off{0}, h_slots; // their offsets in xs/ys, and their slots
+  for (int64_t e = 0, o = 0; e < E; o += cnt[(size_t)e], e++) {
+    int64_t c = cnt[(size_t)e];
+    if (!c) continue;
+    if (L.gate[(size_t)e].defined()) {
+      ys_d.narrow(0, o, c).copy_(swiglu(xs_d.narrow(0, o, c), L.gate[(size_t)e],
+                                        L.up[(size_t)e], L.down[(size_t)e]));
+    } else {
+      h_exp.push_back((int32_t)e);
+      for (int64_t s = o; s < o + c; s++) h_slots.push_back(s);
+      h_off.push_back((int64_t)h_slots.size());
+    }
+  }
+  if (!h_exp.empty()) {
+    int64_t n = (int64_t)h_slots.size();
+    at::Tensor slots_d = to_dev(tm, h_slots.data(), n, at::kLong);
+    xs->t.narrow(0, 0, n).copy_(xs_d.index_select(0, slots_d).to(at::kCPU));
+    df_expert_request req = {(int)l, (int)h_exp.size(), h_exp.data(), h_off.data(), xs, ys};
+    if (df_expert_backend_run(be, &req, err, errlen) != 0) {
+      *failed = true;
+      return at::Tensor();
+    }
+    ys_d.index_copy_(0, slots_d, ys->t.narrow(0, 0, n).to(tm->dev));
+  }
+  at::Tensor w_d = at::from_blob(w.data(), {R, k}, at::TensorOptions().dtype(at::kFloat))
+                       .to(tm->dev);
+  at::Tensor slot_d = at::from_blob(slot.data(), {R, k}, at::TensorOptions().dtype(at::kLong))
+                          .to(tm->dev);
+  at::Tensor out = at::zeros({R, H}, xn.options());
+  for (int64_t j = 0; j < k; j++) // fp32, router order
+    out = out + w_d.select(1, j).unsqueeze(1) * ys_d.index_select(0, slot_d.select(1, j));
+  return out;
+}
+
+extern "C" int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int64_t *pos,
+                             const int32_t *row_seq, df_kv_cache *const *kvs,
+                             float *const *row_out, df_expert_backend *be, df_t_tensor *xs,
+                             df_t_tensor *ys, uint64_t *route_counts, char *err,
+                             size_t errlen) {
+  const df_tm_desc &d = tm->d;
+  int64_t nh = d.n_head, nkv = d.n_kv, hd = d.head_dim;
+  double eps = d.eps;
+  double scale = 1.0f / sqrtf((float)hd);
+  try {
+    at::Tensor ids_d = to_dev(tm, ids, R, at::kInt).to(at::kLong);
+    at::Tensor pos_d = to_dev(tm, pos, R, at::kLong);
+    at::Tensor x = tm->embed.index_select(0, ids_d).to(at::kFloat); // [R, H]
+    at::Tensor c = tm->cos.index_select(0, pos_d).unsqueeze(1);     // [R, 1, hd/2]
+    at::Tensor s = tm->sin.index_select(0, pos_d).unsqueeze(1);
+    for (int64_t l = 0; l < d.n_layers; l++) {
+      tm_layer &L = tm->layers[(size_t)l];
+      at::Tensor xn = rms(x, L.in_norm, eps);
+      at::Tensor q = rms(lin(xn, L.q, L.qb).view({R, nh, hd}), L.q_norm, eps);
+      at::Tensor k = rms(lin(xn, L.k, L.kb).view({R, nkv, hd}), L.k_norm, eps);
+      at::Tensor v = lin(xn, L.v, L.vb).view({R, nkv, hd});
+      q = rope(q, c, s);
+      k = rope(k, c, s);
+      at::Tensor att = at::empty({R, nh, hd}, x.options());
+      for (int64_t r0 = 0; r0 < R;) { // per run of one sequence's rows, over its cache
+        int64_t r1 = r0 + 1;
+        while (r1 < R && row_seq[r1] == row_seq[r0]) r1++;
+        int64_t n = r1 - r0, p0 = pos[r0], T = p0 + n;
+        df_kv_cache *kv = kvs[row_seq[r0]];
+        at::Tensor &kc = kv->k[l]->t, &vc = kv->v[l]->t; // [nkv, ctx, hd]
+        kc.narrow(1, p0, n).copy_(k.narrow(0, r0, n).transpose(0, 1));
+        vc.narrow(1, p0, n).copy_(v.narrow(0, r0, n).transpose(0, 1));
+        at::Tensor K = kc.narrow(1, 0, T), V = vc.narrow(1, 0, T);
+        if (nh != nkv) {
+          K = K.repeat_interleave(nh / nkv, 0);
+          V = V.repeat_interleave(nh / nkv, 0);
+        }
+        at::Tensor qh = q.narrow(0, r0, n).transpose(0, 1);           // [nh, n, hd]
+        at::Tensor sc = at::matmul(qh, K.transpose(1, 2)) * scale;    // [nh, n, T]
+        at::Tensor qp = at::arange(p0, T, pos_d.options()).unsqueeze(1);
+        at::Tensor kp = at::arange(0, T, pos_d.options()).unsqueeze(0);
+        sc = sc.masked_fill(kp > qp, -INFINITY);
+        att.narrow(0, r0, n).copy_(at::matmul(at::softmax(sc, -1), V).transpose(0, 1));
+        r0 = r1;
+      }
+      x = x + lin(att.view({R, nh * hd}), L.o, L.ob);
+      xn = rms(x, L.post_norm, eps);
+      if (L.router.defined()) {
+        bool failed = false;
+        at::Tensor y = tm_moe(tm, l, xn, be, xs, ys, route_counts, err, errlen, &failed);
+        if (failed) return -1;
+        x = x + y;
+      } else {
+        x = x + swiglu(xn, L.mlp_gate, L.mlp_up, L.mlp_down);
+      }
+    }
+    std::vector<int64_t> want;
+    for (int64_t r = 0; r < R; r++)
+      if (row_out[r]) want.push_back(r);
+    if (!want.empty()) {
+      int64_t nl = (int64_t)want.size();
+      at::Tensor xl = x.index_select(0, to_dev(tm, want.data(), nl, at::kLong));
+      at::Tensor lg = lin(rms(xl, tm->final_norm, eps), tm->lm_head).to(at::kCPU).contiguous();
+      const float *p = lg.data_ptr<float>();
+      for (int64_t j = 0; j < nl; j++)
+        std::memcpy(row_out[want[(size_t)j]], p + j * d.vocab, (size_t)d.vocab * sizeof(float));
+    }
+    return 0;
+  } catch (const std::exception &e) {
+    char nm[32];
+    df_t_device dv = {tm->on_cpu ? DF_T_DEV_TORCH_CPU : DF_T_DEV_CUDA,
+                      tm->on_cpu ? 0 : (int)tm->dev.index()};
+    snprintf(err, errlen, "forward on %s: %s", df_t_device_name(&dv, nm, sizeof nm), e.what());
     return -1;
   }
 }

@@ -167,6 +167,117 @@ void df_t_embed(const int32_t *ids, int64_t n, const df_t_tensor *table, df_t_te
 /* Index of the largest value of row `row` of x [>= row+1, N] (lowest index on ties). */
 int64_t df_t_argmax(const df_t_tensor *x, int64_t row);
 
+/* ---- devices ----------------------------------------------------------------------------
+ * Where a model computes (docs/GPU.md). DF_T_DEV_CPU is the engine's own batch-invariant
+ * kernels above and the default; the other kinds run the "torch compute path" (df_tm_*
+ * below): the same forward in libtorch operators on an at::Device. */
+typedef enum df_t_device_kind {
+  DF_T_DEV_CPU = 0,       /* own kernels on the host (default) */
+  DF_T_DEV_CUDA = 1,      /* torch path on CUDA device `index` (needs a CUDA libtorch) */
+  DF_T_DEV_AUTO = 2,      /* parse result only: CUDA device 0 if usable, else the CPU */
+  DF_T_DEV_TORCH_CPU = 3, /* torch path with at::kCPU: the tests' stand-in for a device */
+} df_t_device_kind;
+
+typedef struct df_t_device {
+  df_t_device_kind kind;
+  int index; /* CUDA device ordinal, 0.. ; 0 for the others */
+} df_t_device;
+
+/* Parse a --device value: "cpu", "cuda", "cuda:N" (0 <= N < 64), "auto", "torch-cpu".
+ * Syntax only (no device is touched). -1 with a message listing the accepted values. */
+int df_t_device_parse(const char *s, df_t_device *out, char *err, size_t errlen);
+
+/* "cpu", "cuda:0", "torch-cpu", "auto" into buf (>= 16 bytes); returns buf. */
+const char *df_t_device_name(const df_t_device *d, char *buf, size_t cap);
+
+/* Whether this process's libtorch can run on CUDA (torch::cuda::is_available(): a CUDA
+ * build of libtorch, a driver and a device), and how many devices it sees. CPU-only
+ * libtorch (Debian's 1.13) answers false / 0. */
+bool df_t_cuda_available(void);
+int df_t_cuda_device_count(void);
+
+/* What `want` means on this machine: AUTO becomes CUDA 0 when df_t_cuda_available(), else
+ * CPU; CUDA whose libtorch has no CUDA, or whose index is not a device, becomes CPU.
+ * *got receives the result; when it differs from what was asked, one line saying why and
+ * that the CPU is used goes to note (note[0] = 0 otherwise). Never fails. */
+void df_t_device_resolve(const df_t_device *want, df_t_device *got, char *note, size_t cap);
+
+/* A zero-filled fp32 tensor on device `dev` (NULL or DF_T_DEV_CPU / TORCH_CPU: host
+ * memory, as df_t_new_f32). Device tensors are for the torch path only: df_t_f32 and
+ * df_t_data return device pointers for them. NULL + message (bytes, device) on failure. */
+df_t_tensor *df_t_new_f32_on(const df_t_device *dev, int ndim, const int64_t *shape, char *err,
+                             size_t errlen);
+
+/* ---- the torch compute path ----------------------------------------------------------
+ * The qwen3 / qwen3_moe forward of engine/model.c in libtorch operators on one at::Device,
+ * for the GPU (and, as DF_T_DEV_TORCH_CPU, for tests on any machine). Numerics: the weights
+ * are uploaded as stored (BF16 / F16 / F32 bytes, no re-encoding) and widened to fp32 per
+ * op; activations, router, attention softmax, norms and logits are fp32 (DESIGN.md §4);
+ * TF32 is switched off for cuBLAS. Routing (softmax + top-k, ties to the lower id) runs on
+ * the host with the CPU path's own kernel over the device's fp32 router logits, so the
+ * discrete choice follows the same rule. Unlike the CPU path, results are not bitwise
+ * batch-invariant (cuBLAS picks algorithms by shape): logits agree within the tolerance
+ * docs/GPU.md gives. Routed experts not uploaded (admission) run through the model's expert
+ * backend (host kernels or cluster nodes) and are combined in the router's order. */
+
+typedef struct df_tm df_tm;
+struct df_kv_cache;
+struct df_expert_backend;
+
+/* One decoder layer's weights, host handles of engine/model.c (stored dtype). */
+typedef struct df_tm_layer {
+  const df_t_tensor *in_norm, *post_norm;           /* [H] */
+  const df_t_tensor *q, *k, *v, *o;                 /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
+  const df_t_tensor *qb, *kb, *vb, *ob;             /* biases or NULL */
+  const df_t_tensor *q_norm, *k_norm;               /* [hd] */
+  const df_t_tensor *router;                        /* [E, H]; NULL: dense layer */
+  const df_t_tensor *const *ex_gate, *const *ex_up, *const *ex_down; /* [E] each */
+  const df_t_tensor *mlp_gate, *mlp_up, *mlp_down;  /* dense SwiGLU [I, H], [I, H], [H, I] */
+} df_tm_layer;
+
+typedef struct df_tm_desc {
+  int64_t n_layers, hidden, n_head, n_kv, head_dim, vocab;
+  int64_t n_experts, top_k;  /* 0 for a dense model */
+  bool norm_topk;            /* renormalise the top-k weights */
+  float eps;                 /* rms_norm_eps */
+  const df_t_tensor *embed, *final_norm, *lm_head; /* [V, H], [H], [V, H] */
+  const df_t_tensor *rope_cos, *rope_sin;          /* [max_ctx, hd/2] fp32 host tables */
+  const df_tm_layer *layers;                       /* [n_layers] */
+  const uint8_t *expert_on_device; /* [n_layers * n_experts]: 1 = upload (layer-major);
+                                      NULL = every expert */
+} df_tm_desc;
+
+/* Upload what `d` says to device `dev` (CUDA or TORCH_CPU; TORCH_CPU uses the host tensors
+ * without a copy). CUDA uploads go through engine/cuda_rt.h's pinned staging buffers on a
+ * copy stream when the build has DF_CUDA, else through libtorch's pageable copy. Borrowed:
+ * `d`'s tensors must outlive the result (host experts are read through them). Errors (NULL +
+ * message): a weight dtype other than BF16/F16/F32 (FP8 stays on the CPU path for now),
+ * device out of memory or any libtorch error. */
+df_tm *df_tm_new(const df_tm_desc *d, const df_t_device *dev, char *err, size_t errlen);
+
+/* Free the device copies; NULLs *tm; NULL-safe. */
+void df_tm_destroy(df_tm **tm);
+
+/* Bytes held on the device by uploaded weights. */
+uint64_t df_tm_device_bytes(const df_tm *tm);
+
+/* One forward chunk of R rows (engine/model.c's forward_chunk + lm_head on the device):
+ *   ids     [R] token ids (checked by the caller), pos [R] positions, row_seq [R] sequence
+ *           index of each row; rows of one sequence consecutive and in position order
+ *   kvs     [n_seqs] caches made with df_t_new_f32_on(this device); K/V of row r are
+ *           written at pos[r] of kvs[row_seq[r]] (the caller advances len)
+ *   row_out [R] fp32 [vocab] host destination of row r's logits, or NULL for none
+ *   be      backend for experts not on the device; xs, ys host fp32 [>= R*top_k, H] buffers
+ *           for its requests
+ *   route_counts [n_layers * n_experts] routing counts incremented per chosen (layer,
+ *           expert) (heat for admission), or NULL
+ * Errors (-1, message): the expert backend's, or a libtorch error (e.g. device OOM). The
+ * caches' contents past their len are then unspecified (as on the CPU path). */
+int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int64_t *pos,
+                  const int32_t *row_seq, struct df_kv_cache *const *kvs,
+                  float *const *row_out, struct df_expert_backend *be, df_t_tensor *xs,
+                  df_t_tensor *ys, uint64_t *route_counts, char *err, size_t errlen);
+
 /* ---- libtorch oracles (tests): the same ops computed with at:: operators in float64 and
  * rounded to fp32. Return 0, or -1 with a message if libtorch throws. ---- */
 
