@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "coordinator/pull_manifest.h"
+#include "engine/model.h"
+
 int df_cli_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
   errno = 0;
@@ -72,4 +75,17 @@ double df_cli_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int df_cli_device(const char *v, const char *model_dir, struct df_model_opts *mo) {
+  char err[256];
+  if (df_t_device_parse(v, &mo->device, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: --device: %s\n", err);
+    return -1;
+  }
+  df_pull_manifest man;
+  if (model_dir && df_pull_manifest_read(model_dir, &man, err, sizeof err) == 0 && man.stream)
+    mo->device_host_experts = true;
+  if (model_dir) df_pull_manifest_free(&man);
+  return 0;
 }

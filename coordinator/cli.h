@@ -21,6 +21,13 @@ int df_cli_double(const char *name, const char *v, double lo, double hi, double 
 /* Parse "1,2,3" into a malloc'd int32 array (caller frees); ids must be >= 0.
  * Returns count, or -1 with a message naming the bad element. */
 int64_t df_cli_ids(const char *name, const char *v, int32_t **out);
+struct df_model_opts;
+/* --device VALUE for a model about to be loaded from `model_dir` (docs/GPU.md): parses
+ * cpu | cuda | cuda:N | auto | torch-cpu into mo->device, and keeps the routed experts of a
+ * folder pulled with --stream off the device (their bytes are holes until fetched, so only
+ * the streaming backend may read them). On a bad value prints "deltafin: --device: ..." and
+ * returns -1 (usage error). */
+int df_cli_device(const char *v, const char *model_dir, struct df_model_opts *mo);
 /* Monotonic clock in seconds. */
 double df_cli_now(void);
 

@@ -52,13 +52,15 @@ static void run_usage(FILE *f) {
           "  --cluster-wait S     seconds to wait for nodes before generating (default 10)\n"
           "  --cluster-nodes N    stop waiting once N nodes are ready (default 1)\n"
           "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
-          "  --state-dir DIR      cluster keys, tokens and nodes (default ~/.local/state/deltafin)\n");
+          "  --state-dir DIR      cluster keys, tokens and nodes (default ~/.local/state/deltafin)\n"
+          "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
+          "                       falls back to the CPU with one line (docs/GPU.md)\n");
 }
 
 enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_LOGITS, O_CTX,
        O_CHUNK, O_NOEOS, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_FIXEDK,
        O_PROMPT, O_CHAT, O_SYSTEM, O_NOTHINK,
-       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE };
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_DEVICE };
 
 int df_cmd_run(int argc, char **argv) {
   static const struct option opts[] = {
@@ -77,9 +79,10 @@ int df_cmd_run(int argc, char **argv) {
       {"cluster-bind", required_argument, 0, O_CBIND}, {"cluster-wait", required_argument, 0, O_CWAIT},
       {"cluster-nodes", required_argument, 0, O_CNODES},
       {"cluster-timeout", required_argument, 0, O_CTIMEOUT},
-      {"state-dir", required_argument, 0, O_STATE}, {0, 0, 0, 0}};
+      {"state-dir", required_argument, 0, O_STATE}, {"device", required_argument, 0, O_DEVICE},
+      {0, 0, 0, 0}};
   const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL, *draft_dir = NULL;
-  const char *text = NULL, *system = NULL;
+  const char *text = NULL, *system = NULL, *device = NULL;
   bool chat = false, no_think = false;
   int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0, draft_k = 4;
   double temp = -1, top_p = -1;
@@ -118,6 +121,7 @@ int df_cmd_run(int argc, char **argv) {
     case O_CNODES: if (df_cli_int("cluster-nodes", optarg, 1, 256, &cnodes)) return 2; copts.min_nodes = (int)cnodes; break;
     case O_CTIMEOUT: if (df_cli_double("cluster-timeout", optarg, 0.01, 86400, &copts.timeout_s)) return 2; break;
     case O_STATE: copts.state_dir = optarg; break;
+    case O_DEVICE: device = optarg; break;
     case O_HELP: run_usage(stdout); return 0;
     default:
       fprintf(stderr, "deltafin run: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -204,10 +208,15 @@ int df_cmd_run(int argc, char **argv) {
   float *logits = NULL;
   double t0 = df_cli_now();
   df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk};
+  if (device && df_cli_device(device, model_dir, &mo) != 0) {
+    rc = 2;
+    goto done;
+  }
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
+  if (df_model_device_note(m)[0]) fprintf(stderr, "deltafin: device: %s\n", df_model_device_note(m));
   /* a folder pulled with --stream fetches routed experts on first use */
   if (df_stream_attach(m, model_dir, NULL, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: %s\n", err);

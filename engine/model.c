@@ -405,7 +405,7 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
     t->ex_gate = w->ex_gate;
     t->ex_up = w->ex_up;
     t->ex_down = w->ex_down;
-    for (int64_t e = 0; e < E; e++)
+    for (int64_t e = 0; e < E && !opts->device_host_experts; e++)
       eb[l * E + e] = tensor_bytes(w->ex_gate[e]) + tensor_bytes(w->ex_up[e]) +
                       tensor_bytes(w->ex_down[e]);
   }
@@ -440,7 +440,11 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
   m->experts_on_device = plan.experts_on_device;
   m->expert_on_device = on;
   on = NULL;
-  snprintf(m->device_note, sizeof m->device_note, "%s", plan.line);
+  if (got.kind == DF_T_DEV_TORCH_CPU && !(opts->device_free && opts->device_total))
+    snprintf(m->device_note, sizeof m->device_note, "torch-cpu: the torch compute path on the "
+             "CPU (a test device), %lld routed experts through it", (long long)plan.experts_on_device);
+  else
+    snprintf(m->device_note, sizeof m->device_note, "%s", plan.line);
 done:
   free(eb);
   free(on);

@@ -64,6 +64,8 @@ typedef struct df_model_opts {
   uint64_t device_extra;     /* further bytes charged first, e.g. a draft model (0 = none) */
   const uint64_t *expert_heat; /* [n_layers * num_experts] routing counts of earlier runs
                                   (layer-major), or NULL: lower (layer, expert) first */
+  bool device_host_experts;  /* never upload routed experts (a --stream folder, whose expert
+                                bytes are holes until its backend fetches them) */
   uint64_t device_free, device_total; /* memory figures to admit against instead of asking
                                   the device (tests; torch-cpu); 0 = ask (CUDA) or
                                   unlimited (torch-cpu) */

@@ -12,3 +12,5 @@ if(NOT DF_CUDA)
     -fsyntax-only -DDF_CUDA=1 -I${PROJECT_SOURCE_DIR} -I${CMAKE_CURRENT_SOURCE_DIR}/cuda_decl
     ${PROJECT_SOURCE_DIR}/engine/cuda_rt.c)
 endif()
+add_test(NAME device_cli COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/device_cli.py
+  $<TARGET_FILE:deltafin> ${DF_FIXTURES})
