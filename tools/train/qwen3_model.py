@@ -303,6 +303,29 @@ def tied_cross_entropy(model, h, targets):
                       for a in range(0, h.shape[0], CHUNK_ROWS)])
 
 
+def distillation_loss(student, h, teacher, th):
+    """Soft cross-entropy of the student against the teacher's full-vocabulary next-token
+    distribution (knowledge distillation at temperature 1, Hinton et al. 2015), per position:
+    h [N, H] student hidden, th [N, H] teacher hidden (no grad) -> [N].
+
+    Both models share the same tied table rows (the draft's frozen copy of the target's), so
+    every token without a row has logit 0 in both. With P the teacher's and Q the student's
+    distribution over all vocab_size tokens, CE(P, Q) = -sum_i P_i log Q_i
+    = lse_Q - sum_{rows} p_i * l_i (the zero-logit tokens add P_zero * 0), where
+    lse_Q = logaddexp(logsumexp(rows), log(vocab - n_active)) and p_i are the teacher's
+    probabilities of the rows; KL(P || Q) differs from it by the teacher's entropy only."""
+    out = []
+    for a in range(0, h.shape[0], CHUNK_ROWS):
+        with torch.no_grad():
+            lt = th[a:a + CHUNK_ROWS] @ teacher.embed.t()
+            lse_t = torch.logaddexp(torch.logsumexp(lt, dim=1), lt.new_tensor(teacher.log_zero_rows))
+            pt = (lt - lse_t[:, None]).exp_()
+        ls = h[a:a + CHUNK_ROWS] @ student.embed.t()
+        lse_s = torch.logaddexp(torch.logsumexp(ls, dim=1), ls.new_tensor(student.log_zero_rows))
+        out.append(lse_s - (pt * ls).sum(dim=1))
+    return torch.cat(out)
+
+
 def tune_malloc():
     """Keep freed buffers up to 32 MiB in the heap (glibc): M_MMAP_THRESHOLD 32 MiB,
     M_TRIM_THRESHOLD 1 GiB. Speed only; no effect on results."""

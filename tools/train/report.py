@@ -65,7 +65,8 @@ def plots(t_rec, d_rec, counts, n_tok, models):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for rec, name, col in ((t_rec, "target (qwen3_moe)", "C0"), (d_rec, "draft (qwen3)", "C1")):
         tok = np.array([r["tokens"] for r in rec]) / 1e6
-        ax.plot(tok, _smooth([r["loss"] for r in rec]), col, lw=1.2, label=name + " train (20-step mean)")
+        ax.plot(tok, _smooth([r["loss"] for r in rec]), col, lw=1.2,
+                label=name + (" train, soft CE vs target" if rec is d_rec else " train") + " (20-step mean)")
         v = [(r["tokens"] / 1e6, r["val_loss"]) for r in rec if "val_loss" in r]
         if v:
             ax.plot(*zip(*v), col, ls="--", marker="o", ms=3, label=name + " held-out")
@@ -186,8 +187,8 @@ def readme(m, path):
     w("")
     w("## Training")
     w("")
-    w("Both models are trained from scratch on next-token cross-entropy over the full 151936-token")
-    w("vocabulary with AdamW (betas 0.9/0.95, weight decay %g on matrices only, gradient clip 1.0)," % m["wd"])
+    w("Both models are trained from scratch over the full 151936-token vocabulary with AdamW")
+    w("(betas 0.9/0.95, weight decay %g on matrices only, gradient clip 1.0)," % m["wd"])
     w("%d warm-up steps, a constant learning rate, then linear decay to 10%% over the last fifth" % m["warmup"])
     w("of the steps (at least 40).")
     w("")
@@ -207,7 +208,15 @@ def readme(m, path):
     w("own term (as in Switch Transformer and GShard). With 0.01 per layer, layers still sent")
     w("99% of the tokens to one expert after 25 steps: while the router's probabilities are")
     w("nearly uniform the term's gradient is small next to the language-model gradient on the")
-    w("router, hence %g. The draft uses the" % m["aux_coef"])
+    w("router, hence %g." % m["aux_coef"])
+    w("")
+    w("The target learns the text: cross-entropy against the next token. The draft learns the")
+    w("target: it is distilled (Hinton et al. 2015, temperature 1) from the finished, bf16-rounded")
+    w("target, minimising the cross-entropy between the target's full-vocabulary next-token")
+    w("distribution and its own on the same training windows, because what speculative decoding")
+    w("needs from a draft is agreement with the target, not with the text; its curve below is")
+    w("therefore that soft cross-entropy (it includes the target's entropy), while its held-out")
+    w("points are the plain cross-entropy against the text like the target's. The draft uses the")
     w("target's bf16 embedding table, frozen. Evaluation, plots and fixtures took %.1f min; the"
       % (t["eval_s"] / 60))
     w("whole command %.1f min." % (t["total_s"] / 60))

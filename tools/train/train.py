@@ -5,8 +5,9 @@ Owns the pipeline, one command end to end:
   1. tokenise the Brown corpus with the real Qwen3 tokenizer (prepare_corpus.js, node);
   2. train the target from scratch (next-token loss + Qwen3-MoE load-balancing loss);
   3. write models/demo-moe (bf16) and read its embedding table back;
-  4. train the draft with that bf16 table frozen (tied input/output embedding), write
-     models/demo-draft — both files hold byte-identical embed_tokens;
+  4. distil the draft from the written (bf16) target — soft cross-entropy against the
+     target's next-token distribution — with that bf16 table frozen (tied input/output
+     embedding), write models/demo-draft — both files hold byte-identical embed_tokens;
   5. evaluate: held-out perplexity of target, draft and a unigram, expert load, greedy
      equivalence of the training module and tests/reference/qwen3_ref.py on the written
      checkpoints, draft acceptance at k = 4, sample continuations;
@@ -39,7 +40,8 @@ import data  # noqa: E402
 import evaluate as ev  # noqa: E402
 import export  # noqa: E402
 import make_greedy_fixture as greedy_fixture  # noqa: E402
-from qwen3_model import Qwen3LM, per_layer_balancing_loss, round_to_bf16_, tied_cross_entropy, tune_malloc  # noqa: E402
+from qwen3_model import (Qwen3LM, distillation_loss, per_layer_balancing_loss, round_to_bf16_,  # noqa: E402
+                         tied_cross_entropy, tune_malloc)
 
 TARGET_SHAPE = dict(hidden=128, layers=6, heads=4, kv_heads=2, head_dim=64, inter=512,
                     experts=32, top_k=4, moe_inter=128)
@@ -78,14 +80,17 @@ def lr_at(step, steps, peak, warmup, floor=0.1):
     return peak * (1.0 - (1.0 - floor) * t)
 
 
-def train_model(name, model, corpus, a, steps, lr, aux_coef, work):
-    """Train `model` for `steps` steps; returns the list of logged records."""
+def train_model(name, model, corpus, a, steps, lr, aux_coef, work, teacher=None):
+    """Train `model` for `steps` steps; returns the list of logged records. With a
+    `teacher` (the draft's target) the loss is the distillation loss against the teacher's
+    next-token distribution instead of the cross-entropy against the text's next token."""
     s = model.s
     batches = data.Batches(corpus.train, a.batch, a.seq, a.seed)
     val_w = data.windows(corpus.val, a.seq)[:a.val_windows]
     opt = torch.optim.AdamW(param_groups(model, a.wd), lr=lr, betas=(0.9, 0.95), eps=1e-8)
     hk = hashlib.sha256(json.dumps([name, STATE_VERSION, lr, aux_coef, a.seed, a.batch, a.seq, a.threads, a.wd,
-                                    a.warmup, repr(sorted(vars(s).items()))]).encode())
+                                    a.warmup, repr(sorted(vars(s).items()))]
+                                   + (["distilled"] if teacher is not None else [])).encode())
     for p in model.state_dict().values():  # the starting weights (a draft: the target's table)
         hk.update(p.detach().contiguous().numpy().tobytes())
     key = hk.hexdigest()[:16]
@@ -119,7 +124,12 @@ def train_model(name, model, corpus, a, steps, lr, aux_coef, work):
             g["lr"] = cur
         x = batches.get(step)
         h, router = model.hidden(x[:, :-1])
-        ce = tied_cross_entropy(model, h.reshape(-1, s.hidden), x[:, 1:].reshape(-1)).mean()
+        if teacher is None:
+            ce = tied_cross_entropy(model, h.reshape(-1, s.hidden), x[:, 1:].reshape(-1)).mean()
+        else:
+            with torch.no_grad():
+                th, _ = teacher.hidden(x[:, :-1])
+            ce = distillation_loss(model, h.reshape(-1, s.hidden), teacher, th.reshape(-1, s.hidden)).mean()
         loss = ce
         aux = torch.zeros(())
         if s.n_exp:
@@ -170,7 +180,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seq", type=int, default=256, help="training window (tokens)")
     ap.add_argument("--batch", type=int, default=8, help="windows per step")
-    ap.add_argument("--target-steps", type=int, default=640)
+    ap.add_argument("--target-steps", type=int, default=1600)
     ap.add_argument("--draft-steps", type=int, default=400)
     ap.add_argument("--target-lr", type=float, default=3e-3)
     ap.add_argument("--draft-lr", type=float, default=3e-3)
@@ -235,7 +245,7 @@ def main(argv=None):
     draft.embed.requires_grad_(False)
     log("draft: %.2fM parameters besides the embedding" % (draft.n_params() / 1e6))
     t0 = time.time()
-    d_rec = train_model("draft", draft, corpus, a, a.draft_steps, a.draft_lr, 0.0, a.work)
+    d_rec = train_model("draft", draft, corpus, a, a.draft_steps, a.draft_lr, 0.0, a.work, teacher=target)
     times["draft_s"] = time.time() - t0
     round_to_bf16_(draft)
     draft.eval()
