@@ -40,6 +40,11 @@ static void serve_usage(FILE *f) {
           "                       min(max_position_embeddings, 4096))\n"
           "  --max-prompt N       most prompt tokens a request may have (default ctx - 1)\n"
           "  --max-body BYTES     largest request body (default 4194304); larger is 413\n"
+          "  --max-connections N  simultaneous HTTP connections, 1..%d (default %d); more\n"
+          "                       wait until one closes\n"
+          "  --idle-timeout S     close a connection silent for S seconds before a complete\n"
+          "                       request, between requests, or not reading its response;\n"
+          "                       never while generating (default 10)\n"
           "  --chunk N            prompt tokens fed per step over all sequences (default 256)\n"
           "  --threads N          compute threads (default: every online CPU)\n"
           "  --draft DIR          draft model for speculative decoding of greedy requests\n"
@@ -55,12 +60,12 @@ static void serve_usage(FILE *f) {
           "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
           "  --state-dir DIR      cluster keys, tokens and nodes (default ~/.local/state/deltafin)\n"
           "  --quiet              log only errors\n",
-          DF_MODEL_MAX_BATCH, DF_SCHED_K_MAX);
+          DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SCHED_K_MAX);
 }
 
 enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
        O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
-       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE };
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_IDLE };
 
 static bool is_loopback(const char *h) {
   return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
@@ -83,6 +88,8 @@ int df_cmd_serve(int argc, char **argv) {
       {"cluster-nodes", required_argument, 0, O_CNODES},
       {"cluster-timeout", required_argument, 0, O_CTIMEOUT},
       {"state-dir", required_argument, 0, O_STATE},
+      {"max-connections", required_argument, 0, O_MAXCONN},
+      {"idle-timeout", required_argument, 0, O_IDLE},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
   bool no_draft = false;
@@ -90,7 +97,7 @@ int df_cmd_serve(int argc, char **argv) {
   bool cluster = false;
   df_cluster_opts copts = {.wait_s = -1};
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
-          threads = 0;
+          threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10;
   bool quiet = false;
   int c;
   optind = 1;
@@ -120,6 +127,10 @@ int df_cmd_serve(int argc, char **argv) {
     case O_CNODES: if (df_cli_int("cluster-nodes", optarg, 1, 256, &cnodes)) return 2; copts.min_nodes = (int)cnodes; break;
     case O_CTIMEOUT: if (df_cli_double("cluster-timeout", optarg, 0.01, 86400, &copts.timeout_s)) return 2; break;
     case O_STATE: copts.state_dir = optarg; break;
+    case O_MAXCONN:
+      if (df_cli_int("max-connections", optarg, 1, DF_SRV_MAX_CONNS, &max_conns)) return 2;
+      break;
+    case O_IDLE: if (df_cli_int("idle-timeout", optarg, 1, 86400, &idle_s)) return 2; break;
     case O_DRAFTSEQS:
       if (df_cli_int("draft-max-seqs", optarg, 1, DF_MODEL_MAX_BATCH, &draft_seqs)) return 2;
       break;
@@ -203,7 +214,8 @@ int df_cmd_serve(int argc, char **argv) {
     goto done;
   }
   df_srv_opts sv = {.host = host, .port = (int)port, .api_key = key, .model_id = name,
-                    .max_body = (size_t)body, .max_prompt = maxp, .quiet = quiet, .cluster = cluster};
+                    .max_body = (size_t)body, .max_prompt = maxp, .max_conns = (unsigned)max_conns,
+                    .idle_timeout_s = (unsigned)idle_s, .quiet = quiet, .cluster = cluster};
   if (df_srv_start(&sv, sched, m, tok, tmpl, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;

@@ -6,6 +6,15 @@
  * and a client that closes its connection is seen at once and its job cancelled. Streaming
  * responses are written from the content-reader callback (same thread), one server-sent
  * event per HTTP chunk.
+ *
+ * Timeouts: a connection that stays silent for --idle-timeout seconds is closed — before it
+ * has sent a complete request, between keep-alive requests, and while it does not read a
+ * response being sent — so idle sockets cannot hold connection threads. While a generation is
+ * producing the response (the access handler or the stream reader waiting on the scheduler)
+ * the connection has no timeout: libmicrohttpd measures silence from its last socket I/O, and
+ * a long prefill or queue wait must not cut a stream. Setting the timeout back after each
+ * produced piece restarts the silence clock (libmicrohttpd restarts it when a zero timeout is
+ * replaced).
  */
 #define _GNU_SOURCE
 #include "coordinator/server.h"
@@ -23,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,6 +90,8 @@ typedef struct conn {
   char *ev;         /* the event being written */
   size_t ev_len, ev_off;
   int status;       /* HTTP status answered (0 = none yet) */
+  bool streaming;   /* the answer is a stream (its reader manages the timeout) */
+  struct MHD_Connection *mc; /* valid while the request and its response are in flight */
   struct timespec t0; /* when the request arrived */
   atomic_int refs;  /* MHD's request (until on_completed) + a streaming response (until its
                        free callback, which libmicrohttpd may call after on_completed) */
@@ -184,6 +197,13 @@ static int wait_news(conn *c) {
   return 0;
 }
 
+/* The connection's inactivity timeout: 0 while this thread waits on the scheduler, the idle
+ * timeout otherwise (replacing 0 restarts the silence clock). */
+static void conn_timeout(conn *c, bool generating) {
+  MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
+                            generating ? 0u : c->srv->o.idle_timeout_s);
+}
+
 static void client_gone(conn *c) {
   df_sched_job_cancel(c->job);
   pthread_mutex_lock(&c->srv->mu);
@@ -276,7 +296,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   conn *c = cls;
   (void)pos;
   if (c->ev_off >= c->ev_len) {
+    conn_timeout(c, true); /* next_event may wait for the model */
     int r = next_event(c);
+    conn_timeout(c, false); /* from here the client has to read what was produced */
     if (r == 0) return MHD_CONTENT_READER_END_OF_STREAM;
     if (r < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
   }
@@ -397,6 +419,7 @@ static enum MHD_Result handle_generate(conn *c, struct MHD_Connection *mc) {
   c->meta = (df_api_meta){.kind = kind, .id = c->id, .created = (int64_t)time(NULL),
                           .model = s->model_id, .include_usage = rq.include_usage};
   if (rq.stream) {
+    c->streaming = true;
     df_api_request_free(&rq);
     atomic_fetch_add(&c->refs, 1);
     struct MHD_Response *r =
@@ -601,6 +624,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     atomic_init(&c->refs, 1);
     clock_gettime(CLOCK_MONOTONIC, &c->t0);
     *con_cls = c;
+    c->mc = mc;
     c->route = route_of(url);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) c->fd = ci->connect_fd;
@@ -675,8 +699,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
   }
   switch (c->route) {
   case R_CHAT:
-  case R_COMPL:
-    return handle_generate(c, mc);
+  case R_COMPL: {
+    conn_timeout(c, true); /* tokenizing, queueing and generating are our time, not silence */
+    enum MHD_Result r = handle_generate(c, mc);
+    if (!c->streaming) conn_timeout(c, false); /* the answer is queued: the client must read it */
+    return r;
+  }
   case R_MODELS: {
     char *m = model_json(s), *out = NULL;
     if (m && asprintf(&out, "{\"object\":\"list\",\"data\":[%s]}", m) < 0) out = NULL;
@@ -739,6 +767,29 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
 
+#define FD_RESERVE 128 /* descriptors kept for everything but HTTP connections */
+_Static_assert(DF_SRV_MAX_CONNS + FD_RESERVE <= FD_SETSIZE, "connection sockets must fit select()");
+
+/* Fit the connection limit to the open-file limit: raise the soft RLIMIT_NOFILE toward the
+ * hard one when the connections need it, and lower the limit when even that is too few. */
+static void fit_conn_limit(df_srv *s) {
+  unsigned want = s->o.max_conns;
+  if (want > DF_SRV_MAX_CONNS) want = DF_SRV_MAX_CONNS;
+  rlim_t need = (rlim_t)want + FD_RESERVE;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+    struct rlimit nl = rl;
+    nl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &nl) == 0) rl = nl;
+    if (rl.rlim_cur < need)
+      want = rl.rlim_cur > FD_RESERVE + 16 ? (unsigned)(rl.rlim_cur - FD_RESERVE) : 16;
+  }
+  if (want != s->o.max_conns)
+    logf_(s, true, "at most %u connections (asked for %u): the open-file limit (ulimit -n) "
+          "allows no more", want, s->o.max_conns);
+  s->o.max_conns = want;
+}
+
 int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const df_tok *tok,
                  const df_chat_template *tmpl, df_srv **out, char *err, size_t errlen) {
   *out = NULL;
@@ -750,7 +801,8 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
   s->o = *o;
   if (!s->o.host) s->o.host = "127.0.0.1";
   if (!s->o.max_body) s->o.max_body = 4u << 20;
-  if (!s->o.max_conns) s->o.max_conns = 256;
+  if (!s->o.max_conns) s->o.max_conns = DF_SRV_DEFAULT_CONNS;
+  if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 10;
   s->model_id = strdup(o->model_id ? o->model_id : "deltafin");
   s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
   s->o.host = NULL;
@@ -790,6 +842,10 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
   memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
   bool v6 = ai->ai_family == AF_INET6;
   freeaddrinfo(ai);
+  /* select(), not poll(): at the connection limit libmicrohttpd's select() loop stops
+   * accepting, so further clients wait in the listen backlog until an idle connection is
+   * closed (its poll() loop accepts and resets them) */
+  fit_conn_limit(s);
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_ERROR_LOG | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
   s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
@@ -797,7 +853,7 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
                           MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                           MHD_OPTION_CONNECTION_LIMIT, s->o.max_conns,
-                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                          MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
                           MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                           MHD_OPTION_END);
   if (!s->d) {

@@ -30,6 +30,11 @@
 
 typedef struct df_srv df_srv;
 
+/* Connection limits. Every connection has its own thread and a socket below FD_SETSIZE (1024,
+ * libmicrohttpd's select() loop), 128 descriptors being kept for everything else. */
+#define DF_SRV_DEFAULT_CONNS 768
+#define DF_SRV_MAX_CONNS 896
+
 typedef struct df_srv_opts {
   const char *host;      /* address to bind (numeric or a name); NULL = "127.0.0.1" */
   int port;              /* TCP port; 0 = any free port (see df_srv_port) */
@@ -37,14 +42,22 @@ typedef struct df_srv_opts {
   const char *model_id;  /* the id clients name in "model" and /v1/models lists */
   size_t max_body;       /* bytes of a request body; 0 = 4 MiB */
   int64_t max_prompt;    /* prompt tokens; 0 = the context size - 1 */
-  unsigned max_conns;    /* simultaneous connections; 0 = 256 */
+  unsigned max_conns;    /* simultaneous connections; 0 = DF_SRV_DEFAULT_CONNS; at most
+                            DF_SRV_MAX_CONNS. Lowered (one log line) to what the open-file limit
+                            allows after raising its soft value toward the hard one. Clients
+                            past it wait in the listen backlog until a connection closes. */
+  unsigned idle_timeout_s; /* seconds a connection may stay silent before it is closed: while it
+                            has not sent a complete request, between keep-alive requests, and
+                            while it does not read a response being sent; not counted while a
+                            generation is producing that response. 0 = 10 */
   int quiet;             /* no per-request log lines on stderr (errors are still logged) */
   int cluster;           /* routed experts run on df-node agents (reported in /metrics) */
 } df_srv_opts;
 
 /* Start serving. `tmpl` may be NULL (then /v1/chat/completions answers 400: the model has no
- * chat template). Errors (-1, one line): the host does not resolve, the port cannot be bound,
- * out of memory. */
+ * chat template). May raise the process's RLIMIT_NOFILE soft limit (see max_conns). On success
+ * *out owns the running server (stop with df_srv_stop). Errors (-1, *out NULL, one line in
+ * err): the host does not resolve, the port cannot be bound, out of memory. */
 int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const df_tok *tok,
                  const df_chat_template *tmpl, df_srv **out, char *err, size_t errlen);
 

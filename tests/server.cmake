@@ -18,6 +18,12 @@ add_test(NAME server_http COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/server_
 set_tests_properties(server_http PROPERTIES FIXTURES_REQUIRED server_model LABELS server
   TIMEOUT 400)
 
+# Idle sockets, half requests, connection limits and the idle timeout against long generations.
+add_test(NAME server_robust COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/server_robust.py
+  $<TARGET_FILE:deltafin> ${DF_SERVER_MODEL})
+set_tests_properties(server_robust PROPERTIES FIXTURES_REQUIRED server_model LABELS server
+  TIMEOUT 300)
+
 find_program(DF_NODE NAMES node nodejs)
 if(DF_NODE)
   add_test(NAME server_openai COMMAND ${DF_NODE} ${CMAKE_CURRENT_LIST_DIR}/server_openai.js

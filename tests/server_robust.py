@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""`deltafin serve` under hostile or careless clients: idle sockets cannot starve the server
+(more idle connections than the old limit of 256 and /health still answers at once; silent
+connections are closed after --idle-timeout, whether they sent nothing, half a request, or
+sit idle after a keep-alive request; connections past --max-connections wait and are served
+once idle ones are dropped), while long generations (a stream waiting in the queue, a
+non-streamed answer) are never cut by that timeout.
+
+usage: server_robust.py DELTAFIN MODEL_DIR
+"""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_util import Server, check, finish, request, sse_events  # noqa: E402
+
+EXE, MODEL = sys.argv[1:3]
+NAME = os.path.basename(MODEL.rstrip("/"))
+IDLE = 1  # --idle-timeout of the small server, seconds
+
+
+def closed_by_server(s, within):
+    """True when the server closes s (EOF or reset) within `within` seconds."""
+    s.settimeout(within)
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def timed_health(port, timeout):
+    t0 = time.monotonic()
+    try:
+        st, _, b = request(port, "GET", "/health", timeout=timeout)
+    except OSError as e:
+        return None, "%s after %.1f s" % (e.__class__.__name__, time.monotonic() - t0)
+    return st, "%d %s after %.2f s" % (st, b.decode(errors="replace"), time.monotonic() - t0)
+
+
+def generations_outlive_idle_timeout(port):
+    """--parallel 1: three long non-streamed completions queue one behind the other and a
+    stream waits behind them after its first (role) event; every answer arrives whole."""
+    out = {}
+
+    def plain(i):
+        t0 = time.monotonic()
+        try:
+            st, _, b = request(port, "POST", "/v1/completions",
+                               {"model": NAME, "prompt": "hello", "max_tokens": 480,
+                                "ignore_eos": True, "temperature": 0})
+            out[i] = (st, json.loads(b), time.monotonic() - t0)
+        except Exception as e:  # noqa: BLE001 - reported as a failed check
+            out[i] = (None, repr(e), time.monotonic() - t0)
+
+    def stream():
+        t0 = time.monotonic()
+        try:
+            st, _, b = request(port, "POST", "/v1/chat/completions",
+                               {"model": NAME, "messages": [{"role": "user", "content": "hi"}],
+                                "max_tokens": 8, "ignore_eos": True, "temperature": 0,
+                                "stream": True, "stream_options": {"include_usage": True}})
+            out["s"] = (st, b, time.monotonic() - t0)
+        except Exception as e:  # noqa: BLE001
+            out["s"] = (None, repr(e), time.monotonic() - t0)
+
+    th = []
+    for i in range(3):
+        th.append(threading.Thread(target=plain, args=(i,)))
+        th[-1].start()
+        time.sleep(0.1)
+    th.append(threading.Thread(target=stream))
+    th[-1].start()
+    for t in th:
+        t.join()
+    for i in range(3):
+        st, b, dt = out[i]
+        check(st == 200 and isinstance(b, dict) and b["usage"]["completion_tokens"] == 480,
+              "queued non-streamed completion %d answered whole after %.1f s (idle timeout %d s)"
+              % (i, dt, IDLE))
+    st, b, dt = out["s"]
+    ev = sse_events(b) if isinstance(b, bytes) else None
+    usage = None
+    if ev and ev[-1] == b"[DONE]":
+        usage = json.loads(ev[-2]).get("usage")
+    check(st == 200 and usage is not None and usage["completion_tokens"] == 8,
+          "stream queued for %.1f s ended with its usage and [DONE]" % dt)
+    check(dt > 2 * IDLE, "the stream's wait (%.1f s) outlasted the idle timeout (%d s)" % (dt, IDLE))
+
+
+def main():
+    # A small server: 1 s idle timeout, 8 connections, 1 sequence at a time.
+    srv = Server(EXE, MODEL, "--no-draft", "--parallel", "1", "--idle-timeout", str(IDLE),
+                 "--max-connections", "8")
+    try:
+        generations_outlive_idle_timeout(srv.port)
+
+        # silent connections are closed: nothing sent, half a request, idle keep-alive
+        quiet = socket.create_connection(("127.0.0.1", srv.port))
+        half = socket.create_connection(("127.0.0.1", srv.port))
+        half.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        ka = socket.create_connection(("127.0.0.1", srv.port))
+        ka.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        ka.settimeout(10)
+        first = ka.recv(4096)
+        check(first.startswith(b"HTTP/1.1 200"), "keep-alive request answered")
+        for s, what in ((quiet, "a connection that sent nothing"),
+                        (half, "a connection that sent half a request"),
+                        (ka, "an idle keep-alive connection")):
+            check(closed_by_server(s, IDLE + 5), "%s is closed after the idle timeout" % what)
+            s.close()
+
+        # at the connection limit: more connections wait, and are served once the idle
+        # ones are dropped
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(8)]
+        time.sleep(0.2)
+        st, what = timed_health(srv.port, IDLE + 10)
+        check(st == 200, "/health with 8 idle connections at --max-connections 8: " + what)
+        for s in idle:
+            s.close()
+        check(srv.alive(), "server still running")
+    finally:
+        check(srv.stop() == 0, "server exits 0 on SIGTERM")
+
+    # Default limits: more idle sockets than the old limit of 256, /health answers at once.
+    srv = Server(EXE, MODEL, "--no-draft")
+    try:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(300)]
+        time.sleep(0.5)
+        st, what = timed_health(srv.port, 3)
+        check(st == 200, "/health with 300 idle connections open: " + what)
+        for s in idle:
+            s.close()
+    finally:
+        check(srv.stop() == 0, "server exits 0 on SIGTERM")
+    finish()
+
+
+if __name__ == "__main__":
+    main()
