@@ -6,7 +6,8 @@
  * mode). Tolerance: 1e-3 absolute on the logits, as test_engine's golden test (fp32
  * activations over the same stored weights; the torch path differs from the reference only
  * by fp32 summation order), and identical greedy ids.
- * What runs only on a GPU (tools/gpu/check.sh): the same checks with --device cuda.
+ * DF_TEST_DEVICE=cuda[:N] runs the same checks on a GPU (tools/gpu/check.sh does); the
+ * default is torch-cpu.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +26,19 @@
 #include "engine/torch_shim.h"
 
 #define LOGIT_TOL 1e-3f
+
+/* The device under test: $DF_TEST_DEVICE, default torch-cpu. */
+static const char *test_device(void) {
+  const char *d = getenv("DF_TEST_DEVICE");
+  return d && *d ? d : "torch-cpu";
+}
+
+static df_t_device_kind test_kind(void) {
+  df_t_device d;
+  char err[256];
+  if (df_t_device_parse(test_device(), &d, err, sizeof err) != 0) fail_msg("%s", err);
+  return d.kind;
+}
 
 static const char *k_fixtures[] = {"tiny-moe-tied", "tiny-moe-sparse", "tiny-dense",
                                    "tiny-moe-sharded"};
@@ -218,8 +232,9 @@ static void test_golden_torch_cpu(void **state) {
   for (size_t f = 0; f < sizeof k_fixtures / sizeof k_fixtures[0]; f++) {
     golden g;
     load_golden(k_fixtures[f], &g);
-    df_model *m = load_on(k_fixtures[f], NULL, "torch-cpu");
-    assert_int_equal(df_model_device(m).kind, DF_T_DEV_TORCH_CPU);
+    df_model *m = load_on(k_fixtures[f], NULL, test_device());
+    if (df_model_device(m).kind != test_kind())
+      fail_msg("%s: asked for %s, got: %s", k_fixtures[f], test_device(), df_model_device_note(m));
     const df_model_config *c = df_model_cfg(m);
     int64_t n_moe = 0;
     for (int64_t l = 0; l < c->num_hidden_layers; l++) n_moe += c->is_moe_layer[l] ? c->num_experts : 0;
@@ -249,7 +264,7 @@ static void test_mixed_placement(void **state) {
   for (size_t f = 0; f < 2; f++) {
     golden g;
     load_golden(fx[f], &g);
-    df_model *all = load_on(fx[f], NULL, "torch-cpu");
+    df_model *all = load_on(fx[f], NULL, test_device());
     float *tmp = prompt_logits(all, g.prompt, g.n_prompt, 64); /* gather heat */
     free(tmp);
     const df_model_config *c = df_model_cfg(all);
@@ -266,8 +281,8 @@ static void test_mixed_placement(void **state) {
     df_model_opts o = {.device_total = total,
                        .device_free = df_admit_reserve(total) + p.charged + per * (uint64_t)(n_moe / 2),
                        .expert_heat = heat};
-    df_model *half = load_on(fx[f], &o, "torch-cpu");
-    assert_int_equal(df_model_device(half).kind, DF_T_DEV_TORCH_CPU);
+    df_model *half = load_on(fx[f], &o, test_device());
+    assert_int_equal(df_model_device(half).kind, test_kind());
     assert_int_equal(df_model_experts_on_device(half), n_moe / 2);
     /* the placed ones are the hottest: min heat on the device >= max heat off it */
     const uint8_t *on = df_model_expert_placement(half);
@@ -286,7 +301,7 @@ static void test_mixed_placement(void **state) {
     df_model_destroy(&half);
     /* one byte short of the charged part: CPU path, one line, output the CPU's */
     o.device_free = df_admit_reserve(total) + p.charged - 1;
-    df_model *cpu = load_on(fx[f], &o, "torch-cpu");
+    df_model *cpu = load_on(fx[f], &o, test_device());
     assert_int_equal(df_model_device(cpu).kind, DF_T_DEV_CPU);
     assert_non_null(strstr(df_model_device_note(cpu), "running on the CPU"));
     check_golden(cpu, fx[f], &g);
@@ -303,7 +318,8 @@ static void test_batch_and_rollback(void **state) {
   (void)state;
   golden g;
   load_golden("tiny-moe-sparse", &g);
-  df_model *m = load_on("tiny-moe-sparse", NULL, "torch-cpu");
+  df_model *m = load_on("tiny-moe-sparse", NULL, test_device());
+  assert_int_equal(df_model_device(m).kind, test_kind());
   int64_t V = g.vocab, n = g.n_prompt;
   char err[512];
   float *alone = prompt_logits(m, g.prompt, n, 64);
