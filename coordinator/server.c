@@ -315,9 +315,14 @@ static void stream_free(void *cls) {
 
 /* ---- generation requests ------------------------------------------------------------- */
 
-static int tokenize(conn *c, const df_api_request *rq, int32_t **ids, size_t *n, df_api_error *e) {
+/* The prompt's ids. A request that cannot fit in max_prompt tokens by a cheap lower bound
+ * (token ids counted, the chat template's per-message minimum) is refused before anything is
+ * encoded: encoding a body of many thousand messages costs seconds. */
+static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32_t **ids,
+                    size_t *n, df_api_error *e) {
   df_srv *s = c->srv;
   char err[512];
+  int64_t ctx = df_sched_ctx(s->sched);
   *ids = NULL;
   *n = 0;
   if (rq->kind == DF_API_CHAT) {
@@ -331,6 +336,14 @@ static int tokenize(conn *c, const df_api_request *rq, int32_t **ids, size_t *n,
       msgs[i].content = rq->msgs[i].content;
       msgs[i].reasoning_content = rq->msgs[i].reasoning;
     }
+    size_t lb = df_chat_min_tokens(s->tmpl, s->tok, msgs, rq->n_msgs);
+    if ((int64_t)lb > max_prompt) {
+      free(msgs);
+      return df_api_error_set(e, 400, NULL, "messages", "context_length_exceeded",
+                              "The %zu messages encode to at least %zu tokens, more than the "
+                              "%lld this server accepts (context of %lld tokens).", rq->n_msgs,
+                              lb, (long long)max_prompt, (long long)ctx);
+    }
     df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = rq->enable_thinking};
     int rc = df_chat_encode(s->tmpl, s->tok, msgs, rq->n_msgs, &co, ids, n, err, sizeof err);
     free(msgs);
@@ -338,6 +351,11 @@ static int tokenize(conn *c, const df_api_request *rq, int32_t **ids, size_t *n,
     return 0;
   }
   if (rq->prompt_ids) {
+    if ((int64_t)rq->n_prompt_ids > max_prompt)
+      return df_api_error_set(e, 400, NULL, "prompt", "context_length_exceeded",
+                              "The prompt has %zu tokens, more than the %lld this server accepts "
+                              "(context of %lld tokens).", rq->n_prompt_ids, (long long)max_prompt,
+                              (long long)ctx);
     *ids = malloc(rq->n_prompt_ids * sizeof **ids);
     if (!*ids) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     memcpy(*ids, rq->prompt_ids, rq->n_prompt_ids * sizeof **ids);
@@ -365,9 +383,10 @@ static enum MHD_Result handle_generate(conn *c, struct MHD_Connection *mc) {
                      "server serves `%s`).", rq.model, s->model_id);
     goto fail;
   }
-  if (tokenize(c, &rq, &ids, &n_ids, &e) != 0) goto fail;
-  int64_t ctx = df_sched_ctx(s->sched), np = (int64_t)n_ids;
+  int64_t ctx = df_sched_ctx(s->sched);
   int64_t max_prompt = s->o.max_prompt > 0 && s->o.max_prompt < ctx - 1 ? s->o.max_prompt : ctx - 1;
+  if (tokenize(c, &rq, max_prompt, &ids, &n_ids, &e) != 0) goto fail;
+  int64_t np = (int64_t)n_ids;
   if (np == 0) {
     df_api_error_set(&e, 400, NULL, kind == DF_API_CHAT ? "messages" : "prompt", NULL,
                      "the prompt encodes to no tokens");

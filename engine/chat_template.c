@@ -522,3 +522,30 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
   df_chat_text_free(&txt);
   return rc;
 }
+
+static bool is_added(const df_tok *tok, const char *piece) {
+  int32_t id = df_tok_token_to_id(tok, piece, strlen(piece));
+  return id >= 0 && df_tok_is_added(tok, id);
+}
+
+size_t df_chat_min_tokens(const df_chat_template *t, const df_tok *tok, const df_chat_msg *msgs,
+                          size_t n) {
+  size_t lb = 0;
+  switch (t->family) {
+  case DF_CHAT_QWEN3:
+    if (!is_added(tok, "<|im_start|>") || !is_added(tok, "<|im_end|>")) return 0;
+    for (size_t i = 0; i < n; i++) {
+      const char *r = msgs[i].role;
+      if (r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant"))) lb += 3;
+    }
+    break;
+  case DF_CHAT_DEEPSEEK_V3:
+    if (!is_added(tok, DS_USER) || !is_added(tok, DS_EOS)) return 0;
+    for (size_t i = 0; i < n; i++) {
+      const char *r = msgs[i].role;
+      if (r && (!strcmp(r, "user") || (!strcmp(r, "assistant") && msgs[i].content))) lb++;
+    }
+    break;
+  }
+  return lb;
+}

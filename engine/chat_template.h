@@ -106,4 +106,17 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
                    size_t n, const df_chat_opts *opts, int32_t **ids, size_t *n_ids, char *err,
                    size_t errlen);
 
+/* A lower bound on the number of ids df_chat_encode(t, tok, msgs, n, any opts) gives, in O(n)
+ * without rendering or allocating: what the template's own structure is certain to add per
+ * message, counted only when those control strings are added tokens of `tok` (one id each).
+ *   DF_CHAT_QWEN3        3 per system, user and assistant message: <|im_start|>, at least one
+ *                        id for the role line, <|im_end|>.
+ *   DF_CHAT_DEEPSEEK_V3  1 per user message (<｜User｜>) and per assistant message with
+ *                        content (<｜end▁of▁sentence｜>).
+ * Messages are not validated (df_chat_encode does that); a NULL role counts 0. Never fails:
+ * 0 when `tok` lacks those added tokens. Borrows every argument. Lets a caller refuse a
+ * conversation that cannot fit a context before paying for its encoding. */
+size_t df_chat_min_tokens(const df_chat_template *t, const df_tok *tok, const df_chat_msg *msgs,
+                          size_t n);
+
 #endif

@@ -4,7 +4,9 @@
 connections are closed after --idle-timeout, whether they sent nothing, half a request, or
 sit idle after a keep-alive request; connections past --max-connections wait and are served
 once idle ones are dropped), while long generations (a stream waiting in the queue, a
-non-streamed answer) are never cut by that timeout.
+non-streamed answer) are never cut by that timeout. Requests that cannot fit the context are
+refused cheaply: a body of 60000 chat messages gets its 400 (`messages`,
+context_length_exceeded) for a fraction of a CPU second instead of being encoded first.
 
 usage: server_robust.py DELTAFIN MODEL_DIR
 """
@@ -44,6 +46,35 @@ def timed_health(port, timeout):
     except OSError as e:
         return None, "%s after %.1f s" % (e.__class__.__name__, time.monotonic() - t0)
     return st, "%d %s after %.2f s" % (st, b.decode(errors="replace"), time.monotonic() - t0)
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def oversized_refused_cheaply(srv):
+    """Context 512: far too many messages, or too many prompt ids, are refused with the
+    OpenAI-shaped 400 naming the field, costing the server little CPU."""
+    for path, body, param in [
+            ("/v1/chat/completions",
+             {"model": NAME, "messages": [{"role": "user", "content": "a"}] * 60000,
+              "max_tokens": 1}, "messages"),
+            ("/v1/completions", {"model": NAME, "prompt": [1] * 300000, "max_tokens": 1},
+             "prompt")]:
+        raw = json.dumps(body).encode()
+        c0, t0 = cpu_seconds(srv.p.pid), time.monotonic()
+        st, _, b = request(srv.port, "POST", path, raw)
+        dc, dt = cpu_seconds(srv.p.pid) - c0, time.monotonic() - t0
+        err = json.loads(b).get("error", {}) if st == 400 else {}
+        check(st == 400 and err.get("param") == param and
+              err.get("code") == "context_length_exceeded" and
+              err.get("type") == "invalid_request_error",
+              "%s with a %.1f MB body: %d %s" % (path, len(raw) / 1e6, st, b[:160].decode()))
+        check(dc < 1.0, "%s refused after %.2f s CPU (%.2f s wall)" % (path, dc, dt))
+    st, _, b = request(srv.port, "GET", "/health", timeout=5)
+    check(st == 200, "server healthy after the oversized requests")
 
 
 def generations_outlive_idle_timeout(port):
@@ -139,6 +170,7 @@ def main():
         check(st == 200, "/health with 300 idle connections open: " + what)
         for s in idle:
             s.close()
+        oversized_refused_cheaply(srv)
     finally:
         check(srv.stop() == 0, "server exits 0 on SIGTERM")
     finish()

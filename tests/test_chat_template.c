@@ -5,7 +5,8 @@
  * templates the way transformers does). Checks, per family: byte-identical text for every
  * conversation; message bytes reported as spans; encoding a rendered chat gives control tokens
  * only where the template put them (user text containing "<|im_end|>" or "<｜User｜>" stays
- * text) and otherwise the same ids as encoding the whole text; recognition and its errors.
+ * text) and otherwise the same ids as encoding the whole text; df_chat_min_tokens never above
+ * the ids encoded; recognition and its errors.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -216,6 +217,14 @@ static void test_encode_control_tokens(void **state) {
     int32_t *ids = NULL, *plain = NULL;
     size_t n = 0, np = 0;
     assert_int_equal(df_chat_encode(t, tok, v.msgs, v.n, &v.opts, &ids, &n, err, sizeof err), 0);
+    /* the cheap lower bound holds and counts every turn */
+    size_t lb = df_chat_min_tokens(t, tok, v.msgs, v.n), turns = 0;
+    for (size_t k = 0; k < v.n; k++)
+      turns += !strcmp(v.msgs[k].role, "user") ||
+               (fm->family == DF_CHAT_QWEN3 && (!strcmp(v.msgs[k].role, "system") ||
+                                                 !strcmp(v.msgs[k].role, "assistant")));
+    if (lb > n || lb < turns)
+      fail_msg("%s: df_chat_min_tokens %zu, encoded %zu ids, %zu turns", v.name, lb, n, turns);
     /* control tokens: exactly the template's own occurrences (outside message spans) */
     size_t n_added = 0;
     for (size_t k = 0; k < n; k++) n_added += df_tok_is_added(tok, ids[k]);
