@@ -36,6 +36,7 @@ extern "C" {
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 extern "C" {
@@ -828,6 +829,95 @@ extern "C" int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int
     df_t_device dv = {tm->on_cpu ? DF_T_DEV_TORCH_CPU : DF_T_DEV_CUDA,
                       tm->on_cpu ? 0 : (int)tm->dev.index()};
     snprintf(err, errlen, "forward on %s: %s", df_t_device_name(&dv, nm, sizeof nm), e.what());
+    return -1;
+  }
+}
+
+// ---- routed experts on a device, for df-node ---------------------------------------------
+
+namespace {
+struct tx_expert {
+  at::Tensor gate, up, down; // undefined: does not fit, runs on the host
+};
+} // namespace
+
+struct df_tx {
+  at::Device dev = at::Device(at::kCPU);
+  bool on_cpu = true;
+  uint64_t budget = 0, used = 0;
+  int64_t held = 0;
+  std::unordered_map<const df_t_tensor *, tx_expert> experts;
+};
+
+extern "C" df_tx *df_tx_new(const df_t_device *dev, uint64_t budget, char *err, size_t errlen) {
+  if (!dev || (dev->kind != DF_T_DEV_CUDA && dev->kind != DF_T_DEV_TORCH_CPU)) {
+    snprintf(err, errlen, "df_tx_new: a CUDA or torch-cpu device is needed");
+    return nullptr;
+  }
+  try {
+    auto *tx = new df_tx;
+    tx->dev = at_device(dev);
+    tx->on_cpu = dev->kind != DF_T_DEV_CUDA;
+    tx->budget = budget;
+    if (!tx->on_cpu) at::globalContext().setAllowTF32CuBLAS(false);
+    return tx;
+  } catch (const std::exception &e) {
+    snprintf(err, errlen, "df_tx_new: %s", e.what());
+    return nullptr;
+  }
+}
+
+extern "C" void df_tx_destroy(df_tx **tx) {
+  if (!tx || !*tx) return;
+  delete *tx;
+  *tx = nullptr;
+}
+
+extern "C" void df_tx_clear(df_tx *tx) {
+  tx->experts.clear();
+  tx->used = 0;
+  tx->held = 0;
+}
+
+extern "C" int64_t df_tx_experts(const df_tx *tx) { return tx->held; }
+extern "C" uint64_t df_tx_bytes(const df_tx *tx) { return tx->used; }
+
+extern "C" int df_tx_swiglu_ffn(df_tx *tx, const df_t_tensor *x, int64_t row0, int64_t rows,
+                                const df_t_tensor *gate_w, const df_t_tensor *up_w,
+                                const df_t_tensor *down_w, df_t_tensor *g, df_t_tensor *u,
+                                df_t_tensor *y, char *err, size_t errlen) {
+  try {
+    auto it = tx->experts.find(gate_w);
+    if (it == tx->experts.end()) {
+      tx_expert e;
+      const df_t_tensor *w[3] = {gate_w, up_w, down_w};
+      uint64_t nb = 0;
+      bool ok = true;
+      for (const df_t_tensor *t : w) {
+        ok = ok && stored_ok(t);
+        nb += (uint64_t)t->t.numel() * (uint64_t)t->t.element_size();
+      }
+      if (ok && tx->used + nb <= tx->budget) {
+        e.gate = tx->on_cpu ? gate_w->t : gate_w->t.to(tx->dev);
+        e.up = tx->on_cpu ? up_w->t : up_w->t.to(tx->dev);
+        e.down = tx->on_cpu ? down_w->t : down_w->t.to(tx->dev);
+        tx->used += nb;
+        tx->held++;
+      }
+      it = tx->experts.emplace(gate_w, e).first;
+    }
+    const tx_expert &e = it->second;
+    if (!e.gate.defined()) {
+      df_t_swiglu_ffn(x, row0, rows, gate_w, up_w, down_w, g, u, y);
+      return 0;
+    }
+    int64_t H = row_elems(x);
+    at::Tensor xr = x->t.view({-1, H}).narrow(0, row0, rows).to(tx->dev);
+    at::Tensor yr = swiglu(xr, e.gate, e.up, e.down).to(at::kCPU);
+    y->t.view({-1, H}).narrow(0, row0, rows).copy_(yr);
+    return 1;
+  } catch (const std::exception &ex) {
+    snprintf(err, errlen, "expert on the device: %s", ex.what());
     return -1;
   }
 }

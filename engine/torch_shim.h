@@ -278,6 +278,40 @@ int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int64_t *pos,
                   float *const *row_out, struct df_expert_backend *be, df_t_tensor *xs,
                   df_t_tensor *ys, uint64_t *route_counts, char *err, size_t errlen);
 
+/* ---- routed experts on a device, for df-node ----------------------------------------
+ * A df-node started with --device keeps the experts it serves on the device, uploaded on
+ * first use (the coordinator routes the hottest experts most often, so they arrive first)
+ * while the admitted byte budget lasts; experts past the budget, and FP8 experts (not on the
+ * torch path yet), run on the host exactly as before (df_t_swiglu_ffn). Same numerics as the
+ * torch compute path: weights as stored, widened to fp32 per op, fp32 activations. */
+typedef struct df_tx df_tx;
+
+/* dev: CUDA or TORCH_CPU (a host "device" for tests); budget: bytes of expert weights that
+ * may be uploaded (what admission left, engine/admission.h). NULL + message on a libtorch
+ * error or a CPU device. Free with df_tx_destroy. */
+df_tx *df_tx_new(const df_t_device *dev, uint64_t budget, char *err, size_t errlen);
+
+/* Free the device copies; NULLs *tx; NULL-safe. */
+void df_tx_destroy(df_tx **tx);
+
+/* df_t_swiglu_ffn's contract (rows [row0, row0 + rows) of host fp32 x into the same rows of
+ * host fp32 y; g, u host scratch used only on the host path), run on the device when the
+ * expert (identified by its gate tensor handle, which must stay valid while tx lives) is
+ * there or fits in what is left of the budget. Returns 1 when it ran on the device, 0 on the
+ * host, -1 + message on a libtorch error (y unspecified; the caller may retry on the host). */
+int df_tx_swiglu_ffn(df_tx *tx, const df_t_tensor *x, int64_t row0, int64_t rows,
+                     const df_t_tensor *gate_w, const df_t_tensor *up_w,
+                     const df_t_tensor *down_w, df_t_tensor *g, df_t_tensor *u, df_t_tensor *y,
+                     char *err, size_t errlen);
+
+/* Forget every expert (their handles are about to be freed, e.g. a new assignment) and
+ * release their device memory; the budget is whole again. */
+void df_tx_clear(df_tx *tx);
+
+/* Experts held on the device, and their bytes. */
+int64_t df_tx_experts(const df_tx *tx);
+uint64_t df_tx_bytes(const df_tx *tx);
+
 /* ---- libtorch oracles (tests): the same ops computed with at:: operators in float64 and
  * rounded to fp32. Return 0, or -1 with a message if libtorch throws. ---- */
 

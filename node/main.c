@@ -19,13 +19,16 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: df-node join HOST:PORT [--token T] [--memory BYTES] [--model-dir DIR]\n"
           "                              [--state-dir DIR] [--name NAME] [--threads N] [--quiet]\n"
+          "                              [--device cpu|cuda|cuda:N|auto]\n"
           "       df-node status [--state-dir DIR]\n"
           "  --token T        join token from 'deltafin cluster token' (first join only; later\n"
           "                   joins use the key stored in the state directory)\n"
           "  --memory BYTES   expert memory budget, K/M/G/T suffixes (default: half the RAM)\n"
           "  --model-dir DIR  this machine's copy of the checkpoint (tensors are checked against\n"
           "                   the coordinator's SHA-256 manifest; missing ones are streamed)\n"
-          "  --state-dir DIR  keys and shard cache (default ~/.local/state/deltafin-node)\n");
+          "  --state-dir DIR  keys and shard cache (default ~/.local/state/deltafin-node)\n"
+          "  --device D       cpu (default), cuda, cuda:N or auto: keep the experts served on\n"
+          "                   the GPU as far as its free memory allows (docs/GPU.md)\n");
 }
 
 /* "12G" -> bytes; -1 on a malformed value. */
@@ -114,6 +117,7 @@ int main(int argc, char **argv) {
       {"model-dir", required_argument, 0, 'd'}, {"state-dir", required_argument, 0, 's'},
       {"name", required_argument, 0, 'n'},    {"threads", required_argument, 0, 'j'},
       {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
+      {"device", required_argument, 0, 'D'},
       {0, 0, 0, 0}};
   df_node_opts o = {0};
   const char *state_arg = NULL;
@@ -134,6 +138,14 @@ int main(int argc, char **argv) {
     case 'n': o.name = optarg; break;
     case 'j': o.threads = atoi(optarg); break;
     case 'q': o.quiet = true; break;
+    case 'D': {
+      char derr[256];
+      if (df_t_device_parse(optarg, &o.device, derr, sizeof derr) != 0) {
+        fprintf(stderr, "df-node: --device: %s\n", derr);
+        return 2;
+      }
+      break;
+    }
     case 'h': usage(stdout); return 0;
     default:
       fprintf(stderr, "df-node: unknown or incomplete option '%s'\n", argv[optind - 1]);

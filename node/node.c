@@ -19,6 +19,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "engine/admission.h"
+#include "engine/cuda_rt.h"
 #include "engine/torch_shim.h"
 #include "node/store.h"
 #include "transport/keys.h"
@@ -71,6 +73,7 @@ typedef struct node {
   int in_flight;
   /* planned buffers */
   df_t_tensor *x, *y, *g, *u;
+  df_tx *tx;           /* experts kept on the device (--device), or NULL */
   int64_t cap_rows;    /* rows of x and y */
   /* stats */
   uint64_t served, rows_done, busy_us;
@@ -81,6 +84,7 @@ typedef struct node {
 static void drop_assignment(node *n) {
   for (int64_t i = 0; i < n->n_pw; i++)
     for (int k = 0; k < 3; k++) df_t_destroy(&n->pw[i].w[k]), df_t_destroy(&n->pw[i].s[k]);
+  if (n->tx) df_tx_clear(n->tx); /* its keys are the handles freed above */
   free(n->pw);
   n->pw = NULL;
   n->n_pw = 0;
@@ -422,7 +426,9 @@ static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
   memcpy(df_t_f32(n->x), zmq_msg_data(&f->payload), bytes);
   int64_t r0 = 0;
   for (int g = 0; g < m->n_groups; g++) {
-    df_t_swiglu_ffn(n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1], ws[g]->w[2], n->g, n->u, n->y);
+    if (!n->tx || df_tx_swiglu_ffn(n->tx, n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1],
+                                   ws[g]->w[2], n->g, n->u, n->y, err, sizeof err) < 0)
+      df_t_swiglu_ffn(n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1], ws[g]->w[2], n->g, n->u, n->y);
     r0 += m->rows[g];
   }
   free(ws);
@@ -537,6 +543,47 @@ static int load_identity(node *n, char *err, size_t errlen) {
   return 0;
 }
 
+/* --device (docs/GPU.md): resolve it, admit (engine/admission.h: the reserve stays free, the
+ * activation cap is charged, the rest up to --memory holds experts) and keep the experts
+ * this node serves on the device as they are first used. Any failure: one line, and the
+ * experts run on the CPU as without --device. */
+static void device_setup(node *n) {
+  const df_node_opts *o = n->o;
+  char nm[32], note[320];
+  df_t_device got;
+  if (o->device.kind == DF_T_DEV_CPU) return;
+  df_t_device_resolve(&o->device, &got, note, sizeof note);
+  if (got.kind == DF_T_DEV_CPU) {
+    fprintf(stderr, "df-node: device: %s\n",
+            note[0] ? note : "--device auto: no usable CUDA device; experts run on the CPU");
+    return;
+  }
+  df_t_device_name(&got, nm, sizeof nm);
+  uint64_t free_b = UINT64_MAX / 2, total_b = UINT64_MAX / 2;
+  if (got.kind == DF_T_DEV_CUDA && df_cuda_mem_info(got.index, &free_b, &total_b, note,
+                                                    sizeof note) != 0) {
+    fprintf(stderr, "df-node: device %s: cannot measure free memory (%s); experts run on the "
+            "CPU\n", nm, note);
+    return;
+  }
+  df_admit_in in = {.device = nm, .free_bytes = free_b, .total_bytes = total_b,
+                    .work_bytes = MAX_ACT_BYTES};
+  df_admit_plan p;
+  df_admit_plan_make(&in, NULL, &p);
+  if (!p.ok) {
+    fprintf(stderr, "df-node: device: %s\n", p.line);
+    return;
+  }
+  uint64_t budget = p.budget - p.charged < o->memory ? p.budget - p.charged : o->memory;
+  if (!(n->tx = df_tx_new(&got, budget, note, sizeof note))) {
+    fprintf(stderr, "df-node: device %s: %s; experts run on the CPU\n", nm, note);
+    return;
+  }
+  fprintf(stderr, "df-node: device %s: up to %.1f MiB of experts kept there (%.2f GiB free, "
+          "%.2f GiB reserve), the rest on the CPU\n", nm, budget / 1048576.0,
+          free_b / 1073741824.0, p.reserve / 1073741824.0);
+}
+
 int df_node_run(const df_node_opts *o, char *err, size_t errlen) {
   node nd;
   memset(&nd, 0, sizeof nd);
@@ -552,6 +599,7 @@ int df_node_run(const df_node_opts *o, char *err, size_t errlen) {
   if (load_identity(n, err, errlen) != 0) goto done;
   if (!(n->store = df_node_store_new(o->state_dir, o->model_dir, err, errlen))) goto done;
   df_t_set_threads(o->threads);
+  device_setup(n);
   if (!(n->ctx = zmq_ctx_new())) {
     snprintf(err, errlen, "zmq_ctx_new failed");
     goto done;
@@ -614,5 +662,6 @@ done:
   close_socket(n);
   if (n->ctx) zmq_ctx_term(n->ctx);
   df_node_store_destroy(&n->store);
+  df_tx_destroy(&n->tx);
   return rc;
 }

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/torch_shim.h"
+
 typedef struct df_node_opts {
   const char *endpoint;  /* "tcp://HOST:PORT" of the coordinator */
   const char *state_dir; /* keys, pinned coordinator key, shard cache */
@@ -22,6 +24,9 @@ typedef struct df_node_opts {
   const char *name;      /* shown in cluster status; NULL = hostname */
   uint64_t memory;       /* expert memory budget, bytes (> 0) */
   int threads;           /* compute threads, 0 = all CPUs */
+  df_t_device device;    /* where experts run: zero = the CPU kernels; CUDA / AUTO: served
+                            experts are kept on the GPU as far as admission allows
+                            (docs/GPU.md), the rest on the CPU */
   bool quiet;            /* only errors on stderr */
 } df_node_opts;
 
