@@ -59,13 +59,16 @@ static void serve_usage(FILE *f) {
           "  --cluster-nodes N    stop waiting once N nodes are ready (default 1)\n"
           "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
           "  --state-dir DIR      cluster keys, tokens and nodes (default ~/.local/state/deltafin)\n"
+          "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
+          "                       falls back to the CPU with one line (docs/GPU.md)\n"
           "  --quiet              log only errors\n",
           DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SCHED_K_MAX);
 }
 
 enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
        O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
-       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_IDLE };
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_IDLE,
+       O_DEVICE };
 
 static bool is_loopback(const char *h) {
   return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
@@ -90,8 +93,10 @@ int df_cmd_serve(int argc, char **argv) {
       {"state-dir", required_argument, 0, O_STATE},
       {"max-connections", required_argument, 0, O_MAXCONN},
       {"idle-timeout", required_argument, 0, O_IDLE},
+      {"device", required_argument, 0, O_DEVICE},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
+  const char *device = NULL;
   bool no_draft = false;
   int64_t draft_k = 4, draft_seqs = 1, cport = 0, cnodes = 0;
   bool cluster = false;
@@ -134,6 +139,7 @@ int df_cmd_serve(int argc, char **argv) {
     case O_DRAFTSEQS:
       if (df_cli_int("draft-max-seqs", optarg, 1, DF_MODEL_MAX_BATCH, &draft_seqs)) return 2;
       break;
+    case O_DEVICE: device = optarg; break;
     case O_HELP: serve_usage(stdout); return 0;
     default:
       fprintf(stderr, "deltafin serve: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -184,11 +190,17 @@ int df_cmd_serve(int argc, char **argv) {
   }
   if (!name) name = basename(dircopy);
   if (!quiet) fprintf(stderr, "deltafin serve: loading %s\n", model_dir);
-  df_model_opts mo = {.max_ctx = ctx, .threads = (int)threads};
+  df_model_opts mo = {.max_ctx = ctx, .threads = (int)threads, .device_seqs = par};
+  if (device && df_cli_device(device, model_dir, &mo) != 0) {
+    rc = 2;
+    goto done;
+  }
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;
   }
+  if (df_model_device_note(m)[0])
+    fprintf(stderr, "deltafin serve: device: %s\n", df_model_device_note(m));
   if (draft_dir && !no_draft) {
     /* a draft that cannot be used is not fatal: the target runs alone (as deltafin run) */
     df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
