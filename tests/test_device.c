@@ -344,11 +344,62 @@ static void test_batch_and_rollback(void **state) {
   df_model_destroy(&m);
 }
 
+/* df-node's device expert cache: results within 1e-5 of the CPU kernel's, an expert past
+ * the byte budget (or after df_tx_clear, a fresh budget) handled as documented. */
+static void test_node_experts(void **state) {
+  (void)state;
+  df_model *m = load_on("tiny-moe-sparse", NULL, "cpu");
+  const df_model_config *c = df_model_cfg(m);
+  int64_t H = c->hidden_size, I = c->moe_intermediate_size, R = 5, l = 0;
+  while (!c->is_moe_layer[l]) l++;
+  const df_t_tensor *g0, *u0, *d0, *g1, *u1, *d1;
+  assert_int_equal(df_model_expert_weights(m, (int)l, 0, &g0, &u0, &d0), 0);
+  assert_int_equal(df_model_expert_weights(m, (int)l, 1, &g1, &u1, &d1), 0);
+  uint64_t one = (uint64_t)(df_t_numel(g0) + df_t_numel(u0) + df_t_numel(d0)) *
+                 df_dtype_size(df_t_dtype(g0));
+  char err[256];
+  int64_t sx[2] = {R + 2, H}, si[2] = {R, I};
+  df_t_tensor *x = df_t_new_f32(2, sx, err, sizeof err), *y = df_t_new_f32(2, sx, err, sizeof err),
+              *ref = df_t_new_f32(2, sx, err, sizeof err), *gs = df_t_new_f32(2, si, err, sizeof err),
+              *us = df_t_new_f32(2, si, err, sizeof err);
+  float *xp = df_t_f32(x);
+  for (int64_t i = 0; i < (R + 2) * H; i++) xp[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+  df_t_device dev;
+  assert_int_equal(df_t_device_parse(test_device(), &dev, err, sizeof err), 0);
+  df_tx *tx = df_tx_new(&dev, one, err, sizeof err); /* room for one expert */
+  assert_non_null(tx);
+  /* expert 0 goes to the device (rows 1..5), expert 1 does not fit and runs on the host */
+  assert_int_equal(df_tx_swiglu_ffn(tx, x, 1, R, g0, u0, d0, gs, us, y, err, sizeof err), 1);
+  df_t_swiglu_ffn(x, 1, R, g0, u0, d0, gs, us, ref);
+  float d = max_abs_diff(df_t_f32(y) + H, df_t_f32(ref) + H, R * H);
+  printf("# expert on %s: max |y - CPU kernel| = %.3g\n", test_device(), d);
+  assert_true(d < 1e-5f);
+  assert_int_equal(df_tx_swiglu_ffn(tx, x, 1, R, g1, u1, d1, gs, us, y, err, sizeof err), 0);
+  df_t_swiglu_ffn(x, 1, R, g1, u1, d1, gs, us, ref);
+  assert_memory_equal(df_t_f32(y) + H, df_t_f32(ref) + H, (size_t)(R * H) * sizeof(float));
+  assert_int_equal(df_tx_experts(tx), 1);
+  assert_int_equal(df_tx_bytes(tx), one);
+  /* a new assignment: the budget is whole again and expert 1 now fits */
+  df_tx_clear(tx);
+  assert_int_equal(df_tx_experts(tx), 0);
+  assert_int_equal(df_tx_swiglu_ffn(tx, x, 1, R, g1, u1, d1, gs, us, y, err, sizeof err), 1);
+  df_tx_destroy(&tx);
+  assert_null(tx);
+  df_t_device cpu = {DF_T_DEV_CPU, 0};
+  assert_null(df_tx_new(&cpu, one, err, sizeof err));
+  df_t_destroy(&x);
+  df_t_destroy(&y);
+  df_t_destroy(&ref);
+  df_t_destroy(&gs);
+  df_t_destroy(&us);
+  df_model_destroy(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_parse),     cmocka_unit_test(test_cuda_fallback),
       cmocka_unit_test(test_golden_torch_cpu), cmocka_unit_test(test_mixed_placement),
-      cmocka_unit_test(test_batch_and_rollback),
+      cmocka_unit_test(test_batch_and_rollback), cmocka_unit_test(test_node_experts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
