@@ -27,6 +27,7 @@
 #include "coordinator/cluster_place.h"
 #include "engine/model.h"
 #include "transport/keys.h"
+#include "transport/lograte.h"
 #include "transport/sock.h"
 
 #define MAX_MEMBERS 256
@@ -113,13 +114,28 @@ static int64_t now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* One line on stderr ("deltafin: cluster: " + text). Identical lines are rate-limited
+ * (transport/lograte.h): a node or an attacker retrying in a loop must not flood the log. */
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static df_proto_lograte g_log_rate;
+static void cl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void cl_log(const char *fmt, ...) {
+  char line[768];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "deltafin: cluster: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  pthread_mutex_lock(&g_log_mu);
+  if (!g_log_rate.window_ms) df_proto_lograte_init(&g_log_rate, DF_PROTO_LOGRATE_WINDOW_MS);
+  uint64_t held = 0;
+  if (df_proto_lograte_admit(&g_log_rate, line, now_ms(), &held)) {
+    if (held)
+      fprintf(stderr, "deltafin: cluster: %s (%llu more like this in the last %d s)\n", line,
+              (unsigned long long)held, DF_PROTO_LOGRATE_WINDOW_MS / 1000);
+    else
+      fprintf(stderr, "deltafin: cluster: %s\n", line);
+  }
+  pthread_mutex_unlock(&g_log_mu);
 }
 
 static void replan(df_cluster *c);
@@ -643,8 +659,11 @@ static void on_monitor(df_cluster *c) {
         for (int i = 0; i < c->n_mb; i++)
           if (c->mb[i].alive && c->mb[i].fd == (int)val) drop_member(c, &c->mb[i], "connection closed", false);
       } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-        cl_log("handshake failed from %.*s (not a CURVE client of this coordinator)",
-             (int)zmq_msg_size(&b), (const char *)zmq_msg_data(&b));
+        char fp[17];
+        df_proto_key_fingerprint(c->kp.pub, fp);
+        cl_log("a CURVE handshake on %.*s failed: a client without this coordinator's key %s "
+               "(a token or stored key of another coordinator), or not a CURVE client",
+               (int)zmq_msg_size(&b), (const char *)zmq_msg_data(&b), fp);
       }
     }
     zmq_msg_close(&a);

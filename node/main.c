@@ -28,7 +28,9 @@ static void usage(FILE *f) {
           "                   the coordinator's SHA-256 manifest; missing ones are streamed)\n"
           "  --state-dir DIR  keys and shard cache (default ~/.local/state/deltafin-node)\n"
           "  --device D       cpu (default), cuda, cuda:N or auto: keep the experts served on\n"
-          "                   the GPU as far as its free memory allows (docs/GPU.md)\n");
+          "                   the GPU as far as its free memory allows (docs/GPU.md)\n"
+          "exit status: 0 stopped by SIGINT/SIGTERM, 1 local error, 2 usage error, 3 refused by\n"
+          "the coordinator (key not admitted, token refused, wrong coordinator key)\n");
 }
 
 /* "12G" -> bytes; -1 on a malformed value. */

@@ -6,12 +6,23 @@
  * connection, a BYE or 10 s of silence drop every per-connection resource (buffers, weight
  * views, cache mappings) and start over; libzmq reconnects with backoff. Nothing here
  * busy-waits: every wait is a zmq_poll with the next deadline as its timeout.
+ *
+ * Giving up: a coordinator that refuses this node is not retried forever. The ZAP handler
+ * refusing the key (CURVE ERROR) or an UNAUTHORIZED reply to JOIN ends the node at once;
+ * a peer that closes the CURVE handshake quickly (within HS_QUICK_MS of the TCP connect)
+ * HS_FAIL_MAX times in a row, each within HS_GAP_MS of the previous, without one handshake
+ * succeeding, does not hold the coordinator key this node pinned (a token or stored key of
+ * another coordinator) and ends it too — both with exit status 3 and one line saying which
+ * key is wrong. An unreachable coordinator (connection refused, handshake timeouts) is
+ * retried forever, as a restarting coordinator must be. Identical log lines are written at
+ * most once per DF_PROTO_LOGRATE_WINDOW_MS (transport/lograte.h).
  */
 #define _GNU_SOURCE
 #include "node/node.h"
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +35,7 @@
 #include "engine/torch_shim.h"
 #include "node/store.h"
 #include "transport/keys.h"
+#include "transport/lograte.h"
 #include "transport/sock.h"
 
 #define SILENCE_MS 10000      /* no message from the coordinator: rejoin */
@@ -31,6 +43,9 @@
 #define CHUNK (1u << 20)      /* FETCH length */
 #define WINDOW 8              /* FETCHes in flight */
 #define MAX_ACT_BYTES (1ull << 30) /* cap on planned activation buffers */
+#define HS_FAIL_MAX 5         /* quick handshake failures in a row: the pinned key is wrong */
+#define HS_QUICK_MS 5000      /* a failure this soon after the TCP connect was a refusal */
+#define HS_GAP_MS 10000       /* failures further apart do not count as "in a row" */
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int s) { (void)s; g_stop = 1; }
@@ -77,9 +92,32 @@ typedef struct node {
   int64_t cap_rows;    /* rows of x and y */
   /* stats */
   uint64_t served, rows_done, busy_us;
+  /* giving up, log rate */
+  int64_t connected_ms;  /* last TCP connect seen by the monitor, else when the socket opened
+                            (its first connect may precede the monitor) */
+  int hs_fails;          /* quick handshake failures in a row */
+  int64_t hs_last_ms;    /* the last of them */
+  df_proto_lograte lr;
 } node;
 
-#define LOG(n, ...) do { if (!(n)->o->quiet) { fprintf(stderr, "df-node: " __VA_ARGS__); fputc('\n', stderr); } } while (0)
+/* One progress line on stderr ("df-node: " + text), identical lines rate-limited. */
+static void node_log(node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void node_log(node *n, const char *fmt, ...) {
+  if (n->o->quiet) return;
+  char line[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  uint64_t held = 0;
+  if (!df_proto_lograte_admit(&n->lr, line, now_ms(), &held)) return;
+  if (held)
+    fprintf(stderr, "df-node: %s (%llu more like this in the last %d s)\n", line,
+            (unsigned long long)held, DF_PROTO_LOGRATE_WINDOW_MS / 1000);
+  else
+    fprintf(stderr, "df-node: %s\n", line);
+}
+#define LOG(n, ...) node_log((n), __VA_ARGS__)
 
 static void drop_assignment(node *n) {
   for (int64_t i = 0; i < n->n_pw; i++)
@@ -131,7 +169,8 @@ static int open_socket(node *n, char *err, size_t errlen) {
   char ep[64];
   static int seq;
   snprintf(ep, sizeof ep, "inproc://df-node-mon-%d", seq++);
-  if (zmq_socket_monitor(n->sock, ep, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+  if (zmq_socket_monitor(n->sock, ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                          ZMQ_EVENT_DISCONNECTED |
                                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
@@ -140,7 +179,7 @@ static int open_socket(node *n, char *err, size_t errlen) {
     close_socket(n);
     return -1;
   }
-  n->last_rx = now_ms();
+  n->last_rx = n->connected_ms = now_ms();
   return 0;
 }
 
@@ -472,10 +511,11 @@ static int on_message(node *n, df_proto_frames *f, char *err, size_t errlen) {
     close_socket(n); /* reopened by the main loop: a fresh session */
     break;
   case DF_PROTO_ERROR:
-    LOG(n, "coordinator error %u: %s", m.code, m.reason);
-    if (m.code == DF_PROTO_E_UNAUTHORIZED) {
-      snprintf(err, errlen, "refused by the coordinator: %s", m.reason);
+    if (m.code == DF_PROTO_E_UNAUTHORIZED) { /* the one line is main's */
+      snprintf(err, errlen, "refused by the coordinator at %s: %s", n->o->endpoint, m.reason);
       rc = 3;
+    } else {
+      LOG(n, "coordinator error %u: %s", m.code, m.reason);
     }
     break;
   default:
@@ -486,7 +526,33 @@ static int on_message(node *n, df_proto_frames *f, char *err, size_t errlen) {
   return rc;
 }
 
-/* Read one monitor event; returns 3 on an authentication refusal. */
+/* A handshake failed. Returns 3 (message in err) when it is the HS_FAIL_MAX-th quick one in a
+ * row: the peer does not hold the coordinator key this node pinned. */
+static int on_handshake_failed(node *n, char *err, size_t errlen) {
+  int64_t t = now_ms();
+  if (t - n->connected_ms >= HS_QUICK_MS) {
+    LOG(n, "the CURVE handshake with the coordinator did not complete; retrying");
+    return 0;
+  }
+  if (n->hs_fails && t - n->hs_last_ms > HS_GAP_MS) n->hs_fails = 0;
+  n->hs_fails++;
+  n->hs_last_ms = t;
+  if (n->hs_fails < HS_FAIL_MAX) {
+    LOG(n, "the coordinator closed the CURVE handshake; retrying");
+    return 0;
+  }
+  char fp[17];
+  df_proto_key_fingerprint(n->server_pub, fp);
+  snprintf(err, errlen, "wrong coordinator key: %s closed the CURVE handshake %d times in a row, "
+           "so it does not hold the key %s this node pinned %s, which belongs to another "
+           "coordinator (or this one was re-initialised, or another service listens there); run "
+           "'deltafin cluster token' on that coordinator and join with the new --token",
+           n->o->endpoint, n->hs_fails, fp,
+           n->o->token ? "from --token" : "at its first join");
+  return 3;
+}
+
+/* Read one monitor event; returns 3 on a definitive refusal (message in err). */
 static int on_monitor(node *n, char *err, size_t errlen) {
   zmq_msg_t a, b;
   zmq_msg_init(&a);
@@ -497,18 +563,24 @@ static int on_monitor(node *n, char *err, size_t errlen) {
   if (zmq_msg_size(&a) < 6) goto done;
   uint16_t ev;
   memcpy(&ev, zmq_msg_data(&a), 2);
-  if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+  if (ev == ZMQ_EVENT_CONNECTED) {
+    n->connected_ms = now_ms();
+  } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+    n->hs_fails = 0;
     drop_connection(n); /* a new session starts with a JOIN */
     send_join(n);
   } else if (ev == ZMQ_EVENT_DISCONNECTED) {
     if (n->state != JOINING || n->have_assign) LOG(n, "disconnected from the coordinator; reconnecting");
     drop_connection(n);
   } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-    snprintf(err, errlen, "refused by the coordinator: this node's key is not admitted (join "
-             "with a fresh --token from 'deltafin cluster token')");
+    char fp[17];
+    df_proto_key_fingerprint(n->kp.pub, fp);
+    snprintf(err, errlen, "refused by the coordinator at %s: this node's key %s is not admitted "
+             "(join with a fresh --token from 'deltafin cluster token' on that coordinator)",
+             n->o->endpoint, fp);
     rc = 3;
   } else {
-    LOG(n, "handshake with the coordinator failed; retrying");
+    rc = on_handshake_failed(n, err, errlen);
   }
 done:
   zmq_msg_close(&a);
@@ -589,6 +661,7 @@ int df_node_run(const df_node_opts *o, char *err, size_t errlen) {
   memset(&nd, 0, sizeof nd);
   node *n = &nd;
   n->o = o;
+  df_proto_lograte_init(&n->lr, DF_PROTO_LOGRATE_WINDOW_MS);
   int rc = 1;
   g_stop = 0;
   struct sigaction sa;

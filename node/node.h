@@ -30,10 +30,14 @@ typedef struct df_node_opts {
   bool quiet;            /* only errors on stderr */
 } df_node_opts;
 
-/* Run the agent until SIGINT/SIGTERM (returns 0) or a definitive refusal: the coordinator
- * refused the token or does not admit this key (returns 3, reason in err), or a local error
- * (bad token text, state directory, keys: returns 1). Progress goes to stderr, one line
- * per event, prefixed "df-node:". */
+/* Run the agent until SIGINT/SIGTERM (returns 0) or a definitive refusal (returns 3, one line
+ * in err naming what is wrong): the coordinator refused the token or does not admit this key,
+ * or it closed the CURVE handshake 5 times in a row, quickly, because it does not hold the
+ * coordinator key this node pinned (a token or stored key of another coordinator; the line
+ * names the key's fingerprint). An unreachable coordinator is retried forever. Local errors
+ * (bad token text, state directory, keys) return 1. Progress goes to stderr, one line per
+ * event, prefixed "df-node:", identical lines at most once per 30 s. `o` and its strings are
+ * borrowed for the call; err (errlen bytes) is written only on a non-zero return. */
 int df_node_run(const df_node_opts *o, char *err, size_t errlen);
 
 #endif

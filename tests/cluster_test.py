@@ -19,9 +19,14 @@ SCENARIO:
             dropped with a logged reason while the coordinator keeps generating
   idle      no CPU burnt while waiting: coordinator with an idle / dead node, node whose
             coordinator vanished (it keeps retrying)
+  wrongkey  a node holding another coordinator's token, then that coordinator's stored key,
+            gives up in seconds with exit 3 and one line naming the key; a key the coordinator
+            does not admit, exit 3; no flood: repeated identical lines are written once (node
+            and coordinator); a node whose coordinator is down keeps retrying quietly
 Readiness is awaited on log lines, never on fixed sleeps; deadlines are generous.
 """
 import os
+import re
 import shutil
 import signal
 import socket
@@ -408,13 +413,77 @@ def scen_idle():
     check(ids is not None and len(ids) == 4, "node rejoined the restarted coordinator")
 
 
+def scen_wrongkey():
+    port, state = free_port(), os.path.join(WORK, "coord")
+    other = os.path.join(WORK, "other-coord")
+    # a token of another coordinator (its key is created on first use)
+    r = subprocess.run([DELTAFIN, "cluster", "token", "--state-dir", other], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    foreign_tok = r.stdout.strip()
+    foreign_fp = re.search(r"coordinator ([0-9a-f]{16})", r.stderr).group(1)
+    # the coordinator waits for a node that never comes
+    p, so, se, out = coordinator("wk", port, state, 4, 1, wait=120)
+    wait_log(se, "listening on")
+    own_fp = re.search(r"listening on \S+ \(key ([0-9a-f]{16})\)", read(se)).group(1)
+
+    def gives_up(name, tok, expect, limit=30.0, tag=""):
+        lg = os.path.join(WORK, name + tag + ".log")
+        t0 = time.monotonic()
+        q = node(name, port, os.path.join(WORK, "n-" + name), lg, "1G", tok)
+        try:
+            rc = q.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            q.kill()
+            rc = None
+        dt = time.monotonic() - t0
+        text = read(lg)
+        lines = text.splitlines()
+        errs = [ln for ln in lines if all(e in ln for e in expect)]
+        check(rc == 3 and dt < limit and len(errs) == 1,
+              "%s: exit %s after %.1f s, one line with %s" % (name, rc, dt, expect))
+        check(len(lines) <= 4, "%s: %d log lines, no flood:\n    %s" % (name, len(lines),
+                                                                   "\n    ".join(lines[:6])))
+        return text
+
+    # a token from another coordinator: the pinned key is wrong
+    t = gives_up("foreign", foreign_tok, ["wrong coordinator key", foreign_fp, "from --token",
+                                          "deltafin cluster token"])
+    check(t.count("closed the CURVE handshake; retrying") == 1,
+          "foreign: the retry line is written once, not per attempt")
+    # the same node again, rejoining with the key it stored: the same verdict
+    gives_up("foreign", None, ["wrong coordinator key", foreign_fp, "at its first join"],
+             tag="-again")
+    # a key this coordinator does not admit (its own key pinned, no token outstanding)
+    sd = os.path.join(WORK, "n-stranger")
+    os.makedirs(sd)
+    with open(os.path.join(state, "coordinator.key")) as f:
+        pub = f.readline().split()[1]
+    with open(os.path.join(sd, "coordinator"), "w") as f:
+        f.write("%s tcp://127.0.0.1:%d\n" % (pub, port))
+    gives_up("stranger", None, ["not admitted", "deltafin cluster token"])
+    log = read(se)
+    fails = [ln for ln in log.splitlines() if "CURVE handshake on" in ln]
+    check(len(fails) == 1 and own_fp in fails[0],
+          "coordinator wrote the handshake failure once for 10 failed handshakes: %d lines"
+          % len(fails))
+    check(log.count("refused connection from") == 1, "coordinator logged the stranger's refusal")
+    check(p.poll() is None, "coordinator still running")
+    # a coordinator that is down is retried, quietly, without giving up
+    lg = os.path.join(WORK, "patient.log")
+    q = node("patient", free_port(), os.path.join(WORK, "n-patient"), lg, "1G", foreign_tok)
+    time.sleep(4.0)  # how long it keeps trying is the point
+    check(q.poll() is None, "node of an unreachable coordinator keeps retrying")
+    check(len(read(lg).splitlines()) <= 2, "and writes nothing per attempt")
+
+
 def main():
     if os.path.isdir(WORK):
         shutil.rmtree(WORK)
     os.makedirs(WORK)
     try:
         {"exact": scen_exact, "stream": scen_stream, "kill": scen_kill,
-         "security": scen_security, "idle": scen_idle,
+         "security": scen_security, "idle": scen_idle, "wrongkey": scen_wrongkey,
          "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"),
          "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16")}[SCEN]()
     finally:

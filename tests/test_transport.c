@@ -5,7 +5,9 @@
  * each gets -1 with the right code and leaves no allocation. Keys: created 0600, reloaded
  * equal, refused when readable by others. Tokens: single-use, reusable, expired, wrong,
  * malformed; the ZAP token window. Placement: proportional, capped by budgets, deterministic,
- * replicas on another node. Temporary state goes under a fresh mkdtemp() folder.
+ * replicas on another node. Log rate limit: repeats held back within the window and
+ * counted, distinct lines independent, bounded memory. Temporary state goes under a fresh
+ * mkdtemp() folder.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -24,6 +26,7 @@
 #include "coordinator/cluster_place.h"
 #include "transport/codec.h"
 #include "transport/keys.h"
+#include "transport/lograte.h"
 
 /* ---- codec ------------------------------------------------------------------------- */
 
@@ -433,6 +436,43 @@ static void test_sha_hex_ct(void **st) {
 
 /* ---- placement --------------------------------------------------------------------- */
 
+/* ---- log rate limit --------------------------------------------------------------------- */
+
+static void test_lograte(void **st) {
+  (void)st;
+  df_proto_lograte r;
+  df_proto_lograte_init(&r, 1000);
+  uint64_t held = 99;
+  /* first copy written, repeats within the window held back and counted */
+  assert_true(df_proto_lograte_admit(&r, "retrying", 0, &held));
+  assert_int_equal(held, 0);
+  for (int i = 1; i <= 9; i++) assert_false(df_proto_lograte_admit(&r, "retrying", i * 100 - 1, &held));
+  /* a different line is not affected; lines differing in one byte are different */
+  assert_true(df_proto_lograte_admit(&r, "other", 500, &held));
+  assert_true(df_proto_lograte_admit(&r, "retryinG", 500, &held));
+  /* after the window: written again, reporting the 9 held back */
+  assert_true(df_proto_lograte_admit(&r, "retrying", 1000, &held));
+  assert_int_equal(held, 9);
+  assert_false(df_proto_lograte_admit(&r, "retrying", 1999, NULL));
+  assert_true(df_proto_lograte_admit(&r, "retrying", 2000, &held));
+  assert_int_equal(held, 1);
+  /* more distinct lines than slots: the least recently seen are forgotten, never a crash */
+  char line[32];
+  for (int i = 0; i < 3 * DF_PROTO_LOGRATE_SLOTS; i++) {
+    snprintf(line, sizeof line, "line %d", i);
+    assert_true(df_proto_lograte_admit(&r, line, 2100 + i, &held));
+    assert_int_equal(held, 0);
+  }
+  /* a line seen recently survives while it keeps being offered */
+  df_proto_lograte_init(&r, 1000000);
+  assert_true(df_proto_lograte_admit(&r, "hot", 0, NULL));
+  for (int i = 0; i < 4 * DF_PROTO_LOGRATE_SLOTS; i++) {
+    snprintf(line, sizeof line, "cold %d", i);
+    assert_true(df_proto_lograte_admit(&r, line, 2 * i + 1, NULL));
+    assert_false(df_proto_lograte_admit(&r, "hot", 2 * i + 2, NULL));
+  }
+}
+
 static void test_place(void **st) {
   (void)st;
   int32_t prim[64], repl[64];
@@ -488,6 +528,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tokens, setup_dir, teardown_dir),
       cmocka_unit_test_setup_teardown(test_allow_list, setup_dir, teardown_dir),
       cmocka_unit_test(test_sha_hex_ct),
+      cmocka_unit_test(test_lograte),
       cmocka_unit_test(test_place),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
