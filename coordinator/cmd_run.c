@@ -39,6 +39,7 @@ static void run_usage(FILE *f) {
           "  --ignore-eos         do not stop at end-of-sequence tokens\n"
           "  --ctx N              context capacity in tokens (default min(max_position, 4096))\n"
           "  --chunk N            prefill chunk size in tokens (default 64)\n"
+          "  --threads N          compute threads (default: every online CPU)\n"
           "  --draft DIR          draft model for speculative decoding (same vocabulary)\n"
           "  --no-draft           run the target alone\n"
           "  --draft-k K          first draft length, 1..8 (default 4; adapts unless --fixed-k)\n"
@@ -60,7 +61,7 @@ static void run_usage(FILE *f) {
 enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_LOGITS, O_CTX,
        O_CHUNK, O_NOEOS, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_FIXEDK,
        O_PROMPT, O_CHAT, O_SYSTEM, O_NOTHINK,
-       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_DEVICE };
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_DEVICE, O_THREADS };
 
 int df_cmd_run(int argc, char **argv) {
   static const struct option opts[] = {
@@ -80,11 +81,12 @@ int df_cmd_run(int argc, char **argv) {
       {"cluster-nodes", required_argument, 0, O_CNODES},
       {"cluster-timeout", required_argument, 0, O_CTIMEOUT},
       {"state-dir", required_argument, 0, O_STATE}, {"device", required_argument, 0, O_DEVICE},
+      {"threads", required_argument, 0, O_THREADS},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL, *draft_dir = NULL;
   const char *text = NULL, *system = NULL, *device = NULL;
   bool chat = false, no_think = false;
-  int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0, draft_k = 4;
+  int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0, draft_k = 4, threads = 0;
   double temp = -1, top_p = -1;
   bool stats = false, ignore_eos = false, no_draft = false, fixed_k = false, cluster = false;
   df_cluster_opts copts = {.wait_s = -1};
@@ -103,6 +105,7 @@ int df_cmd_run(int argc, char **argv) {
     case O_SEED: if (df_cli_int("seed", optarg, 0, INT64_MAX, &seed)) return 2; break;
     case O_CTX: if (df_cli_int("ctx", optarg, 1, 1 << 24, &ctx)) return 2; break;
     case O_CHUNK: if (df_cli_int("chunk", optarg, 1, 1 << 16, &chunk)) return 2; break;
+    case O_THREADS: if (df_cli_int("threads", optarg, 1, 4096, &threads)) return 2; break;
     case O_STATS: stats = true; break;
     case O_NOEOS: ignore_eos = true; break;
     case O_LOGITS: logits_path = optarg; break;
@@ -207,7 +210,7 @@ int df_cmd_run(int argc, char **argv) {
   df_spec *gen = NULL;
   float *logits = NULL;
   double t0 = df_cli_now();
-  df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk};
+  df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk, .threads = (int)threads};
   if (device && df_cli_device(device, model_dir, &mo) != 0) {
     rc = 2;
     goto done;
@@ -224,8 +227,11 @@ int df_cmd_run(int argc, char **argv) {
   }
   if (draft_dir && !no_draft) {
     /* a draft that cannot be loaded, or whose tokenizer differs, is not fatal: the target
-     * runs alone; an embedding / lm_head identical to the target's is mapped once */
-    if (df_spec_draft_load(m, model_dir, draft_dir, NULL, &dm, err, sizeof err) != 0)
+     * runs alone; an embedding / lm_head identical to the target's is mapped once; the
+     * draft loads with the target's thread count (a load sets the process's count) */
+    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
+                         .threads = (int)threads};
+    if (df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err) != 0)
       fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", err);
   }
   copts.stats = stats;

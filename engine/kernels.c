@@ -9,6 +9,7 @@
 #include <assert.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -43,7 +44,22 @@ df_isa df_k_set_isa(df_isa isa) {
 
 const char *df_k_isa_name(df_isa isa) { return isa == DF_ISA_AVX2 ? "avx2" : "scalar"; }
 
-int df_k_max_threads(void) { return omp_get_max_threads(); }
+/* Team size of every kernel's parallel region, process-wide; 0 until df_k_set_threads. Not
+ * OpenMP's nthreads ICV: omp_set_num_threads() sets it for the calling thread only, so a
+ * count set at load on the main thread would not reach kernels run on another thread (the
+ * server's scheduler), whose regions would then use OpenMP's default instead. */
+static atomic_int g_threads;
+
+int df_k_set_threads(int n) {
+  if (n <= 0) n = omp_get_num_procs();
+  atomic_store_explicit(&g_threads, n, memory_order_relaxed);
+  return n;
+}
+
+int df_k_max_threads(void) {
+  int n = atomic_load_explicit(&g_threads, memory_order_relaxed);
+  return n > 0 ? n : omp_get_max_threads();
+}
 
 /* ---- scalar helpers ------------------------------------------------------------------ */
 
@@ -360,7 +376,7 @@ void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
   int64_t total = first[n_jobs];
   /* Threads only pay off above a few hundred kFLOP; results do not depend on it. */
   bool par = work >= 65536;
-#pragma omp parallel if (par)
+#pragma omp parallel if (par) num_threads(df_k_max_threads())
   {
     int job = 0;
 #pragma omp for schedule(static)
@@ -417,7 +433,7 @@ void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int
   int64_t group = n_head / n_kv;
   int64_t pairs = M * n_head;
   bool par = pairs > 1 && (pos0 + M) * d * pairs >= 16384;
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par) num_threads(df_k_max_threads())
   for (int64_t pr = 0; pr < pairs; pr++) {
     int64_t m = pr / n_head, h = pr % n_head, kvh = h / group;
     int64_t n_pos = pos0 + m + 1;

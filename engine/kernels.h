@@ -125,7 +125,17 @@ float df_k_dot(const float *a, const float *b, int64_t n);
 /* Widen one value of a stored dtype to fp32 (BF16, F16, F32). */
 float df_k_to_f32(const void *p, df_dtype dt, int64_t i);
 
-/* Upper bound on OpenMP threads the kernels use (sizes attention scratch). */
+/* Set the team size of every kernel's OpenMP parallel region, process-wide: it holds for
+ * kernels called from any thread (unlike omp_set_num_threads, which sets only the calling
+ * thread's count). n <= 0 means omp_get_num_procs(); n may exceed the cores (the threads
+ * then share them). Results never depend on it (reduction orders are fixed). Scratch sized
+ * from df_k_max_threads() stays large enough until a later call sets a larger count.
+ * Returns the count now in effect (>= 1); no errors. Thread-safe (atomic). */
+int df_k_set_threads(int n);
+
+/* Upper bound on the threads one kernel's parallel region uses (sizes attention scratch):
+ * the count of the last df_k_set_threads, else the calling thread's omp_get_max_threads().
+ * Always >= 1; no errors. */
 int df_k_max_threads(void);
 
 /* ---- FP8 block-scaled weights (engine/kernels_fp8.c) ----------------------------------- */

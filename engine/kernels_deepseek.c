@@ -80,7 +80,7 @@ void df_k_linear_t(const float *x, int64_t M, int64_t R, int64_t ldx, const df_k
   /* column blocks of 64 outputs are independent; the order over i never changes */
   int64_t n_blk = (N + 63) / 64;
   bool par = M * N * R >= 65536 && n_blk > 1;
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par) num_threads(df_k_max_threads())
   for (int64_t b = 0; b < n_blk; b++) {
     int64_t j0 = b * 64, j1 = j0 + 64 < N ? j0 + 64 : N;
 #if DF_HAVE_X86
@@ -118,7 +118,7 @@ void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope
                         float *scratch) {
   int64_t pairs = M * n_head;
   bool par = pairs > 1 && (pos0 + M) * (L + dr) * pairs >= 16384;
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par) num_threads(df_k_max_threads())
   for (int64_t pr = 0; pr < pairs; pr++) {
     int64_t m = pr / n_head, h = pr % n_head, n_pos = pos0 + m + 1;
     const float *ql = q_lat + (m * n_head + h) * L;

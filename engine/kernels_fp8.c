@@ -174,7 +174,7 @@ void df_k_linear_fp8(const float *x, int64_t M, int64_t K, int64_t ldx, const ui
   if (M == 0) return;
   bool par = M * N * K >= 65536;
   int64_t n_tiles = (N + FP8_NR - 1) / FP8_NR;
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par) num_threads(df_k_max_threads())
   for (int64_t t = 0; t < n_tiles; t++) {
     int64_t j0 = t * FP8_NR;
     int nr = (int)(N - j0 < FP8_NR ? N - j0 : FP8_NR);

@@ -73,7 +73,7 @@ extern "C" int df_t_set_threads(int n) {
     // libtorch refuses to change the count after its pool started; OpenMP still follows.
   }
   omp_set_num_threads(n);
-  return omp_get_max_threads();
+  return df_k_set_threads(n); // this thread's count is not the other threads': see kernels.h
 }
 
 extern "C" df_t_tensor *df_t_wrap(const void *data, df_dtype dt, int ndim, const int64_t *shape,

@@ -35,7 +35,8 @@ typedef struct df_t_tensor df_t_tensor;
 
 /* Set the threads every op uses (libtorch intra-op and the OpenMP kernels); n <= 0 means
  * the online CPUs. libtorch otherwise picks its own default (1 on some builds) on first use.
- * Returns the count now in effect. */
+ * Process-wide: it holds for ops called from any thread, not only the caller (kernels.h
+ * df_k_set_threads). Returns the count now in effect (>= 1); no errors. */
 int df_t_set_threads(int n);
 
 /* Wrap existing memory (typically a safetensors mmap) as a tensor without copying.

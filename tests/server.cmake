@@ -18,6 +18,13 @@ add_test(NAME server_http COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/server_
 set_tests_properties(server_http PROPERTIES FIXTURES_REQUIRED server_model LABELS server
   TIMEOUT 400)
 
+# --threads 1 and 3 (fewer and more threads than the cores): run's greedy ids equal the
+# default count's and the reference's; serve answers on its scheduler thread.
+add_test(NAME cli_threads COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/cli_threads.py
+  $<TARGET_FILE:deltafin> ${DF_FIXTURES} ${DF_SERVER_MODEL})
+set_tests_properties(cli_threads PROPERTIES FIXTURES_REQUIRED server_model LABELS server
+  TIMEOUT 300)
+
 # Idle sockets, half requests, connection limits and the idle timeout against long generations.
 add_test(NAME server_robust COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/server_robust.py
   $<TARGET_FILE:deltafin> ${DF_SERVER_MODEL})

@@ -1,5 +1,6 @@
 /* tests/test_engine.c — the forward pass against the PyTorch reference's golden fixtures,
- * batch invariance, KV rollback, kernel ISA agreement and the libtorch oracles.
+ * batch invariance, KV rollback, kernel ISA agreement, the libtorch oracles, and thread counts
+ * (1, 3, the default) on a generating thread other than the loading one.
  *
  * Fixtures: tests/fixtures/tiny-NAME/ (checkpoint + golden.json + golden_logits.f32), made by
  * tests/reference/make_fixtures.sh with tests/reference/qwen3_ref.py in fp32 mode.
@@ -7,6 +8,7 @@
  * bf16 weights, so logits differ only by fp32 summation order (observed max ~2e-5 on logits
  * of magnitude ~30); we allow 1e-3 absolute. The greedy continuation must be identical.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -374,12 +376,93 @@ static void test_kernels_vs_libtorch(void **state) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) df_t_destroy(&all[i]);
 }
 
+/* One generation as `deltafin serve` runs it: on a thread other than the one that loaded the
+ * model (the scheduler's). No cmocka calls here: they must stay on the test's thread. */
+typedef struct thread_gen {
+  df_model *m;
+  const golden *g;
+  float *logits;     /* [n_prompt, vocab]: every prompt position, one prefill */
+  int32_t ids[256];  /* greedy continuation */
+  int kernel_threads; /* df_k_max_threads() seen on the generating thread */
+  char err[1024];    /* empty on success */
+} thread_gen;
+
+static void *thread_gen_main(void *arg) {
+  thread_gen *j = arg;
+  const golden *g = j->g;
+  int64_t V = df_model_cfg(j->m)->vocab_size;
+  j->kernel_threads = df_k_max_threads();
+  j->logits = malloc((size_t)(g->n_prompt * V) * sizeof(float));
+  float *lg = malloc((size_t)V * sizeof(float));
+  df_kv_cache *kv = df_model_kv_new(j->m, 0, j->err, sizeof j->err);
+  if (!j->logits || !lg || !kv) goto done;
+  if (df_model_forward(j->m, kv, g->prompt, g->n_prompt, DF_LOGITS_ALL, j->logits, j->err,
+                       sizeof j->err) != 0)
+    goto done;
+  memcpy(lg, j->logits + (g->n_prompt - 1) * V, (size_t)V * sizeof(float));
+  for (int64_t i = 0; i < g->n_greedy; i++) {
+    j->ids[i] = argmax(lg, V);
+    if (df_model_forward(j->m, kv, &j->ids[i], 1, DF_LOGITS_LAST, lg, j->err, sizeof j->err))
+      goto done;
+  }
+  j->err[0] = 0;
+done:
+  if (!kv && !j->err[0]) snprintf(j->err, sizeof j->err, "out of memory");
+  df_kv_destroy(&kv);
+  free(lg);
+  return NULL;
+}
+
+/* The configured thread count holds for kernels on every thread: a model loaded with 1 or 3
+ * threads (fewer or more than the cores) generates on another thread (as the server does)
+ * with exactly that many kernel threads — scratch sized for it — and the same prompt logits,
+ * bit for bit, and greedy ids as with the default count (the kernels are thread-invariant). */
+static void test_thread_counts(void **state) {
+  (void)state;
+  static const char *names[] = {"tiny-moe-sparse", "tiny-ds-fp8"};
+  static const int counts[] = {0, 1, 3};
+  for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+    golden g;
+    load_golden(names[f], &g);
+    float *base = NULL;
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+      char dir[1024], err[1024];
+      snprintf(dir, sizeof dir, "%s/%s", DF_FIXTURES, names[f]);
+      df_model *m = NULL;
+      df_model_opts o = {.max_ctx = 256, .max_rows = 64, .threads = counts[c]};
+      if (df_model_load(dir, &o, &m, err, sizeof err) != 0) fail_msg("load %s: %s", dir, err);
+      thread_gen j = {.m = m, .g = &g};
+      pthread_t th;
+      assert_int_equal(pthread_create(&th, NULL, thread_gen_main, &j), 0);
+      assert_int_equal(pthread_join(th, NULL), 0);
+      if (j.err[0]) fail_msg("%s --threads %d: %s", names[f], counts[c], j.err);
+      printf("# %s threads %d: %d kernel threads on the generating thread\n", names[f],
+             counts[c], j.kernel_threads);
+      if (counts[c] > 0) assert_int_equal(j.kernel_threads, counts[c]);
+      for (int64_t i = 0; i < g.n_greedy; i++)
+        if (j.ids[i] != g.greedy[i])
+          fail_msg("%s threads %d: greedy token %lld is %d, reference %d", names[f], counts[c],
+                   (long long)i, j.ids[i], g.greedy[i]);
+      size_t nb = (size_t)(g.n_prompt * g.vocab) * sizeof(float);
+      if (!base)
+        base = j.logits;
+      else {
+        assert_memory_equal(j.logits, base, nb);
+        free(j.logits);
+      }
+      df_model_destroy(&m);
+    }
+    free(base);
+    free(g.logits);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernels_vs_libtorch), cmocka_unit_test(test_golden_fixtures),
       cmocka_unit_test(test_batch_invariance),    cmocka_unit_test(test_isa_agreement),
       cmocka_unit_test(test_kv_rollback),         cmocka_unit_test(test_forward_errors),
-      cmocka_unit_test(test_multi_sequence_batch),
+      cmocka_unit_test(test_multi_sequence_batch), cmocka_unit_test(test_thread_counts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
