@@ -12,6 +12,7 @@
 
 #include "coordinator/cli.h"
 #include "coordinator/cluster.h"
+#include "coordinator/expert_heat.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "coordinator/spec.h"
@@ -208,6 +209,7 @@ int df_cmd_run(int argc, char **argv) {
 
   df_model *m = NULL, *dm = NULL;
   df_spec *gen = NULL;
+  uint64_t *heat = NULL;
   float *logits = NULL;
   double t0 = df_cli_now();
   df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk, .threads = (int)threads};
@@ -215,6 +217,8 @@ int df_cmd_run(int argc, char **argv) {
     rc = 2;
     goto done;
   }
+  if (mo.device.kind != DF_T_DEV_CPU) /* earlier runs' routing: hottest experts first */
+    mo.expert_heat = heat = df_heat_load(copts.state_dir, model_dir, &mo.expert_heat_n);
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
@@ -341,8 +345,12 @@ int df_cmd_run(int argc, char **argv) {
       fprintf(stderr, "%s\n", st.n_k_trace == DF_SPEC_K_TRACE ? " ..." : "");
     }
   }
+  if (mo.device.kind != DF_T_DEV_CPU && df_model_route_counts(m) &&
+      df_heat_save(copts.state_dir, model_dir, m, err, sizeof err) != 0)
+    fprintf(stderr, "deltafin: expert heat not saved: %s\n", err);
   rc = 0;
 done:
+  free(heat);
   df_tok_stream_destroy(&stream);
   df_chat_template_destroy(&tmpl);
   df_tok_destroy(&tok);

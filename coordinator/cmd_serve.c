@@ -17,6 +17,7 @@
 
 #include "coordinator/cli.h"
 #include "coordinator/cluster.h"
+#include "coordinator/expert_heat.h"
 #include "coordinator/sched.h"
 #include "coordinator/server.h"
 #include "coordinator/spec.h"
@@ -178,6 +179,7 @@ int df_cmd_serve(int argc, char **argv) {
   int rc = 1;
   char err[1024];
   df_model *m = NULL, *dm = NULL;
+  uint64_t *heat = NULL;
   df_tok *tok = NULL;
   df_chat_template *tmpl = NULL;
   df_sched *sched = NULL;
@@ -195,6 +197,8 @@ int df_cmd_serve(int argc, char **argv) {
     rc = 2;
     goto done;
   }
+  if (mo.device.kind != DF_T_DEV_CPU) /* earlier runs' routing: hottest experts first */
+    mo.expert_heat = heat = df_heat_load(copts.state_dir, model_dir, &mo.expert_heat_n);
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;
@@ -240,8 +244,13 @@ int df_cmd_serve(int argc, char **argv) {
   int sig = 0;
   sigwait(&sigs, &sig);
   if (!quiet) fprintf(stderr, "deltafin serve: %s: shutting down\n", strsignal(sig));
+  if (sched) df_sched_shutdown(sched);
+  if (mo.device.kind != DF_T_DEV_CPU && df_model_route_counts(m) &&
+      df_heat_save(copts.state_dir, model_dir, m, err, sizeof err) != 0)
+    fprintf(stderr, "deltafin serve: expert heat not saved: %s\n", err);
   rc = 0;
 done:
+  free(heat);
   if (sched) df_sched_shutdown(sched); /* requests in flight end now */
   df_srv_stop(&srv);
   df_sched_destroy(&sched);

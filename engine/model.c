@@ -416,7 +416,8 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
   df_admit_in in = {.device = nm, .free_bytes = free_b, .total_bytes = total_b,
                     .resident_bytes = m->bytes.resident,
                     .kv_bytes = kv, .draft_bytes = opts->device_extra, .work_bytes = work,
-                    .n_experts = n_pairs, .expert_bytes = eb, .heat = opts->expert_heat};
+                    .n_experts = n_pairs, .expert_bytes = eb,
+                    .heat = opts->expert_heat_n == n_pairs ? opts->expert_heat : NULL};
   df_admit_plan plan;
   int rc = df_admit_plan_make(&in, on, &plan);
   m->device_plan = plan;

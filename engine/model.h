@@ -62,8 +62,9 @@ typedef struct df_model_opts {
   df_t_device device;
   int64_t device_seqs;       /* KV caches of max_ctx the caller will keep (0 = 1) */
   uint64_t device_extra;     /* further bytes charged first, e.g. a draft model (0 = none) */
-  const uint64_t *expert_heat; /* [n_layers * num_experts] routing counts of earlier runs
+  const uint64_t *expert_heat; /* [expert_heat_n] routing counts of earlier runs
                                   (layer-major), or NULL: lower (layer, expert) first */
+  int64_t expert_heat_n;       /* must be n_layers * num_experts, else the heat is ignored */
   bool device_host_experts;  /* never upload routed experts (a --stream folder, whose expert
                                 bytes are holes until its backend fetches them) */
   uint64_t device_free, device_total; /* memory figures to admit against instead of asking

@@ -7,16 +7,59 @@ value is a usage error.
 
 usage: device_cli.py DELTAFIN FIXTURES_DIR
 """
+import json
+import os
+import shutil
+import struct
 import subprocess
 import sys
 
 
-def run(exe, model, device, ids="1,2,3,4,5,6,7", n=16):
-    args = [exe, "run", "--model", model, "--prompt-ids", ids, "--max-new", str(n)]
+def run(exe, model, device, ids="1,2,3,4,5,6,7", n=16, extra=()):
+    args = [exe, "run", "--model", model, "--prompt-ids", ids, "--max-new", str(n), *extra]
     if device is not None:
         args += ["--device", device]
     p = subprocess.run(args, capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout.strip(), p.stderr.strip()
+
+
+def read_heat(state):
+    d = os.path.join(state, "heat")
+    files = os.listdir(d) if os.path.isdir(d) else []
+    if len(files) != 1:
+        return None
+    b = open(os.path.join(d, files[0]), "rb").read()
+    if b[:8] != b"DFHEAT1\0":
+        return None
+    n = struct.unpack("<Q", b[8:16])[0]
+    if len(b) != 16 + 8 * n:
+        return None
+    return list(struct.unpack("<%dQ" % n, b[16:]))
+
+
+def heat(exe, model):
+    """A --device run stores its routing counts (STATE/heat/*.u64), the next one adds to them;
+    a plain CPU run writes nothing."""
+    cfg = json.load(open(os.path.join(model, "config.json")))
+    L, E, k = cfg["num_hidden_layers"], cfg["num_experts"], cfg["num_experts_per_tok"]
+    state = os.path.join(os.environ.get("TMPDIR", "/tmp"), "df-device-cli-%d" % os.getpid())
+    shutil.rmtree(state, ignore_errors=True)
+    run(exe, model, None, extra=("--state-dir", state))
+    none = read_heat(state) is None
+    rc1, out1, _ = run(exe, model, "torch-cpu", extra=("--state-dir", state))
+    h1 = read_heat(state)
+    rc2, out2, _ = run(exe, model, "torch-cpu", extra=("--state-dir", state))
+    h2 = read_heat(state)
+    shutil.rmtree(state, ignore_errors=True)
+    ok = (none and rc1 == 0 and rc2 == 0 and out1 == out2 and h1 is not None and
+          h2 is not None and len(h1) == L * E and sum(h1) > 0 and sum(h1) % k == 0 and
+          h2 == [2 * x for x in h1])
+    if ok:  # per MoE layer the same number of routed pairs
+        per = {sum(h1[l * E:(l + 1) * E]) for l in range(L)} - {0}
+        ok = len(per) == 1
+    print(f"{'ok' if ok else 'FAIL'} heat file: cpu run writes none {none}; "
+          f"{L}x{E} counts, sum {sum(h1) if h1 else None}, doubled after a second run")
+    return 0 if ok else 1
 
 
 def main():
@@ -43,7 +86,8 @@ def main():
     ok = rc == 2 and "expected cpu, cuda, cuda:N, auto or torch-cpu" in err
     print(f"{'ok' if ok else 'FAIL'} bad --device value: rc {rc}: {err}")
     failures += not ok
-    print(f"{16 - failures} passed, {failures} failed")
+    failures += heat(exe, f"{fx}/tiny-moe-sparse")
+    print(f"{17 - failures} passed, {failures} failed")
     return 1 if failures else 0
 
 

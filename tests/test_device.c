@@ -280,7 +280,7 @@ static void test_mixed_placement(void **state) {
     uint64_t total = (uint64_t)1 << 30; /* reserve 2 GiB */
     df_model_opts o = {.device_total = total,
                        .device_free = df_admit_reserve(total) + p.charged + per * (uint64_t)(n_moe / 2),
-                       .expert_heat = heat};
+                       .expert_heat = heat, .expert_heat_n = n};
     df_model *half = load_on(fx[f], &o, test_device());
     assert_int_equal(df_model_device(half).kind, test_kind());
     assert_int_equal(df_model_experts_on_device(half), n_moe / 2);
