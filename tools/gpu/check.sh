@@ -26,15 +26,20 @@ OUT="${OUT:-$here/build-cuda-out}"
 mkdir -p "$OUT"
 stages="${*:-build tests demo cluster bench}"
 want() { case " $stages " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-build="$here/build-cuda"
-py=python3
+# Overrides for a dry run on a machine without a GPU (e.g. DF_GPU_DEVICE=torch-cpu
+# DF_GPU_BUILD=build-gpu DF_GPU_PYTHON=/usr/bin/python3 tools/gpu/check.sh tests demo cluster)
+build="${DF_GPU_BUILD:-$here/build-cuda}"
+case "$build" in /*) ;; *) build="$here/$build" ;; esac
+dev="${DF_GPU_DEVICE:-cuda}"
+export DF_GPU_DEVICE="$dev"
+py="${DF_GPU_PYTHON:-python3}"
 jobs=$(nproc)
 summary="$OUT/summary.txt"
 touch "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
 # ---- environment ------------------------------------------------------------------------
-{
+if want build; then {
   date -u; uname -a; nvidia-smi 2>&1 | head -15
   $py - <<'PY'
 import torch, os
@@ -44,7 +49,7 @@ print("cmake_prefix_path", torch.utils.cmake_prefix_path)
 print("cxx11_abi", int(torch._C._GLIBCXX_USE_CXX11_ABI))
 PY
   cmake --version | head -1; cc --version | head -1; nvcc --version 2>&1 | tail -1
-} >"$OUT/env.txt" 2>&1
+} >"$OUT/env.txt" 2>&1; fi
 prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')
 troot=$($py -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 abi=$($py -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
@@ -98,11 +103,11 @@ if want tests; then
   ctest --test-dir "$build" -R '^(test_engine|test_admission|test_device|device_cli)$' \
     --output-on-failure >"$OUT/ctest.log" 2>&1
   c1=$?
-  echo "=== test_device with DF_TEST_DEVICE=cuda" >>"$OUT/ctest.log"
-  DF_TEST_DEVICE=cuda timeout 600 "$build/tests/test_device" >>"$OUT/ctest.log" 2>&1
+  echo "=== test_device with DF_TEST_DEVICE=$dev" >>"$OUT/ctest.log"
+  DF_TEST_DEVICE="$dev" timeout 600 "$build/tests/test_device" >>"$OUT/ctest.log" 2>&1
   c2=$?
   note "ctest (CPU path exact, torch-cpu, device_cli): $([ $c1 = 0 ] && echo ok || echo fail)"
-  note "test_device on cuda: $([ $c2 = 0 ] && echo ok || echo fail): $(grep -h 'on cuda' "$OUT/ctest.log" | sed 's/.*max |logit - reference| = //' | tr '\n' ';')"
+  note "test_device on $dev: $([ $c2 = 0 ] && echo ok || echo fail): $(grep -h "on $dev (" "$OUT/ctest.log" | sed 's/ (.*max |logit - reference| = / /' | tr '\n' ';')"
 fi
 
 # ---- deltafin-level checks ----------------------------------------------------------------
