@@ -1093,7 +1093,8 @@ typedef struct enc {
   size_t cap_sym, cap_heap;
   pcre2_match_data *md;
   df_tok_span *subsp;   /* protected spans of the current raw section */
-  size_t cap_subsp;
+  size_t *submax;       /* their running maximum end (prot.maxend) */
+  size_t cap_subsp, cap_submax;
   bool cache_held;
   char *err;
   size_t errlen;
@@ -1460,18 +1461,30 @@ static int encode_normalized(enc *e, size_t off, size_t len) {
   return 0;
 }
 
-/* Protected spans, sorted and merged, relative to the current string. */
+/* Protected spans sorted by offset (they may overlap), relative to the current string, with
+ * maxend[i] = the largest off + len of sp[0..i]: the queries below are binary searches, so a
+ * chat of n messages costs O(log n) per added-token candidate and per section, not O(n). */
 typedef struct prot {
   const df_tok_span *sp;
+  const size_t *maxend;
   size_t n;
 } prot;
 
-static bool overlaps(const prot *p, size_t s, size_t e) {
-  for (size_t i = 0; i < p->n; i++) {
-    if (p->sp[i].off >= e) break;
-    if (p->sp[i].off + p->sp[i].len > s) return true;
+/* The number of spans with off < x (they are a prefix: sp is sorted by off). */
+static size_t spans_before(const prot *p, size_t x) {
+  size_t lo = 0, hi = p->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (p->sp[mid].off < x) lo = mid + 1;
+    else hi = mid;
   }
-  return false;
+  return lo;
+}
+
+/* Whether some span has off < e and off + len > s. */
+static bool overlaps(const prot *p, size_t s, size_t e) {
+  size_t k = spans_before(p, e);
+  return k > 0 && p->maxend[k - 1] > s;
 }
 
 /* Find the next added token of `set` in s[from, n): leftmost, then longest. */
@@ -1507,18 +1520,32 @@ static bool find_added(const df_tok *t, const added_set *set, const char *s, siz
 /* Split s[0,n) by the added tokens of `set`; call section() for text between them. */
 typedef int (*section_fn)(enc *e, const char *s, size_t n, const prot *pr);
 
-/* Call section() on s[a,b) with the protected spans clipped to it and shifted to start at 0
- * (no spans: NULL). */
+/* Call section() on s[a,b) (a < b) with the protected spans clipped to it and shifted to
+ * start at 0 (no spans: NULL). The spans that start before a and reach past it all clip to
+ * [0, y): only the largest y matters to overlaps(), so they become that one span; the others
+ * are those starting in [a, b), found by binary search. */
 static int call_section(enc *e, const char *s, size_t a, size_t b, const prot *pr,
                         section_fn section) {
   if (!pr || !pr->n) return section(e, s + a, b - a, NULL);
-  if (grow((void **)&e->subsp, &e->cap_subsp, pr->n, sizeof *e->subsp) != 0) return -1;
-  prot sub = {e->subsp, 0};
-  for (size_t i = 0; i < pr->n; i++) {
+  size_t lo = spans_before(pr, a), hi = spans_before(pr, b);
+  if (grow((void **)&e->subsp, &e->cap_subsp, hi - lo + 1, sizeof *e->subsp) != 0 ||
+      grow((void **)&e->submax, &e->cap_submax, hi - lo + 1, sizeof *e->submax) != 0)
+    return -1;
+  prot sub = {e->subsp, e->submax, 0};
+  size_t top = 0; /* running maximum end, relative to a */
+  if (lo > 0 && pr->maxend[lo - 1] > a) {
+    top = (pr->maxend[lo - 1] < b ? pr->maxend[lo - 1] : b) - a;
+    e->subsp[0] = (df_tok_span){0, top};
+    e->submax[sub.n++] = top;
+  }
+  for (size_t i = lo; i < hi; i++) {
     size_t x = pr->sp[i].off, y = pr->sp[i].off + pr->sp[i].len;
-    if (x < a) x = a;
     if (y > b) y = b;
-    if (x < y) e->subsp[sub.n++] = (df_tok_span){x - a, y - x};
+    if (x < y) {
+      if (y - a > top) top = y - a;
+      e->subsp[sub.n] = (df_tok_span){x - a, y - x};
+      e->submax[sub.n++] = top;
+    }
   }
   return section(e, s + a, b - a, &sub);
 }
@@ -1628,6 +1655,7 @@ int df_tok_encode_spans(const df_tok *t, const char *text, size_t len, unsigned 
   e.errlen = errlen;
   char *clean = NULL;
   df_tok_span *sp = NULL;
+  size_t *maxend = NULL;
   int rc = -1;
   const char *s = text ? text : "";
   if (!text) len = 0;
@@ -1643,7 +1671,8 @@ int df_tok_encode_spans(const df_tok *t, const char *text, size_t len, unsigned 
   prot pr = {0};
   if (n_plain) {
     sp = malloc(n_plain * sizeof *sp);
-    if (!sp) goto oom;
+    maxend = malloc(n_plain * sizeof *maxend);
+    if (!sp || !maxend) goto oom;
     for (size_t i = 0; i < n_plain; i++) {
       if (plain[i].off > len || plain[i].len > len - plain[i].off) {
         df_tok__seterr(err, errlen, "tokenizer: protected span %zu [%zu, +%zu) is outside the "
@@ -1653,7 +1682,12 @@ int df_tok_encode_spans(const df_tok *t, const char *text, size_t len, unsigned 
       sp[i] = plain[i];
     }
     qsort(sp, n_plain, sizeof *sp, cmp_span);
+    for (size_t i = 0; i < n_plain; i++) {
+      size_t end = sp[i].off + sp[i].len;
+      maxend[i] = i > 0 && maxend[i - 1] > end ? maxend[i - 1] : end;
+    }
     pr.sp = sp;
+    pr.maxend = maxend;
     pr.n = n_plain;
   }
   e.cache_held = pthread_mutex_trylock((pthread_mutex_t *)&t->cache.mu) == 0;
@@ -1693,6 +1727,7 @@ done:
   }
   free(clean);
   free(sp);
+  free(maxend);
   df_tok__buf_free(&e.wb);
   df_tok__buf_free(&e.nb);
   free(e.pa);
@@ -1703,6 +1738,7 @@ done:
   free(e.prv);
   free(e.heap);
   free(e.subsp);
+  free(e.submax);
   if (e.md) pcre2_match_data_free(e.md);
   return rc;
 }

