@@ -320,6 +320,7 @@ int df_cmd_run(int argc, char **argv) {
       fwrite(piece, 1, plen, stdout);
   }
   printf("\n");
+  fflush(stdout); /* the text ends before --stats lines on stderr, also through a pipe */
   double t_decode = df_cli_now() - t2;
   if (stats) {
     df_spec_stats st = df_spec_get_stats(gen);
