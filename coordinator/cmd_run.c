@@ -264,6 +264,9 @@ int df_cmd_run(int argc, char **argv) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
+  /* a switch-off while text streams is reported after the text, not inside a line of it */
+  bool drafting_at_start = dm && df_spec_get_stats(gen).drafting;
+  if (stream) df_spec_set_quiet(gen, true);
   if (logits_path) {
     logits = malloc((size_t)n_prompt * (size_t)V * sizeof(float));
     if (!logits) {
@@ -322,6 +325,9 @@ int df_cmd_run(int argc, char **argv) {
   printf("\n");
   fflush(stdout); /* the text ends before --stats lines on stderr, also through a pipe */
   double t_decode = df_cli_now() - t2;
+  if (stream && drafting_at_start && !df_spec_get_stats(gen).drafting)
+    fprintf(stderr, "deltafin: drafting went off: %s; the target ran alone from then on\n",
+            df_spec_get_stats(gen).off_reason);
   if (stats) {
     df_spec_stats st = df_spec_get_stats(gen);
     fprintf(stderr,

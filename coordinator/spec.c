@@ -65,6 +65,8 @@ void df_spec_disable(df_spec *s, const char *reason) {
   if (!s->pp.quiet) fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", reason);
 }
 
+void df_spec_set_quiet(df_spec *s, bool quiet) { s->pp.quiet = quiet; }
+
 uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx) {
   if (ctx <= 0) ctx = df_model_max_ctx(draft);
   df_model_bytes b = df_model_memory(draft);

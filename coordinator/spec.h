@@ -104,6 +104,11 @@ df_spec_stats df_spec_get_stats(const df_spec *s);
 /* Turn drafting off for the rest of the sequence (reason is logged once unless quiet). */
 void df_spec_disable(df_spec *s, const char *reason);
 
+/* Whether a later switch-off logs its line at once (quiet = false, the default of
+ * df_spec_params) or only records it in df_spec_get_stats(s).off_reason (quiet = true), for
+ * a caller that is streaming text to the terminal and reports the reason after it. */
+void df_spec_set_quiet(df_spec *s, bool quiet);
+
 /* Bytes a draft still needs to run a sequence of ctx tokens (0 = its max_ctx): its KV cache
  * (df_model_kv_bytes_per_token x ctx), its planned buffers, its weights not shared with the
  * target (df_model_bytes.total - .shared) and the generator's per-draft scratch
