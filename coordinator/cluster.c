@@ -54,6 +54,7 @@ typedef struct member {
   int fd;
   bool alive, ready, has_model;
   uint64_t budget, held;
+  uint64_t device;           /* of budget, bytes kept on its GPU (JOIN `device`; 0 = CPU) */
   uint64_t epoch;            /* of the assignment last sent */
   int64_t *apairs, n_apairs; /* that assignment's pair indices, ascending */
   uint64_t reply_id;         /* JOIN id to answer with the next ASSIGN (0 = none) */
@@ -88,6 +89,7 @@ struct df_cluster {
   int n_mb;
   uint64_t epoch_seq, id_seq;
   int32_t *prim, *repl, *route; /* [n_pairs] member index or -1 */
+  uint64_t *heat;               /* [n_pairs] routing counts from o.heat, or NULL */
   /* job */
   df_cluster_job *job;
   int64_t job_deadline;
@@ -290,13 +292,14 @@ done:
  * (or who waits for an answer to its JOIN). */
 static void replan(df_cluster *c) {
   int idx[MAX_MEMBERS], n = 0;
-  uint64_t budgets[MAX_MEMBERS];
+  uint64_t budgets[MAX_MEMBERS], device[MAX_MEMBERS];
   for (int i = 0; i < c->n_mb; i++)
     if (c->mb[i].alive) idx[n++] = i;
   qsort_r(idx, (size_t)n, sizeof *idx, cmp_key, c);
-  for (int i = 0; i < n; i++) budgets[i] = c->mb[idx[i]].budget;
+  for (int i = 0; i < n; i++) budgets[i] = c->mb[idx[i]].budget, device[i] = c->mb[idx[i]].device;
   int64_t P = c->mf.n_pairs;
-  int64_t placed = df_cluster_place(P, c->mf.pair_bytes, n, budgets, 1, c->prim, c->repl);
+  int64_t placed = df_cluster_place_hot(P, c->mf.pair_bytes, n, budgets, device, c->heat, 1, c->prim,
+                                        c->repl);
   for (int64_t p = 0; p < P; p++) {
     if (c->prim[p] >= 0) c->prim[p] = idx[c->prim[p]];
     if (c->repl[p] >= 0) c->repl[p] = idx[c->repl[p]];
@@ -397,14 +400,17 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   mb->rid_len = f->rid_len;
   mb->fd = f->fd;
   mb->budget = m->memory;
+  mb->device = m->device; /* the codec keeps it <= memory */
   mb->has_model = m->has_model;
   mb->alive = true;
   mb->ready = false;
   mb->epoch = 0; /* force an ASSIGN */
   mb->reply_id = m->id;
   mb->joined_ms = mb->last_tx_ms = now_ms();
-  cl_log("node %s (%s) joined%s: budget %.1f MiB%s", mb->name, fp, known ? " with its stored key" : " with a token",
-       mb->budget / 1048576.0, mb->has_model ? ", has the checkpoint" : "");
+  char dev[64] = "";
+  if (mb->device) snprintf(dev, sizeof dev, " (%.1f MiB on its GPU)", mb->device / 1048576.0);
+  cl_log("node %s (%s) joined%s: budget %.1f MiB%s%s", mb->name, fp, known ? " with its stored key" : " with a token",
+       mb->budget / 1048576.0, dev, mb->has_model ? ", has the checkpoint" : "");
   replan(c);
 }
 
@@ -756,10 +762,11 @@ static void write_status(df_cluster *c) {
     for (const char *s = mb->name; *s; s++)
       if (*s != '"' && *s != '\\' && (unsigned char)*s >= 0x20) fputc(*s, f);
     fprintf(f, "\", \"key_fingerprint\": \"%s\", \"health\": \"%s\", \"rtt_us\": %lld, "
-            "\"budget\": %llu, \"held\": %llu, \"experts\": %lld, \"routed\": %lld, "
-            "\"served\": %llu, \"round_trips\": %llu, \"placement\": \"",
+            "\"budget\": %llu, \"device\": %llu, \"held\": %llu, \"experts\": %lld, "
+            "\"routed\": %lld, \"served\": %llu, \"round_trips\": %llu, \"placement\": \"",
             mb->fp, !mb->alive ? "dropped" : mb->ready ? "ready" : "provisioning",
-            (long long)mb->rtt_us, (unsigned long long)mb->budget, (unsigned long long)mb->held,
+            (long long)mb->rtt_us, (unsigned long long)mb->budget, (unsigned long long)mb->device,
+            (unsigned long long)mb->held,
             (long long)mb->n_apairs, (long long)routed, (unsigned long long)mb->served,
             (unsigned long long)mb->rounds);
     if (mb->alive) pairs_text(c, i, f);
@@ -828,6 +835,7 @@ static void cluster_free(df_cluster *c) {
     free(c->mb[i].sendbuf);
   }
   free(c->prim);
+  free(c->heat);
   free(c->repl);
   free(c->route);
   df_cluster_manifest_free(&c->mf);
@@ -861,6 +869,20 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
     goto fail;
   }
   for (size_t p = 0; p < np; p++) c->prim[p] = c->repl[p] = c->route[p] = -1;
+  {
+    const df_model_config *hc = df_model_cfg(m);
+    int64_t E = c->mf.n_experts;
+    if (o->heat && c->mf.n_pairs > 0 && E > 0 && o->heat_n == hc->num_hidden_layers * E) {
+      if (!(c->heat = malloc(np * sizeof *c->heat))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+      }
+      for (int64_t p = 0; p < c->mf.n_pairs; p++) /* layer-major file -> manifest pairs */
+        c->heat[p] = o->heat[c->mf.pairs[2 * p] * E + c->mf.pairs[2 * p + 1]];
+    }
+    c->o.heat = NULL; /* borrowed only for the call */
+    c->o.heat_n = 0;
+  }
   if (!(c->ctx = zmq_ctx_new()) || !(c->zap = df_proto_zap_bind(c->ctx, err, errlen))) goto fail;
   snprintf(c->endpoint, sizeof c->endpoint, "tcp://%s:%d", o->bind_host ? o->bind_host : "*",
            o->port ? o->port : DF_PROTO_DEFAULT_PORT);

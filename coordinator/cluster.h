@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct df_model;
 
@@ -21,6 +22,11 @@ typedef struct df_cluster_opts {
   int min_nodes;         /* stop waiting once this many nodes are ready; 0 = 1 */
   double timeout_s;      /* deadline of one layer's FFN round trip; 0 = 30 */
   bool stats;            /* print traffic figures to stderr when the model is destroyed */
+  const uint64_t *heat;  /* routing counts [heat_n] layer-major (STATE/heat, expert_heat.h), or
+                            NULL; copied at start; ignored unless heat_n = n_layers *
+                            num_experts. Placement gives the hottest pairs to the nodes that
+                            declared a device budget first (cluster_place.h). */
+  int64_t heat_n;
 } df_cluster_opts;
 
 /* Start the cluster manager for model m (borrowed: the model owns the backend installed

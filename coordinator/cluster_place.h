@@ -20,4 +20,17 @@
 int64_t df_cluster_place(int64_t n_pairs, uint64_t pair_bytes, int n_nodes, const uint64_t *budgets,
                          int replicas, int32_t *primary, int32_t *replica);
 
+/* The same with device budgets first: device[i] (NULL = all 0) is the part of budgets[i] that
+ * node i keeps on a GPU (JOIN `device`; clamped to budgets[i]). Before the rule above, the
+ * pairs taken hottest first (heat [n_pairs] routing counts, descending; ties and heat NULL:
+ * lower index first — engine/admission.h's order) go to the nodes with device room, node i
+ * taking at most floor(device[i] / pair_bytes) of them, each to the device node whose
+ * (device pairs taken + 1) / device[i] is lowest (ties: lower index); when no device room is
+ * left, the remaining pairs are placed by the rule above in index order, the device pairs
+ * counting towards their nodes' budgets. Replicas as above. With no device budget the
+ * result is exactly df_cluster_place's. Deterministic: a function of its arguments. */
+int64_t df_cluster_place_hot(int64_t n_pairs, uint64_t pair_bytes, int n_nodes,
+                             const uint64_t *budgets, const uint64_t *device, const uint64_t *heat,
+                             int replicas, int32_t *primary, int32_t *replica);
+
 #endif

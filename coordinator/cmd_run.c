@@ -217,8 +217,11 @@ int df_cmd_run(int argc, char **argv) {
     rc = 2;
     goto done;
   }
-  if (mo.device.kind != DF_T_DEV_CPU) /* earlier runs' routing: hottest experts first */
-    mo.expert_heat = heat = df_heat_load(copts.state_dir, model_dir, &mo.expert_heat_n);
+  if (mo.device.kind != DF_T_DEV_CPU || cluster) { /* earlier runs' routing: hottest first */
+    heat = df_heat_load(copts.state_dir, model_dir, &copts.heat_n);
+    copts.heat = heat; /* cluster placement: the hottest pairs to nodes with a GPU budget */
+    if (mo.device.kind != DF_T_DEV_CPU) mo.expert_heat = heat, mo.expert_heat_n = copts.heat_n;
+  }
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
@@ -352,7 +355,7 @@ int df_cmd_run(int argc, char **argv) {
       fprintf(stderr, "%s\n", st.n_k_trace == DF_SPEC_K_TRACE ? " ..." : "");
     }
   }
-  if (mo.device.kind != DF_T_DEV_CPU && df_model_route_counts(m) &&
+  if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m) &&
       df_heat_save(copts.state_dir, model_dir, m, err, sizeof err) != 0)
     fprintf(stderr, "deltafin: expert heat not saved: %s\n", err);
   rc = 0;

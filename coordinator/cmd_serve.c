@@ -197,8 +197,11 @@ int df_cmd_serve(int argc, char **argv) {
     rc = 2;
     goto done;
   }
-  if (mo.device.kind != DF_T_DEV_CPU) /* earlier runs' routing: hottest experts first */
-    mo.expert_heat = heat = df_heat_load(copts.state_dir, model_dir, &mo.expert_heat_n);
+  if (mo.device.kind != DF_T_DEV_CPU || cluster) { /* earlier runs' routing: hottest first */
+    heat = df_heat_load(copts.state_dir, model_dir, &copts.heat_n);
+    copts.heat = heat; /* cluster placement: the hottest pairs to nodes with a GPU budget */
+    if (mo.device.kind != DF_T_DEV_CPU) mo.expert_heat = heat, mo.expert_heat_n = copts.heat_n;
+  }
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;
@@ -245,7 +248,7 @@ int df_cmd_serve(int argc, char **argv) {
   sigwait(&sigs, &sig);
   if (!quiet) fprintf(stderr, "deltafin serve: %s: shutting down\n", strsignal(sig));
   if (sched) df_sched_shutdown(sched);
-  if (mo.device.kind != DF_T_DEV_CPU && df_model_route_counts(m) &&
+  if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m) &&
       df_heat_save(copts.state_dir, model_dir, m, err, sizeof err) != 0)
     fprintf(stderr, "deltafin serve: expert heat not saved: %s\n", err);
   rc = 0;

@@ -89,6 +89,7 @@ typedef struct node {
   /* planned buffers */
   df_t_tensor *x, *y, *g, *u;
   df_tx *tx;           /* experts kept on the device (--device), or NULL */
+  uint64_t dev_budget; /* bytes of experts tx may keep (declared in JOIN `device`); 0 = CPU */
   int64_t cap_rows;    /* rows of x and y */
   /* stats */
   uint64_t served, rows_done, busy_us;
@@ -194,7 +195,7 @@ static int send_msg(node *n, df_proto_msg *m, const void *payload, size_t len) {
 
 static void send_join(node *n) {
   df_proto_msg m = {.op = DF_PROTO_JOIN, .id = ++n->next_id, .memory = n->o->memory,
-                    .has_model = n->o->model_dir != NULL};
+                    .device = n->dev_budget, .has_model = n->o->model_dir != NULL};
   char host[64] = "node";
   if (n->o->name) snprintf(host, sizeof host, "%s", n->o->name);
   else gethostname(host, sizeof host - 1);
@@ -651,6 +652,7 @@ static void device_setup(node *n) {
     fprintf(stderr, "df-node: device %s: %s; experts run on the CPU\n", nm, note);
     return;
   }
+  n->dev_budget = budget; /* <= --memory; the coordinator sends it the hottest experts */
   fprintf(stderr, "df-node: device %s: up to %.1f MiB of experts kept there (%.2f GiB free, "
           "%.2f GiB reserve), the rest on the CPU\n", nm, budget / 1048576.0,
           free_b / 1073741824.0, p.reserve / 1073741824.0);

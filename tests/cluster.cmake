@@ -8,7 +8,7 @@ df_add_cmocka_test(test_transport
 add_executable(cluster_evil ${CMAKE_CURRENT_LIST_DIR}/cluster_evil.c)
 target_link_libraries(cluster_evil PRIVATE dftransport)
 
-foreach(scenario exact stream kill security idle wrongkey ds_fp8 ds_bf16)
+foreach(scenario exact stream kill security idle wrongkey ds_fp8 ds_bf16 device)
   add_test(NAME cluster_${scenario}
     COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/cluster_test.py ${scenario} ${PROJECT_BINARY_DIR}
             ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/cluster-test/${scenario})

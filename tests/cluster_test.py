@@ -12,6 +12,8 @@ SCENARIO:
             streams its tensors, which stay FP8 on the wire and in its cache
   stream    nodes without the checkpoint get the tensors streamed (SHA-256 checked,
             content-addressed cache); a second run reuses the cache
+  device    a node with a device budget (simulated: --device torch-cpu) and a CPU node: the
+            hottest pairs of the stored heat go to it up to that budget; ids equal local
   kill      kill -9 of a node mid-generation: ids unchanged; the restarted node rejoins
             with its stored key (no token)
   security  unknown key, wrong / reused / expired token, garbage frames, wrong protocol
@@ -311,6 +313,50 @@ def scen_kill():
           "coordinator admitted the restarted node by its key")
 
 
+def scen_device():
+    """A node with a device budget (simulated: --device torch-cpu, whose free memory counts as
+    unlimited, so its JOIN declares device = --memory) gets the hottest pairs of the stored
+    heat, up to that budget; a CPU node the rest. Ids equal the local run's."""
+    import json
+    import struct
+    ids0, _ = run_local(24, "local")
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state, "--reusable")
+    # STATE/heat/<FNV-1a 64 of the model's real path>.u64, layer-major [4 layers x 8 experts]
+    h = 1469598103934665603
+    for b in os.path.realpath(MODEL).encode():
+        h = ((h ^ b) * 1099511628211) & (2**64 - 1)
+    heat = [0] * 32
+    heat[3 * 8 + 6], heat[1 * 8 + 2], heat[3 * 8 + 1], heat[1 * 8 + 7] = 50, 40, 40, 30
+    os.makedirs(os.path.join(state, "heat"), exist_ok=True)
+    hpath = os.path.join(state, "heat", "%016x.u64" % h)
+    with open(hpath, "wb") as f:
+        f.write(b"DFHEAT1\0" + struct.pack("<Q", 32) + struct.pack("<32Q", *heat))
+    spawn([DFNODE, "join", "127.0.0.1:%d" % port, "--state-dir", os.path.join(WORK, "n-gpu"),
+           "--memory", str(3 * PAIR_BYTES), "--name", "gpu", "--threads", "1", "--token", tok,
+           "--model-dir", MODEL, "--device", "torch-cpu"], os.path.join(WORK, "n-gpu.log"))
+    node("cpu", port, os.path.join(WORK, "n-cpu"), os.path.join(WORK, "n-cpu.log"),
+         16 * PAIR_BYTES, tok, host="127.0.0.2")
+    p, so, se, out = coordinator("two", port, state, 24, 2, bind="0.0.0.0")
+    ids, _ = finish(p, so, out)
+    check(ids == ids0, "a torch-cpu node and a CPU node: ids identical (%s)" % " ".join(ids or []))
+    check("MiB on its GPU" in read(se), "the coordinator logs the declared device budget")
+    st = subprocess.run([DELTAFIN, "cluster", "status", "--state-dir", state, "--json"],
+                        capture_output=True, text=True)
+    js = {n["name"]: n for n in json.loads(st.stdout)["nodes"]}
+    g, c = js.get("gpu", {}), js.get("cpu", {})
+    check(g.get("device") == 3 * PAIR_BYTES and c.get("device") == 0,
+          "declared device budgets: gpu %s, cpu %s" % (g.get("device"), c.get("device")))
+    # the three hottest (3,6) 50, (1,2) 40, (3,1) 40 (tie: lower pair first), not (1,7) 30
+    check(g.get("placement") == "L1:2 L3:1,6", "the hottest pairs on the device node: %s"
+          % g.get("placement"))
+    check(c.get("experts") == 16, "the CPU node holds the other 13 and replicas of the 3: %s"
+          % c.get("experts"))
+    with open(hpath, "rb") as f:
+        after = struct.unpack("<32Q", f.read()[16:])
+    check(sum(after) > sum(heat), "the cluster run added its routing counts to the heat file")
+
+
 def scen_security():
     ids0, lg0 = run_local(24, "local")
     port, state = free_port(), os.path.join(WORK, "coord")
@@ -483,7 +529,7 @@ def main():
     os.makedirs(WORK)
     try:
         {"exact": scen_exact, "stream": scen_stream, "kill": scen_kill,
-         "security": scen_security, "idle": scen_idle, "wrongkey": scen_wrongkey,
+         "security": scen_security, "device": scen_device, "idle": scen_idle, "wrongkey": scen_wrongkey,
          "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"),
          "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16")}[SCEN]()
     finally:

@@ -248,6 +248,62 @@ static void test_codec_malformed(void **st) {
   assert_string_equal(m.name, "x");
 }
 
+/* JOIN `device` (docs/PROTOCOL.md §2): optional; absent = 0, and a CPU node's JOIN is byte for
+ * byte the JOIN of before the key, so either side may be older. */
+static void test_codec_join_device(void **st) {
+  (void)st;
+  static const char *k_old = "86a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
+                             "a9686173 5f6d6f64656cc2";
+  static const char *k_new = "87a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f7279cd0400"
+                             "a9686173 5f6d6f64656cc2 a6646576696365cd0300";
+  uint8_t want[128], *buf;
+  size_t wn, n;
+  char err[256];
+  int code;
+  df_proto_msg j = {.op = DF_PROTO_JOIN, .id = 1, .memory = 1};
+  strcpy(j.name, "x");
+  /* device 0: exactly the old bytes */
+  assert_int_equal(df_proto_encode(&j, &buf, &n, err, sizeof err), 0);
+  wn = unhex(k_old, want);
+  assert_int_equal(n, wn);
+  assert_memory_equal(buf, want, wn);
+  free(buf);
+  /* device 768 of memory 1024: the key follows has_model */
+  j.memory = 1024, j.device = 768;
+  assert_int_equal(df_proto_encode(&j, &buf, &n, err, sizeof err), 0);
+  wn = unhex(k_new, want);
+  assert_int_equal(n, wn);
+  assert_memory_equal(buf, want, wn);
+  df_proto_msg o;
+  assert_int_equal(df_proto_decode(buf, n, &o, &code, err, sizeof err), 0);
+  free(buf);
+  assert_true(o.memory == 1024 && o.device == 768 && !o.has_model);
+  assert_string_equal(o.name, "x");
+  /* an old node's JOIN (no key) decodes as a CPU node */
+  wn = unhex(k_old, want);
+  assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), 0);
+  assert_true(o.memory == 1 && o.device == 0);
+  /* round trip with a token and large values */
+  j.memory = 24ull << 30, j.device = 20ull << 30, j.has_model = true;
+  strcpy(j.token, "00112233445566778899aabbccddeeff");
+  o = roundtrip(&j);
+  assert_true(o.memory == j.memory && o.device == j.device && o.has_model);
+  assert_string_equal(o.token, j.token);
+  /* device over memory: malformed, naming the key */
+  j.device = j.memory + 1;
+  assert_int_equal(df_proto_encode(&j, &buf, &n, err, sizeof err), 0);
+  assert_int_equal(df_proto_decode(buf, n, &o, &code, err, sizeof err), -1);
+  assert_int_equal(code, DF_PROTO_E_MALFORMED);
+  assert_non_null(strstr(err, "device"));
+  free(buf);
+  /* device not an unsigned integer: malformed */
+  wn = unhex("87a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
+             "a9686173 5f6d6f64656cc2 a6646576696365a131", want);
+  assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), -1);
+  assert_int_equal(code, DF_PROTO_E_MALFORMED);
+  assert_non_null(strstr(err, "device"));
+}
+
 static void test_codec_truncations(void **st) {
   (void)st;
   /* every prefix of a valid ASSIGN is refused without reading past it (ASan) */
@@ -519,10 +575,67 @@ static void test_place(void **st) {
   for (int p = 0; p < 4; p++) assert_int_equal(prim[p], -1);
 }
 
+/* Device budgets first (df_cluster_place_hot): exact assignments on synthetic nodes. */
+static void test_place_hot(void **st) {
+  (void)st;
+  int32_t prim[16], repl[16], prim2[16], repl2[16];
+  /* node 0 has a GPU for 2 pairs of its 4; heat sends p2 and p4 (9, tie: lower index first)
+   * there, the rest go by the budget rule in index order, the device pairs counted */
+  uint64_t b[3] = {400, 300, 300}, dev[3] = {200, 0, 0};
+  uint64_t heat[8] = {5, 1, 9, 0, 9, 3, 2, 7};
+  assert_int_equal(df_cluster_place_hot(8, 100, 3, b, dev, heat, 1, prim, repl), 8);
+  static const int32_t want_p[8] = {1, 2, 0, 1, 0, 2, 0, 0};
+  static const int32_t want_r[8] = {2, 1, -1, -1, -1, -1, -1, -1};
+  assert_memory_equal(prim, want_p, sizeof want_p);
+  assert_memory_equal(repl, want_r, sizeof want_r);
+  /* deterministic */
+  df_cluster_place_hot(8, 100, 3, b, dev, heat, 1, prim2, repl2);
+  assert_memory_equal(prim, prim2, sizeof want_p);
+  assert_memory_equal(repl, repl2, sizeof want_r);
+  /* hotter p7 instead of p4: p2, p7 on the device node */
+  uint64_t heat2[8] = {5, 1, 9, 0, 6, 3, 2, 7};
+  df_cluster_place_hot(8, 100, 3, b, dev, heat2, 0, prim, NULL);
+  assert_int_equal(prim[2], 0);
+  assert_int_equal(prim[7], 0);
+  /* two GPU nodes, no heat (lower index = hotter): split in proportion to the device budgets
+   * (300 : 100, ties to the lower node), then the rest by the budget rule */
+  uint64_t b2[2] = {300, 500}, dev2[2] = {300, 100};
+  assert_int_equal(df_cluster_place_hot(6, 100, 2, b2, dev2, NULL, 0, prim, NULL), 6);
+  static const int32_t want2[6] = {0, 0, 0, 1, 1, 1};
+  assert_memory_equal(prim, want2, sizeof want2);
+  /* a device budget over the node's budget is clamped to it */
+  uint64_t b3[2] = {200, 600}, dev3[2] = {1000, 0};
+  assert_int_equal(df_cluster_place_hot(6, 100, 2, b3, dev3, NULL, 0, prim, NULL), 6);
+  static const int32_t want3[6] = {0, 0, 1, 1, 1, 1};
+  assert_memory_equal(prim, want3, sizeof want3);
+  /* no device budget (all 0, or under one pair, or NULL): exactly df_cluster_place */
+  uint64_t b4[3] = {8 * 100, 16 * 100, 40 * 100}, zero[3] = {0, 99, 0};
+  int32_t pa[48], ra[48], pb[48], rb[48];
+  df_cluster_place(48, 100, 3, b4, 1, pa, ra);
+  df_cluster_place_hot(48, 100, 3, b4, zero, NULL, 1, pb, rb);
+  assert_memory_equal(pa, pb, sizeof pa);
+  assert_memory_equal(ra, rb, sizeof ra);
+  uint64_t h48[48];
+  for (int p = 0; p < 48; p++) h48[p] = (uint64_t)(p * 7919 % 48);
+  df_cluster_place_hot(48, 100, 3, b4, NULL, h48, 1, pb, rb);
+  assert_memory_equal(pa, pb, sizeof pa);
+  assert_memory_equal(ra, rb, sizeof ra);
+  /* a GPU node among CPU nodes: exactly its device slots hold the hottest pairs */
+  uint64_t dev4[3] = {0, 0, 5 * 100};
+  df_cluster_place_hot(48, 100, 3, b4, dev4, h48, 1, pb, rb);
+  int on2 = 0;
+  for (int p = 0; p < 48; p++) { /* h48 is a permutation of 0..47: the 5 hottest are 43..47 */
+    if (h48[p] >= 43) assert_int_equal(pb[p], 2);
+    on2 += pb[p] == 2;
+  }
+  assert_int_equal(on2, 30); /* its total share is unchanged */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_codec_roundtrip),
       cmocka_unit_test(test_codec_malformed),
+      cmocka_unit_test(test_codec_join_device),
       cmocka_unit_test(test_codec_truncations),
       cmocka_unit_test_setup_teardown(test_keys, setup_dir, teardown_dir),
       cmocka_unit_test_setup_teardown(test_tokens, setup_dir, teardown_dir),
@@ -530,6 +643,7 @@ int main(void) {
       cmocka_unit_test(test_sha_hex_ct),
       cmocka_unit_test(test_lograte),
       cmocka_unit_test(test_place),
+      cmocka_unit_test(test_place_hot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,7 +60,7 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   uint32_t n = 3;
   switch (m->op) {
-  case DF_PROTO_JOIN: n += 3 + (m->token[0] != 0); break;
+  case DF_PROTO_JOIN: n += 3 + (m->token[0] != 0) + (m->device > 0); break;
   case DF_PROTO_ASSIGN: n += 6 + (m->block_n > 0); break;
   case DF_PROTO_FETCH: case DF_PROTO_SHARD_CHUNK: n += 4; break;
   case DF_PROTO_READY: n += 2; break;
@@ -82,6 +82,7 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
     pk_key(&pk, "has_model");
     if (m->has_model) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
     if (m->token[0]) pk_str(&pk, "token", m->token);
+    if (m->device > 0) pk_uint(&pk, "device", m->device); /* absent = 0 (a CPU node) */
     break;
   case DF_PROTO_ASSIGN:
     pk_uint(&pk, "epoch", m->epoch);
@@ -415,7 +416,8 @@ static int dec_ops(const dec *d, df_proto_msg *m) {
       return -1;
     if (!hm || hm->type != MSGPACK_OBJECT_BOOLEAN) return bad(d, "has_model", "is not a boolean");
     m->has_model = hm->via.boolean;
-    return 0;
+    /* optional (absent: a CPU node, or a peer from before the key); never over `memory` */
+    return opt_uint(d, "device", m->memory, &m->device);
   }
   case DF_PROTO_ASSIGN: return dec_assign(d, m);
   case DF_PROTO_FETCH:

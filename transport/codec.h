@@ -14,7 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: ASSIGN may carry `block` and six tensors per pair (FP8 weights + their block scales). */
+/* 2: ASSIGN may carry `block` and six tensors per pair (FP8 weights + their block scales);
+ * JOIN may carry the optional `device` (absent = 0), an addition within version 2. */
 #define DF_PROTO_VERSION 2
 
 /* Limits a decoder enforces (inclusive). */
@@ -77,6 +78,8 @@ typedef struct df_proto_msg {
   char name[DF_PROTO_MAX_NAME + 1];
   char token[DF_PROTO_MAX_TOKEN + 1]; /* "" = none */
   uint64_t memory;                    /* expert memory budget, bytes */
+  uint64_t device;                    /* of it, bytes the node keeps on its GPU (optional key,
+                                         <= memory; 0 = a CPU node, and encoded as absent) */
   bool has_model;
   /* ASSIGN, FETCH, SHARD_CHUNK, READY */
   uint64_t epoch;
