@@ -26,6 +26,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "tests/golden.h"
+
 #include "engine/kernels.h"
 #include "engine/model.h"
 #include "engine/torch_shim.h"
@@ -34,53 +36,9 @@
 
 static const char *k_fixtures[] = {"tiny-ds-bf16", "tiny-ds-fp8"};
 
-typedef struct golden {
-  int32_t prompt[256];
-  int64_t n_prompt;
-  int32_t greedy[256];
-  int64_t n_greedy;
-  float *logits; /* [n_prompt, vocab] */
-  float *steps;  /* [n_greedy, vocab] */
-  int64_t vocab;
-} golden;
 
-static float *read_f32(const char *name, const char *file, size_t n) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s/%s", DF_FIXTURES, name, file);
-  float *p = malloc(n * sizeof(float));
-  FILE *f = fopen(path, "rb");
-  if (!f) fail_msg("cannot open %s", path);
-  assert_int_equal(fread(p, sizeof(float), n, f), n);
-  fclose(f);
-  return p;
-}
 
-static void load_golden(const char *name, golden *g) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s/golden.json", DF_FIXTURES, name);
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  if (!root) fail_msg("%s: %s", path, je.text);
-  json_t *p = json_object_get(root, "prompt_ids"), *gr = json_object_get(root, "greedy_ids");
-  g->n_prompt = (int64_t)json_array_size(p);
-  g->n_greedy = (int64_t)json_array_size(gr);
-  assert_true(g->n_prompt > 0 && g->n_prompt <= 256 && g->n_greedy > 0 && g->n_greedy <= 256);
-  for (int64_t i = 0; i < g->n_prompt; i++)
-    g->prompt[i] = (int32_t)json_integer_value(json_array_get(p, (size_t)i));
-  for (int64_t i = 0; i < g->n_greedy; i++)
-    g->greedy[i] = (int32_t)json_integer_value(json_array_get(gr, (size_t)i));
-  g->vocab = json_integer_value(json_array_get(json_object_get(root, "logits_shape"), 1));
-  g->logits = read_f32(name, json_string_value(json_object_get(root, "logits_file")),
-                       (size_t)(g->n_prompt * g->vocab));
-  g->steps = read_f32(name, json_string_value(json_object_get(root, "step_logits_file")),
-                      (size_t)(g->n_greedy * g->vocab));
-  json_decref(root);
-}
 
-static void free_golden(golden *g) {
-  free(g->logits);
-  free(g->steps);
-}
 
 static df_model *load_fixture_model(const char *name, int64_t max_rows) {
   char dir[1024], err[1024];
@@ -133,7 +91,7 @@ static void test_golden_fixtures(void **state) {
   char err[1024];
   for (size_t f = 0; f < sizeof k_fixtures / sizeof k_fixtures[0]; f++) {
     golden g;
-    load_golden(k_fixtures[f], &g);
+    golden_load(k_fixtures[f], &g);
     df_model *m = load_fixture_model(k_fixtures[f], 64);
     int64_t V = g.vocab;
     assert_int_equal(df_model_cfg(m)->vocab_size, V);
@@ -163,7 +121,7 @@ static void test_golden_fixtures(void **state) {
     free(row);
     df_kv_destroy(&kv);
     free(lg);
-    free_golden(&g);
+    golden_free(&g);
     df_model_destroy(&m);
   }
 }
@@ -172,7 +130,7 @@ static void test_batch_invariance(void **state) {
   (void)state;
   for (size_t f = 0; f < sizeof k_fixtures / sizeof k_fixtures[0]; f++) {
     golden g;
-    load_golden(k_fixtures[f], &g);
+    golden_load(k_fixtures[f], &g);
     df_model *m = load_fixture_model(k_fixtures[f], 64);
     size_t bytes = (size_t)(g.n_prompt * g.vocab) * sizeof(float);
     float *a = prompt_logits(m, g.prompt, g.n_prompt, 64);
@@ -189,7 +147,7 @@ static void test_batch_invariance(void **state) {
     free(b);
     free(c);
     free(d);
-    free_golden(&g);
+    golden_free(&g);
   }
 }
 
@@ -198,7 +156,7 @@ static void test_isa_agreement(void **state) {
   if (df_k_isa() != DF_ISA_AVX2) skip();
   for (size_t f = 0; f < sizeof k_fixtures / sizeof k_fixtures[0]; f++) {
     golden g;
-    load_golden(k_fixtures[f], &g);
+    golden_load(k_fixtures[f], &g);
     df_model *m = load_fixture_model(k_fixtures[f], 64);
     float *a = prompt_logits(m, g.prompt, 24, 24);
     df_k_set_isa(DF_ISA_SCALAR);
@@ -207,7 +165,7 @@ static void test_isa_agreement(void **state) {
     assert_memory_equal(a, b, (size_t)(24 * g.vocab) * sizeof(float));
     free(a);
     free(b);
-    free_golden(&g);
+    golden_free(&g);
     df_model_destroy(&m);
   }
 }
@@ -216,7 +174,7 @@ static void test_isa_agreement(void **state) {
 static void test_kv_rollback(void **state) {
   (void)state;
   golden g;
-  load_golden("tiny-ds-fp8", &g);
+  golden_load("tiny-ds-fp8", &g);
   df_model *m = load_fixture_model("tiny-ds-fp8", 64);
   char err[1024];
   int64_t V = g.vocab;
@@ -234,7 +192,7 @@ static void test_kv_rollback(void **state) {
   free(lb);
   df_kv_destroy(&kv);
   df_kv_destroy(&kv2);
-  free_golden(&g);
+  golden_free(&g);
   df_model_destroy(&m);
 }
 
@@ -242,7 +200,7 @@ static void test_kv_rollback(void **state) {
 static void test_multi_sequence_batch(void **state) {
   (void)state;
   golden g;
-  load_golden("tiny-ds-bf16", &g);
+  golden_load("tiny-ds-bf16", &g);
   df_model *m = load_fixture_model("tiny-ds-bf16", 7);
   char err[1024];
   int64_t V = g.vocab;
@@ -260,7 +218,7 @@ static void test_multi_sequence_batch(void **state) {
   df_kv_destroy(&k2);
   free(solo);
   free(both);
-  free_golden(&g);
+  golden_free(&g);
   df_model_destroy(&m);
 }
 

@@ -20,6 +20,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "tests/golden.h"
+
 #include "engine/admission.h"
 #include "engine/cuda_rt.h"
 #include "engine/model.h"
@@ -43,41 +45,7 @@ static df_t_device_kind test_kind(void) {
 static const char *k_fixtures[] = {"tiny-moe-tied", "tiny-moe-sparse", "tiny-dense",
                                    "tiny-moe-sharded"};
 
-typedef struct golden {
-  int32_t prompt[256];
-  int64_t n_prompt;
-  int32_t greedy[256];
-  int64_t n_greedy;
-  float *logits; /* [n_prompt, vocab] */
-  int64_t vocab;
-} golden;
 
-static void load_golden(const char *name, golden *g) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s/golden.json", DF_FIXTURES, name);
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  if (!root) fail_msg("%s: %s", path, je.text);
-  json_t *p = json_object_get(root, "prompt_ids"), *gr = json_object_get(root, "greedy_ids");
-  json_t *shape = json_object_get(root, "logits_shape");
-  g->n_prompt = (int64_t)json_array_size(p);
-  g->n_greedy = (int64_t)json_array_size(gr);
-  assert_true(g->n_prompt > 0 && g->n_prompt <= 256 && g->n_greedy <= 256);
-  for (int64_t i = 0; i < g->n_prompt; i++)
-    g->prompt[i] = (int32_t)json_integer_value(json_array_get(p, (size_t)i));
-  for (int64_t i = 0; i < g->n_greedy; i++)
-    g->greedy[i] = (int32_t)json_integer_value(json_array_get(gr, (size_t)i));
-  g->vocab = json_integer_value(json_array_get(shape, 1));
-  snprintf(path, sizeof path, "%s/%s/%s", DF_FIXTURES, name,
-           json_string_value(json_object_get(root, "logits_file")));
-  json_decref(root);
-  size_t n = (size_t)(g->n_prompt * g->vocab);
-  g->logits = malloc(n * sizeof(float));
-  FILE *f = fopen(path, "rb");
-  if (!f) fail_msg("cannot open %s", path);
-  assert_int_equal(fread(g->logits, sizeof(float), n, f), n);
-  fclose(f);
-}
 
 static df_model *load_on(const char *name, const df_model_opts *extra, const char *device) {
   char dir[1024], err[1024];
@@ -203,7 +171,7 @@ static void test_cuda_fallback(void **state) {
   assert_int_equal(got.kind, DF_T_DEV_CPU);
   assert_string_equal(note, "");
   golden g;
-  load_golden("tiny-moe-sparse", &g);
+  golden_load("tiny-moe-sparse", &g);
   df_model *m = load_on("tiny-moe-sparse", NULL, "cuda:0");
   assert_int_equal(df_model_device(m).kind, DF_T_DEV_CPU);
   assert_non_null(strstr(df_model_device_note(m), "running on the CPU"));
@@ -213,7 +181,7 @@ static void test_cuda_fallback(void **state) {
   assert_memory_equal(a, b, (size_t)(g.n_prompt * g.vocab) * sizeof(float)); /* same path */
   free(a);
   free(b);
-  free(g.logits);
+  golden_free(&g);
   df_model_destroy(&m);
   df_model_destroy(&c);
   /* the CUDA runtime stubs of a DF_CUDA=OFF build say so */
@@ -231,7 +199,7 @@ static void test_golden_torch_cpu(void **state) {
   (void)state;
   for (size_t f = 0; f < sizeof k_fixtures / sizeof k_fixtures[0]; f++) {
     golden g;
-    load_golden(k_fixtures[f], &g);
+    golden_load(k_fixtures[f], &g);
     df_model *m = load_on(k_fixtures[f], NULL, test_device());
     if (df_model_device(m).kind != test_kind())
       fail_msg("%s: asked for %s, got: %s", k_fixtures[f], test_device(), df_model_device_note(m));
@@ -250,7 +218,7 @@ static void test_golden_torch_cpu(void **state) {
         assert_int_equal(sum, c->is_moe_layer[l] ? (uint64_t)(tokens * c->num_experts_per_tok) : 0);
       }
     }
-    free(g.logits);
+    golden_free(&g);
     df_model_destroy(&m);
   }
 }
@@ -263,7 +231,7 @@ static void test_mixed_placement(void **state) {
   const char *fx[] = {"tiny-moe-sparse", "tiny-moe-tied"};
   for (size_t f = 0; f < 2; f++) {
     golden g;
-    load_golden(fx[f], &g);
+    golden_load(fx[f], &g);
     df_model *all = load_on(fx[f], NULL, test_device());
     float *tmp = prompt_logits(all, g.prompt, g.n_prompt, 64); /* gather heat */
     free(tmp);
@@ -307,7 +275,7 @@ static void test_mixed_placement(void **state) {
     check_golden(cpu, fx[f], &g);
     df_model_destroy(&cpu);
     free(heat);
-    free(g.logits);
+    golden_free(&g);
     df_model_destroy(&all);
   }
 }
@@ -317,7 +285,7 @@ static void test_mixed_placement(void **state) {
 static void test_batch_and_rollback(void **state) {
   (void)state;
   golden g;
-  load_golden("tiny-moe-sparse", &g);
+  golden_load("tiny-moe-sparse", &g);
   df_model *m = load_on("tiny-moe-sparse", NULL, test_device());
   assert_int_equal(df_model_device(m).kind, test_kind());
   int64_t V = g.vocab, n = g.n_prompt;
@@ -340,7 +308,7 @@ static void test_batch_and_rollback(void **state) {
   free(la);
   free(lb);
   free(alone);
-  free(g.logits);
+  golden_free(&g);
   df_model_destroy(&m);
 }
 

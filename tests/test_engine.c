@@ -20,6 +20,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "tests/golden.h"
+
 #include "engine/kernels.h"
 #include "engine/model.h"
 #include "engine/torch_shim.h"
@@ -29,45 +31,7 @@
 static const char *k_fixtures[] = {"tiny-moe-tied", "tiny-moe-sparse", "tiny-dense",
                                    "tiny-moe-sharded"};
 
-typedef struct golden {
-  int32_t prompt[256];
-  int64_t n_prompt;
-  int32_t greedy[256];
-  int64_t n_greedy;
-  float *logits; /* [n_prompt, vocab] */
-  int64_t vocab;
-} golden;
 
-static void load_golden(const char *name, golden *g) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s/golden.json", DF_FIXTURES, name);
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  if (!root) fail_msg("%s: %s", path, je.text);
-  json_t *p = json_object_get(root, "prompt_ids"), *gr = json_object_get(root, "greedy_ids");
-  json_t *shape = json_object_get(root, "logits_shape");
-  assert_non_null(p);
-  assert_non_null(gr);
-  assert_non_null(shape);
-  g->n_prompt = (int64_t)json_array_size(p);
-  g->n_greedy = (int64_t)json_array_size(gr);
-  assert_true(g->n_prompt <= 256 && g->n_greedy <= 256);
-  for (int64_t i = 0; i < g->n_prompt; i++)
-    g->prompt[i] = (int32_t)json_integer_value(json_array_get(p, (size_t)i));
-  for (int64_t i = 0; i < g->n_greedy; i++)
-    g->greedy[i] = (int32_t)json_integer_value(json_array_get(gr, (size_t)i));
-  assert_int_equal(json_integer_value(json_array_get(shape, 0)), g->n_prompt);
-  g->vocab = json_integer_value(json_array_get(shape, 1));
-  snprintf(path, sizeof path, "%s/%s/%s", DF_FIXTURES, name,
-           json_string_value(json_object_get(root, "logits_file")));
-  json_decref(root);
-  size_t n = (size_t)(g->n_prompt * g->vocab);
-  g->logits = malloc(n * sizeof(float));
-  FILE *f = fopen(path, "rb");
-  if (!f) fail_msg("cannot open %s", path);
-  assert_int_equal(fread(g->logits, sizeof(float), n, f), n);
-  fclose(f);
-}
 
 static df_model *load_fixture_model(const char *name, int64_t max_rows) {
   char dir[1024], err[1024];
@@ -121,7 +85,7 @@ static void test_golden_fixtures(void **state) {
   (void)state;
   for (size_t f = 0; f < sizeof k_fixtures / sizeof k_fixtures[0]; f++) {
     golden g;
-    load_golden(k_fixtures[f], &g);
+    golden_load(k_fixtures[f], &g);
     df_model *m = load_fixture_model(k_fixtures[f], 64);
     assert_int_equal(df_model_cfg(m)->vocab_size, g.vocab);
     float *lg = prompt_logits(m, g.prompt, g.n_prompt, 64);
@@ -151,7 +115,7 @@ static void test_golden_fixtures(void **state) {
                  g.greedy[i]);
     df_kv_destroy(&kv);
     free(lg);
-    free(g.logits);
+    golden_free(&g);
     df_model_destroy(&m);
   }
 }
@@ -162,7 +126,7 @@ static void test_batch_invariance(void **state) {
   (void)state;
   for (size_t f = 0; f < sizeof k_fixtures / sizeof k_fixtures[0]; f++) {
     golden g;
-    load_golden(k_fixtures[f], &g);
+    golden_load(k_fixtures[f], &g);
     df_model *m = load_fixture_model(k_fixtures[f], 64);
     size_t bytes = (size_t)(g.n_prompt * g.vocab) * sizeof(float);
     float *a = prompt_logits(m, g.prompt, g.n_prompt, 64);
@@ -180,7 +144,7 @@ static void test_batch_invariance(void **state) {
     free(b);
     free(c);
     free(d);
-    free(g.logits);
+    golden_free(&g);
   }
 }
 
@@ -189,7 +153,7 @@ static void test_isa_agreement(void **state) {
   (void)state;
   if (df_k_isa() != DF_ISA_AVX2) skip();
   golden g;
-  load_golden("tiny-moe-sparse", &g);
+  golden_load("tiny-moe-sparse", &g);
   df_model *m = load_fixture_model("tiny-moe-sparse", 64);
   float *a = prompt_logits(m, g.prompt, g.n_prompt, 64);
   df_k_set_isa(DF_ISA_SCALAR);
@@ -198,7 +162,7 @@ static void test_isa_agreement(void **state) {
   assert_memory_equal(a, b, (size_t)(g.n_prompt * g.vocab) * sizeof(float));
   free(a);
   free(b);
-  free(g.logits);
+  golden_free(&g);
   df_model_destroy(&m);
 }
 
@@ -206,7 +170,7 @@ static void test_isa_agreement(void **state) {
 static void test_kv_rollback(void **state) {
   (void)state;
   golden g;
-  load_golden("tiny-moe-sparse", &g);
+  golden_load("tiny-moe-sparse", &g);
   df_model *m = load_fixture_model("tiny-moe-sparse", 64);
   char err[1024];
   int64_t np = 8;
@@ -238,7 +202,7 @@ static void test_kv_rollback(void **state) {
   free(lb);
   df_kv_destroy(&kv);
   df_kv_destroy(&kv2);
-  free(g.logits);
+  golden_free(&g);
   df_model_destroy(&m);
 }
 
@@ -247,7 +211,7 @@ static void test_kv_rollback(void **state) {
 static void test_multi_sequence_batch(void **state) {
   (void)state;
   golden g;
-  load_golden("tiny-moe-sparse", &g);
+  golden_load("tiny-moe-sparse", &g);
   df_model *m = load_fixture_model("tiny-moe-sparse", 7);
   char err[1024];
   int64_t V = df_model_cfg(m)->vocab_size;
@@ -306,7 +270,7 @@ static void test_multi_sequence_batch(void **state) {
   for (int s = 0; s < NS; s++) df_kv_destroy(&kvs[s]);
   free(solo);
   free(lg);
-  free(g.logits);
+  golden_free(&g);
   df_model_destroy(&m);
 }
 
@@ -423,7 +387,7 @@ static void test_thread_counts(void **state) {
   static const int counts[] = {0, 1, 3};
   for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
     golden g;
-    load_golden(names[f], &g);
+    golden_load(names[f], &g);
     float *base = NULL;
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
       char dir[1024], err[1024];
@@ -453,7 +417,7 @@ static void test_thread_counts(void **state) {
       df_model_destroy(&m);
     }
     free(base);
-    free(g.logits);
+    golden_free(&g);
   }
 }
 
