@@ -818,11 +818,10 @@ static void *cluster_main(void *arg) {
 }
 
 static void cluster_free(df_cluster *c) {
-  if (c->mon) zmq_close(c->mon);
-  if (c->router) {
-    zmq_socket_monitor(c->router, NULL, 0);
-    zmq_close(c->router);
-  }
+  /* the monitor stops before its reader closes (transport/sock.h): a node disconnecting
+   * after our BYE used to land between the two and wedge the exit in libzmq forever */
+  df_proto_monitor_close(c->router, &c->mon);
+  if (c->router) zmq_close(c->router);
   if (c->zap) zmq_close(c->zap);
   if (c->ctl_mgr) zmq_close(c->ctl_mgr);
   if (c->ctl_fwd) zmq_close(c->ctl_fwd);
@@ -891,12 +890,18 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
   int64_t max_msg = df_model_max_rows(m) * (cfg->num_experts_per_tok > 0 ? cfg->num_experts_per_tok : 1) *
                         cfg->hidden_size * 4 + MAX_INBOUND_HDR;
   if (!(c->router = df_proto_server_open(c->ctx, c->endpoint, &c->kp, max_msg, err, errlen))) goto fail;
-  if (zmq_socket_monitor(c->router, "inproc://df-cluster-mon",
-                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
-      !(c->mon = zmq_socket(c->ctx, ZMQ_PAIR)) || zmq_connect(c->mon, "inproc://df-cluster-mon") != 0 ||
-      !(c->ctl_mgr = zmq_socket(c->ctx, ZMQ_PAIR)) || zmq_bind(c->ctl_mgr, "inproc://df-cluster-ctl") != 0 ||
-      !(c->ctl_fwd = zmq_socket(c->ctx, ZMQ_PAIR)) || zmq_connect(c->ctl_fwd, "inproc://df-cluster-ctl") != 0) {
+  if (!(c->mon = df_proto_monitor_open(c->ctx, c->router, "inproc://df-cluster-mon",
+                                       ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+                                       err, errlen)))
+    goto fail;
+  int zero = 0; /* nothing of the control pair is worth waiting for at zmq_ctx_term */
+  if (!(c->ctl_mgr = zmq_socket(c->ctx, ZMQ_PAIR)) ||
+      zmq_setsockopt(c->ctl_mgr, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+      zmq_bind(c->ctl_mgr, "inproc://df-cluster-ctl") != 0 ||
+      !(c->ctl_fwd = zmq_socket(c->ctx, ZMQ_PAIR)) ||
+      zmq_setsockopt(c->ctl_fwd, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+      zmq_connect(c->ctl_fwd, "inproc://df-cluster-ctl") != 0) {
     snprintf(err, errlen, "cluster: inproc sockets: %s", zmq_strerror(zmq_errno()));
     goto fail;
   }

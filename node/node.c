@@ -154,12 +154,11 @@ static void drop_connection(node *n) {
 }
 
 static void close_socket(node *n) {
-  if (n->mon) zmq_close(n->mon);
-  if (n->sock) {
-    zmq_socket_monitor(n->sock, NULL, 0);
-    zmq_close(n->sock);
-  }
-  n->mon = n->sock = NULL;
+  /* monitor stopped before its reader closes (transport/sock.h): an event of the socket's
+   * reconnecting between the two used to wedge the node in libzmq forever */
+  df_proto_monitor_close(n->sock, &n->mon);
+  if (n->sock) zmq_close(n->sock);
+  n->sock = NULL;
 }
 
 static int open_socket(node *n, char *err, size_t errlen) {
@@ -170,13 +169,12 @@ static int open_socket(node *n, char *err, size_t errlen) {
   char ep[64];
   static int seq;
   snprintf(ep, sizeof ep, "inproc://df-node-mon-%d", seq++);
-  if (zmq_socket_monitor(n->sock, ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                                          ZMQ_EVENT_DISCONNECTED |
-                                          ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
-      !(n->mon = zmq_socket(n->ctx, ZMQ_PAIR)) || zmq_connect(n->mon, ep) != 0) {
-    snprintf(err, errlen, "cannot monitor the node socket: %s", zmq_strerror(zmq_errno()));
+  if (!(n->mon = df_proto_monitor_open(n->ctx, n->sock, ep,
+                                       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                           ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+                                       err, errlen))) {
     close_socket(n);
     return -1;
   }

@@ -25,6 +25,12 @@ SCENARIO:
             gives up in seconds with exit 3 and one line naming the key; a key the coordinator
             does not admit, exit 3; no flood: repeated identical lines are written once (node
             and coordinator); a node whose coordinator is down keeps retrying quietly
+  shutdown  bounded exit: coordinators, nodes and `serve --cluster` run with zmq_close
+            slowed (tests/slow_close.c, LD_PRELOAD) under a flood of plain-TCP peers, so
+            peers act in the middle of every socket teardown: each `run --cluster` exits
+            (its teardown line written) and the nodes answer its BYE and rejoin the next
+            one; a node frozen (SIGSTOP) near the end; serve exits on SIGTERM and on SIGINT,
+            the second time with a request in flight on a frozen node
 Readiness is awaited on log lines, never on fixed sleeps; deadlines are generous.
 """
 import os
@@ -100,14 +106,14 @@ def token(state, *extra):
     return r.stdout.strip()
 
 
-def node(name, port, state, log, memory, token_=None, model=True, host="127.0.0.1"):
+def node(name, port, state, log, memory, token_=None, model=True, host="127.0.0.1", env=None):
     args = [DFNODE, "join", "%s:%d" % (host, port), "--state-dir", state, "--memory", str(memory),
             "--name", name, "--threads", "1"]
     if token_:
         args += ["--token", token_]
     if model:
         args += ["--model-dir", MODEL]
-    return spawn(args, log)
+    return spawn(args, log, env=env)
 
 
 def run_local(max_new, tag):
@@ -119,7 +125,7 @@ def run_local(max_new, tag):
     return r.stdout.split(), open(out, "rb").read()
 
 
-def coordinator(tag, port, state, max_new, nodes, wait=60, extra=(), bind="127.0.0.1"):
+def coordinator(tag, port, state, max_new, nodes, wait=60, extra=(), bind="127.0.0.1", env=None):
     """Start `deltafin run --cluster`; returns (proc, stdout path, stderr path, logits path)."""
     out = os.path.join(WORK, tag + ".f32")
     so, se = os.path.join(WORK, tag + ".ids"), os.path.join(WORK, tag + ".log")
@@ -127,7 +133,7 @@ def coordinator(tag, port, state, max_new, nodes, wait=60, extra=(), bind="127.0
             "--temperature", "0", "--ignore-eos", "--no-draft", "--logits-out", out, "--stats",
             "--cluster", "--cluster-bind", bind, "--cluster-port", str(port), "--state-dir", state,
             "--cluster-nodes", str(nodes), "--cluster-wait", str(wait), *extra]
-    p = spawn(args, se, stdout=open(so, "wb"))
+    p = spawn(args, se, stdout=open(so, "wb"), env=env)
     return p, so, se, out
 
 
@@ -523,6 +529,146 @@ def scen_wrongkey():
     check(len(read(lg).splitlines()) <= 2, "and writes nothing per attempt")
 
 
+def junk_flood(port, stop):
+    """Plain-TCP peers that write junk and hang up, one after another until stop is set: the
+    coordinator's socket monitor reports events at every moment, its teardown included."""
+    import threading
+
+    def loop():
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"\xff\0\0\0\0\0\0\0\x01\x7fjunk")
+            except OSError:
+                time.sleep(0.01)
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return t
+
+
+def byte_level_tokenizer():
+    """A byte-level BPE tokenizer.json of 256 tokens (serve needs one; fixtures have none)."""
+    import json
+    printable = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    cs, n = [], 0
+    for b in range(256):  # GPT-2's bytes_to_unicode, in byte order
+        if b in printable:
+            cs.append(b)
+        else:
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): i for i, c in enumerate(cs)}
+    return json.dumps({"version": "1.0", "added_tokens": [], "normalizer": None,
+                       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                                         "trim_offsets": True, "use_regex": True},
+                       "post_processor": None, "decoder": {"type": "ByteLevel"},
+                       "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                                 "ignore_merges": False, "vocab": vocab, "merges": []}})
+
+
+def scen_shutdown():
+    import http.client
+    import json
+    import threading
+    shim = os.path.join(BUILD, "tests", "libdf_slow_close.so")
+    check(os.path.exists(shim), "fault-injection shim built: " + shim)
+    env = dict(os.environ, LD_PRELOAD=shim, DF_SLOW_CLOSE_MS="20")
+    max_new = 24
+    ids0, _ = run_local(max_new, "local")
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state, "--reusable")
+    nodes, logs = [], []
+    for i, np_ in enumerate([3, 5, 9]):
+        logs.append(os.path.join(WORK, "n%d.log" % i))
+        nodes.append(node("u%d" % i, port, os.path.join(WORK, "n%d" % i), logs[-1], np_ * PAIR_BYTES,
+                          tok, host="127.0.0.%d" % (i + 1), env=env))
+    stop = threading.Event()
+    junk_flood(port, stop)
+    runs = 4
+    for k in range(runs):
+        p, so, se, out = coordinator("run%d" % k, port, state, max_new, 3, bind="0.0.0.0", env=env)
+        ids, _ = finish(p, so, out)
+        log = read(se)
+        check(ids == ids0 and p.returncode == 0, "run %d: exit 0, ids identical" % k)
+        check("3 nodes ready" in log, "run %d: the three nodes (re)joined" % k)
+        check("MoE layer calls" in log, "run %d: the cluster teardown finished (its stats line)" % k)
+    for i, lg in enumerate(logs):  # (the node writes a repeated line once per 30 s)
+        check("coordinator said bye" in read(lg) and nodes[i].poll() is None,
+              "node u%d answered the BYEs and still runs" % i)
+    # a node frozen near the end: its round trips miss the deadline (or the BYE finds it
+    # frozen); the coordinator finishes with the same ids and exits
+    ids_long, _ = run_local(200, "local200")
+    p, so, se, out = coordinator("frozen", port, state, 200, 3, bind="0.0.0.0", env=env,
+                                 extra=("--cluster-timeout", "2"))
+    wait_log(se, "3 nodes ready")
+    os.kill(nodes[2].pid, signal.SIGSTOP)
+    ids, _ = finish(p, so, out)
+    os.kill(nodes[2].pid, signal.SIGCONT)
+    check(ids == ids_long and p.returncode == 0,
+          "a node frozen near the end: exit 0, ids identical")
+    check("MoE layer calls" in read(se), "frozen node: the cluster teardown finished")
+    # serve --cluster: SIGTERM when idle after a request, SIGINT with a request in flight
+    # whose round trips wait on a frozen node
+    sm = os.path.join(WORK, "serve-model")
+    os.makedirs(sm)
+    for fn in ("config.json", "generation_config.json"):
+        shutil.copy(os.path.join(MODEL, fn), sm)
+    os.symlink(os.path.abspath(os.path.join(MODEL, "model.safetensors")),
+               os.path.join(sm, "model.safetensors"))
+    with open(os.path.join(sm, "tokenizer.json"), "w") as f:
+        f.write(byte_level_tokenizer())
+
+    def serve(tag):
+        se = os.path.join(WORK, tag + ".log")
+        q = spawn([DELTAFIN, "serve", "--model", sm, "--port", "0", "--no-draft", "--parallel", "2",
+                   "--cluster", "--cluster-bind", "0.0.0.0", "--cluster-port", str(port),
+                   "--state-dir", state, "--cluster-nodes", "3", "--cluster-wait", "60",
+                   "--cluster-timeout", "2"], se, env=env)
+        wait_log(se, "listening on http://")
+        m = re.search(r"listening on http://[^ ]*:(\d+) ", read(se))
+        return q, se, int(m.group(1)) if m else 0
+
+    def complete(hport, n):
+        c = http.client.HTTPConnection("127.0.0.1", hport, timeout=DEADLINE)
+        body = json.dumps({"model": "serve-model", "prompt": [int(x) for x in PROMPT.split(",")],
+                           "max_tokens": n, "temperature": 0, "ignore_eos": True})
+        try:
+            c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, r.read()
+        except OSError as e:
+            return None, str(e).encode()
+        finally:
+            c.close()
+
+    def stopped(q, sig, what):
+        q.send_signal(sig)
+        try:
+            rc = q.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            q.kill()
+            rc = None
+        check(rc == 0, "%s: serve exits 0 (rc %s)" % (what, rc))
+
+    q, se, hport = serve("serve1")
+    status, _ = complete(hport, max_new)
+    check(status == 200, "serve --cluster answered a completion (HTTP %s)" % status)
+    stopped(q, signal.SIGTERM, "SIGTERM when idle")
+    q, se, hport = serve("serve2")
+    os.kill(nodes[1].pid, signal.SIGSTOP)
+    res = {}
+    th = threading.Thread(target=lambda: res.update(r=complete(hport, 400)), daemon=True)
+    th.start()
+    # the request's first forward waits (--cluster-timeout 2) on the frozen node: the signal
+    # lands while a round trip is outstanding
+    time.sleep(0.5)
+    stopped(q, signal.SIGINT, "SIGINT with a request in flight on a frozen node")
+    os.kill(nodes[1].pid, signal.SIGCONT)
+    th.join(timeout=DEADLINE)
+    check(not th.is_alive(), "the in-flight request ended with the server")
+    stop.set()
+
+
 def main():
     if os.path.isdir(WORK):
         shutil.rmtree(WORK)
@@ -531,7 +677,7 @@ def main():
         {"exact": scen_exact, "stream": scen_stream, "kill": scen_kill,
          "security": scen_security, "device": scen_device, "idle": scen_idle, "wrongkey": scen_wrongkey,
          "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"),
-         "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16")}[SCEN]()
+         "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16"), "shutdown": scen_shutdown}[SCEN]()
     finally:
         for q in procs:
             if q.poll() is None:

@@ -68,6 +68,26 @@ void *df_proto_zap_bind(void *ctx, char *err, size_t errlen) {
   return s;
 }
 
+void *df_proto_monitor_open(void *ctx, void *sock, const char *ep, int events, char *err,
+                            size_t errlen) {
+  /* an inproc connect may precede the bind: zmq_socket_monitor's PAIR finds its peer
+   * attached when it is created, so no event is ever sent while there is none */
+  void *r = zmq_socket(ctx, ZMQ_PAIR);
+  if (!r || setopt_int(r, ZMQ_LINGER, 0) || setopt_int(r, ZMQ_RCVHWM, 0) ||
+      zmq_connect(r, ep) != 0 || zmq_socket_monitor(sock, ep, events) != 0) {
+    snprintf(err, errlen, "cannot monitor the socket on %s: %s", ep, zmq_strerror(zmq_errno()));
+    if (r) zmq_close(r);
+    return NULL;
+  }
+  return r;
+}
+
+void df_proto_monitor_close(void *sock, void **reader) {
+  if (sock) zmq_socket_monitor(sock, NULL, 0);
+  if (reader && *reader) zmq_close(*reader);
+  if (reader) *reader = NULL;
+}
+
 int df_proto_zap_handle(void *zap, df_proto_zap_fn decide, void *user) {
   /* request: version, request id, domain, address, identity, mechanism, credentials... */
   char part[8][256];

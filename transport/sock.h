@@ -50,6 +50,22 @@ typedef bool (*df_proto_zap_fn)(void *user, const char *pub_z85, const char *add
  * mechanisms are refused. 0 when a request was answered, -1 when none could be read. */
 int df_proto_zap_handle(void *zap, df_proto_zap_fn decide, void *user);
 
+/* Monitor `sock` (zmq_socket_monitor with `events` on the inproc endpoint `ep`, unique in
+ * its context) and return the PAIR socket that reads the events; NULL + message.
+ * libzmq's I/O thread writes each event with a blocking send while holding the socket's
+ * monitor lock, so a reader it cannot deliver to stalls every connection of the context, and
+ * then wedges zmq_socket_monitor(sock, NULL, 0), forever. Hence the reader is connected
+ * before the monitor exists (no window without a peer), takes events without a high-water
+ * mark (a reader nobody drains, e.g. after its thread stopped polling, never blocks the I/O
+ * thread), and lingers 0. Close with df_proto_monitor_close, never with zmq_close alone. */
+void *df_proto_monitor_open(void *ctx, void *sock, const char *ep, int events, char *err,
+                            size_t errlen);
+
+/* Stop monitoring `sock` (may be NULL: nothing to stop), then close *reader and NULL it.
+ * In that order: closing the reader first leaves libzmq an event to deliver to nobody
+ * between the two calls (a peer disconnecting as we shut down), which deadlocks. */
+void df_proto_monitor_close(void *sock, void **reader);
+
 /* One received message. */
 typedef struct df_proto_frames {
   uint8_t rid[256];        /* routing id (ROUTER only) */
