@@ -6,13 +6,16 @@
  * golden.json: prompt_ids [n_prompt], greedy_ids [n_greedy], logits_shape [n_prompt, vocab],
  * logits_file (raw little-endian fp32 [n_prompt, vocab]: the reference's logits at every
  * prompt position) and, for fixtures that have it, step_logits_file (fp32 [n_greedy, vocab]:
- * the logits that chose each greedy token). */
+ * the logits that chose each greedy token). Also the chunked prompt forward and argmax the
+ * engine tests share. */
 #ifndef DF_TESTS_GOLDEN_H
 #define DF_TESTS_GOLDEN_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "engine/model.h"
 
 typedef struct golden {
   int32_t prompt[256];
@@ -72,6 +75,33 @@ static inline void golden_free(golden *g) {
   free(g->logits);
   free(g->steps);
   g->logits = g->steps = NULL;
+}
+
+/* Logits of every prompt position, fed in chunks of `chunk` tokens per forward through a
+ * fresh KV cache: ids [n] -> malloc'd fp32 [n, vocab] (caller frees); fails the test on a
+ * KV-cache or forward error. Needs "engine/model.h". */
+static inline float *prompt_logits(df_model *m, const int32_t *ids, int64_t n, int64_t chunk) {
+  char err[1024];
+  int64_t V = df_model_cfg(m)->vocab_size;
+  float *out = malloc((size_t)(n * V) * sizeof(float));
+  assert_non_null(out);
+  df_kv_cache *kv = df_model_kv_new(m, 0, err, sizeof err);
+  if (!kv) fail_msg("kv: %s", err);
+  for (int64_t i = 0; i < n; i += chunk) {
+    int64_t c = n - i < chunk ? n - i : chunk;
+    if (df_model_forward(m, kv, ids + i, c, DF_LOGITS_ALL, out + i * V, err, sizeof err) != 0)
+      fail_msg("forward: %s", err);
+  }
+  df_kv_destroy(&kv);
+  return out;
+}
+
+/* Index of the first maximum of x [n] (the greedy token). */
+static inline int32_t argmax(const float *x, int64_t n) {
+  int32_t b = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (x[i] > x[b]) b = (int32_t)i;
+  return b;
 }
 
 #endif

@@ -45,8 +45,6 @@ static df_t_device_kind test_kind(void) {
 static const char *k_fixtures[] = {"tiny-moe-tied", "tiny-moe-sparse", "tiny-dense",
                                    "tiny-moe-sharded"};
 
-
-
 static df_model *load_on(const char *name, const df_model_opts *extra, const char *device) {
   char dir[1024], err[1024];
   snprintf(dir, sizeof dir, "%s/%s", DF_FIXTURES, name);
@@ -57,28 +55,6 @@ static df_model *load_on(const char *name, const df_model_opts *extra, const cha
   df_model *m = NULL;
   if (df_model_load(dir, &o, &m, err, sizeof err) != 0) fail_msg("load %s: %s", dir, err);
   return m;
-}
-
-static float *prompt_logits(df_model *m, const int32_t *ids, int64_t n, int64_t chunk) {
-  char err[1024];
-  int64_t V = df_model_cfg(m)->vocab_size;
-  float *out = malloc((size_t)(n * V) * sizeof(float));
-  df_kv_cache *kv = df_model_kv_new(m, 0, err, sizeof err);
-  if (!kv) fail_msg("kv: %s", err);
-  for (int64_t i = 0; i < n; i += chunk) {
-    int64_t c = n - i < chunk ? n - i : chunk;
-    if (df_model_forward(m, kv, ids + i, c, DF_LOGITS_ALL, out + i * V, err, sizeof err) != 0)
-      fail_msg("forward: %s", err);
-  }
-  df_kv_destroy(&kv);
-  return out;
-}
-
-static int32_t argmax(const float *x, int64_t n) {
-  int32_t b = 0;
-  for (int64_t i = 1; i < n; i++)
-    if (x[i] > x[b]) b = (int32_t)i;
-  return b;
 }
 
 static void greedy(df_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n_new,

@@ -31,8 +31,6 @@
 static const char *k_fixtures[] = {"tiny-moe-tied", "tiny-moe-sparse", "tiny-dense",
                                    "tiny-moe-sharded"};
 
-
-
 static df_model *load_fixture_model(const char *name, int64_t max_rows) {
   char dir[1024], err[1024];
   snprintf(dir, sizeof dir, "%s/%s", DF_FIXTURES, name);
@@ -40,29 +38,6 @@ static df_model *load_fixture_model(const char *name, int64_t max_rows) {
   df_model_opts o = {.max_ctx = 256, .max_rows = max_rows};
   if (df_model_load(dir, &o, &m, err, sizeof err) != 0) fail_msg("load %s: %s", dir, err);
   return m;
-}
-
-/* Logits of every prompt position, fed in chunks of `chunk` tokens per forward. */
-static float *prompt_logits(df_model *m, const int32_t *ids, int64_t n, int64_t chunk) {
-  char err[1024];
-  int64_t V = df_model_cfg(m)->vocab_size;
-  float *out = malloc((size_t)(n * V) * sizeof(float));
-  df_kv_cache *kv = df_model_kv_new(m, 0, err, sizeof err);
-  assert_non_null(kv);
-  for (int64_t i = 0; i < n; i += chunk) {
-    int64_t c = n - i < chunk ? n - i : chunk;
-    if (df_model_forward(m, kv, ids + i, c, DF_LOGITS_ALL, out + i * V, err, sizeof err) != 0)
-      fail_msg("forward: %s", err);
-  }
-  df_kv_destroy(&kv);
-  return out;
-}
-
-static int32_t argmax(const float *x, int64_t n) {
-  int32_t b = 0;
-  for (int64_t i = 1; i < n; i++)
-    if (x[i] > x[b]) b = (int32_t)i;
-  return b;
 }
 
 /* Greedy: prefill, then one token per forward. */
