@@ -46,9 +46,12 @@ fail:
 int df_cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes, char *err,
                      size_t errlen) {
   size_t f = 0, t = 0;
+  if (err && errlen) err[0] = '\0';
   int n = df_cuda_device_count(err, errlen);
   if (device < 0 || device >= n) {
-    if (err && n > 0) snprintf(err, errlen, "CUDA device %d does not exist (%d found)", device, n);
+    /* a failed count has said why; a count of 0 or a bad index has not */
+    if (err && errlen && !err[0])
+      snprintf(err, errlen, "CUDA device %d does not exist (%d found)", device, n);
     return -1;
   }
   CU_CHECK(cudaSetDevice(device));

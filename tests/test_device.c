@@ -167,6 +167,23 @@ static void test_cuda_fallback(void **state) {
     assert_int_equal(df_cuda_mem_info(0, &f, &t, err, sizeof err), -1);
     assert_non_null(strstr(err, "no CUDA runtime in this build"));
     assert_null(df_cuda_uploader_new(0, 0, err, sizeof err));
+  } else {
+    /* a DF_CUDA=ON build on a machine without a usable device (no driver, or no GPU): the
+     * real runtime answers with an error that names the call or the missing device, and
+     * nothing is allocated */
+    uint64_t f = 1, t = 1;
+    char err[256];
+    strcpy(err, "unset");
+    assert_int_equal(df_cuda_device_count(err, sizeof err), 0);
+    strcpy(err, "unset");
+    assert_int_equal(df_cuda_mem_info(0, &f, &t, err, sizeof err), -1);
+    if (!strstr(err, "cudaGetDeviceCount") && !strstr(err, "CUDA device 0 does not exist (0 found)"))
+      fail_msg("df_cuda_mem_info without a device: '%s'", err);
+    assert_int_equal(f, 1);
+    assert_int_equal(t, 1);
+    strcpy(err, "unset");
+    assert_null(df_cuda_uploader_new(0, 0, err, sizeof err));
+    assert_non_null(strstr(err, "cuda"));
   }
 }
 
