@@ -125,6 +125,9 @@ char *df_api_sse_chunk(const df_api_meta *m, const char *role, const char *text,
 char *df_api_sse_usage(const df_api_meta *m, const df_api_usage *u, size_t *len);
 char *df_api_sse_error(const df_api_error *e, size_t *len);
 #define DF_API_SSE_DONE "data: [DONE]\n\n"
+/* The SSE comment a stream sends while it waits for the model (no event; every SSE client
+ * ignores lines that start with ':'), so the connection never falls silent. */
+#define DF_API_SSE_KEEPALIVE ": keep-alive\n\n"
 
 /* A whole non-streaming response (chat.completion / text_completion) with usage. Same
  * ownership and errors as the SSE builders. */

@@ -187,21 +187,37 @@ static bool key_ok(const df_srv *s, const char *hdr) {
   return diff == 0;
 }
 
-/* Wait for news of the job or the client going away. Returns -1 when the client is gone. */
-static int wait_news(conn *c) {
+/* Wait up to timeout_ms for news of the job or the client going away. Returns -1 when the
+ * client is gone. */
+static int wait_news(conn *c, int timeout_ms) {
   struct pollfd p[2] = {{.fd = df_sched_job_fd(c->job), .events = POLLIN},
                         {.fd = c->fd, .events = POLLRDHUP}};
-  int n = poll(p, c->fd >= 0 ? 2 : 1, 1000);
+  int n = poll(p, c->fd >= 0 ? 2 : 1, timeout_ms);
   if (n < 0 && errno != EINTR) return -1;
   if (c->fd >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) return -1;
   return 0;
 }
 
 /* The connection's inactivity timeout: 0 while this thread waits on the scheduler, the idle
- * timeout otherwise (replacing 0 restarts the silence clock). */
+ * timeout otherwise (replacing 0 restarts the silence clock). libmicrohttpd 1.0 ignores this
+ * for thread-per-connection daemons (the timeout stays the daemon's), so a stream waiting for
+ * the model also sends keep-alive comments (stream_keepalive_ms). */
 static void conn_timeout(conn *c, bool generating) {
   MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
                             generating ? 0u : c->srv->o.idle_timeout_s);
+}
+
+/* A stream that has waited this long for the model sends an SSE comment line (ignored by
+ * clients, WHATWG HTML "server-sent events"), so the connection is never silent for
+ * --idle-timeout while the generation is queued or slow: half the idle timeout, in ms. */
+static int stream_keepalive_ms(const conn *c) {
+  return (int)(c->srv->o.idle_timeout_s * 500u);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void client_gone(conn *c) {
@@ -234,6 +250,7 @@ static int next_event(conn *c) {
   free(c->ev);
   c->ev = NULL;
   c->ev_len = c->ev_off = 0;
+  const int64_t keepalive_at = now_ms() + stream_keepalive_ms(c);
   for (;;) {
     switch (c->stage) {
     case 0:
@@ -270,7 +287,13 @@ static int next_event(conn *c) {
       }
       df_sched_job_take(c->job, &c->text, &c->text_len, &c->news);
       if (c->text || c->news.finish != DF_SCHED_RUNNING) continue;
-      if (wait_news(c) != 0) {
+      int64_t left = keepalive_at - now_ms();
+      if (left <= 0) {
+        c->ev = strdup(DF_API_SSE_KEEPALIVE);
+        c->ev_len = strlen(DF_API_SSE_KEEPALIVE);
+        return c->ev ? 1 : -1;
+      }
+      if (wait_news(c, left < 1000 ? (int)left : 1000) != 0) {
         client_gone(c);
         return -1;
       }
@@ -481,7 +504,7 @@ static enum MHD_Result handle_generate(conn *c, struct MHD_Connection *mc) {
       free(t);
     }
     if (c->news.finish != DF_SCHED_RUNNING) break;
-    if (!t && wait_news(c) != 0) {
+    if (!t && wait_news(c, 1000) != 0) {
       client_gone(c);
       return MHD_NO;
     }

@@ -22,7 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_util import (Server, check, finish, metrics, post, request, run_ref, sse_events,  # noqa: E402
+from server_util import (KEEPALIVE, Server, check, finish, metrics, post, request, run_ref, sse_events,  # noqa: E402
                          stream_text)
 
 EXE, MODEL = sys.argv[1:3]
@@ -85,7 +85,8 @@ def valid_utf8(b):
 
 
 def curl_raw(port, path, body):
-    """Headers and the HTTP chunks of a streamed response, from curl --raw."""
+    """Headers and the HTTP chunks of a streamed response, from curl --raw, keep-alive
+    comment chunks left out."""
     r = subprocess.run(["curl", "-sS", "--raw", "-N", "-D", "-", "-H",
                         "Content-Type: application/json", "--data-binary", json.dumps(body),
                         f"http://127.0.0.1:{port}{path}"], capture_output=True, timeout=120)
@@ -97,7 +98,8 @@ def curl_raw(port, path, body):
         n = int(line, 16)
         if n == 0:
             break
-        chunks.append(rest[:n])
+        if rest[:n] != KEEPALIVE:  # sent only while a stream waits for the model
+            chunks.append(rest[:n])
         if rest[n:n + 2] != b"\r\n":
             return head, None
         rest = rest[n + 2:]

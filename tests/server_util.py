@@ -132,12 +132,18 @@ def post(port, path, obj, headers=None):
         return s, h, b
 
 
+KEEPALIVE = b": keep-alive\n\n"  # the comment a stream sends while it waits for the model
+
+
 def sse_events(data):
-    """Split an SSE body into its events' payloads; None if the framing is not exactly
-    `data: X\\n\\n` repeated."""
+    """Split an SSE body into its events' payloads, keep-alive comments left out; None if the
+    framing is not exactly `data: X\\n\\n` (or the keep-alive comment) repeated."""
     out = []
     i = 0
     while i < len(data):
+        if data.startswith(KEEPALIVE, i):
+            i += len(KEEPALIVE)
+            continue
         if not data.startswith(b"data: ", i):
             return None
         j = data.find(b"\n\n", i)
