@@ -63,7 +63,7 @@ in_root "dpkg --configure -a && apt-get install -y -qq --no-install-recommends $
 if [ ! -e "$root/usr/lib/x86_64-linux-gnu/libcudnn.so.9" ]; then
   in_root '
     cd /tmp
-    nm -D --undefined-only /usr/lib/x86_64-linux-gnu/libtorch_cuda*.so |
+    nm -D --undefined-only /usr/lib/x86_64-linux-gnu/libtorch*.so |
       awk "{print \$2}" | grep "@libcudnn" | sed "s/@.*//" | sort -u >cudnn.syms
     { echo "#include <stdlib.h>"; while read -r s; do echo "int $s(void) { abort(); }"; done <cudnn.syms; } >cudnn_stub.c
     printf "libcudnn.so.9 { global: *; };\n" >cudnn.map
@@ -79,8 +79,16 @@ out="$root/out"
 rm -rf "$out" && mkdir -p "$out"
 summary="$out/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
-in_root "cd /src/tools && npm install --no-audit --no-fund --loglevel=error" >"$out/npm.log" 2>&1 ||
-  note "npm install failed (the tokenizer oracle tests will fail): see npm.log"
+# npm packages (tools/package.json): this checkout's, else fetched, trusting the host's CA
+# bundle too (a TLS-inspecting proxy's certificate is often only there)
+if [ -d "$here/tools/node_modules" ]; then
+  cp -a "$here/tools/node_modules" "$root/src/tools/"
+else
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/host-ca.crt" 2>/dev/null || true
+  in_root "cd /src/tools && NODE_EXTRA_CA_CERTS=/etc/ssl/host-ca.crt npm install --no-audit \
+           --no-fund --loglevel=error" >"$out/npm.log" 2>&1 ||
+    note "npm install failed (the tokenizer oracle tests will fail): see npm.log"
+fi
 in_root "g++ --version | head -1; nvcc --version | tail -1; dpkg-query -W libtorch-cuda-dev libcudart12" |
   tee "$out/env.txt"
 
