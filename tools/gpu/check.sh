@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/gpu/check.sh — every check of docs/GPU.md that needs an NVIDIA GPU, in one go, for a
-# session that has one. Run from anywhere; results (JSON + logs, at most 8 files) go to
+# machine that has one. Run from anywhere; results (JSON + logs, at most 8 files) go to
 # $OUT (default build-cuda/out):
 #   env.txt          nvidia-smi, torch / CUDA / compiler versions, how the build was configured
 #   build.log        configure + build of deltafin, df-node and the tests against the CUDA
@@ -14,9 +14,9 @@
 #   bench.json       decode / prefill tok/s cuda vs cpu on the widened demo target
 #   summary.txt      one line per check: ok / fail / pending
 # Usage: tools/gpu/check.sh [STAGE...]  with stages build tests demo cluster bench (default:
-# all, in that order; later stages reuse build-cuda/, so a session whose command limit is
-# short can run `check.sh build tests` and then `check.sh demo cluster bench` on the same
-# warm machine). Needs: nvcc or the wheel's CUDA runtime headers, CMake, a C/C++
+# all, in that order; later stages reuse build-cuda/, so where one command may only run a
+# few minutes, `check.sh build tests` and then `check.sh demo cluster bench` on the same
+# machine do the same). Needs: nvcc or the wheel's CUDA runtime headers, CMake, a C/C++
 # compiler, and Deltafin's Debian dependencies — installed, or unpacked by
 # tools/gpu/make-sysroot.sh into build-gpu-sysroot/ (carried along; used when present).
 set -uo pipefail

@@ -3,7 +3,7 @@
 # runtime packages Deltafin's build needs besides libtorch (tools/install-deps.sh's list) and
 # unpack them into DIR (default build-gpu-sysroot/, git-ignored), without installing
 # anything. A GPU machine that has a compiler, CMake and a CUDA PyTorch but none of these
-# Debian packages and no network (this workplace's device machines) builds against it:
+# Debian packages and no network (a rented or shared GPU box) builds against it:
 # carry DIR along and tools/gpu/check.sh picks it up (PKG_CONFIG_PATH, CMAKE_PREFIX_PATH,
 # LD_LIBRARY_PATH). Nothing is fetched from anywhere but the configured apt sources.
 set -euo pipefail
