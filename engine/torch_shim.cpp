@@ -454,8 +454,8 @@ extern "C" int df_t_device_parse(const char *s, df_t_device *out, char *err, siz
   *out = d;
   return 0;
 bad:
-  snprintf(err, errlen, "device '%s' not understood (expected cpu, cuda, cuda:N, auto or "
-           "torch-cpu)", s);
+  snprintf(err, errlen, "device '%s' not understood (expected cpu, cuda, cuda:N with N from 0 "
+           "to 63, auto or torch-cpu)", s);
   return -1;
 }
 

@@ -83,7 +83,7 @@ def main():
             print(f"{'ok' if ok else 'FAIL'} {name} --device {dev}: {out[:40]}... {lines}")
             failures += not ok
     rc, out, err = run(exe, f"{fx}/tiny-moe-sparse", "gpu0")
-    ok = rc == 2 and "expected cpu, cuda, cuda:N, auto or torch-cpu" in err
+    ok = rc == 2 and "expected cpu, cuda, cuda:N with N from 0 to 63, auto or torch-cpu" in err
     print(f"{'ok' if ok else 'FAIL'} bad --device value: rc {rc}: {err}")
     failures += not ok
     failures += heat(exe, f"{fx}/tiny-moe-sparse")
