@@ -408,7 +408,7 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   mb->reply_id = m->id;
   mb->joined_ms = mb->last_tx_ms = now_ms();
   char dev[64] = "";
-  if (mb->device) snprintf(dev, sizeof dev, " (%.1f MiB on its GPU)", mb->device / 1048576.0);
+  if (mb->device) snprintf(dev, sizeof dev, " (%.1f MiB on its device)", mb->device / 1048576.0);
   cl_log("node %s (%s) joined%s: budget %.1f MiB%s%s", mb->name, fp, known ? " with its stored key" : " with a token",
        mb->budget / 1048576.0, dev, mb->has_model ? ", has the checkpoint" : "");
   replan(c);

@@ -651,9 +651,13 @@ static void device_setup(node *n) {
     return;
   }
   n->dev_budget = budget; /* <= --memory; the coordinator sends it the hottest experts */
-  fprintf(stderr, "df-node: device %s: up to %.1f MiB of experts kept there (%.2f GiB free, "
-          "%.2f GiB reserve), the rest on the CPU\n", nm, budget / 1048576.0,
-          free_b / 1073741824.0, p.reserve / 1073741824.0);
+  if (got.kind == DF_T_DEV_CUDA)
+    fprintf(stderr, "df-node: device %s: up to %.1f MiB of experts kept there (%.2f GiB free, "
+            "%.2f GiB reserve), the rest on the CPU\n", nm, budget / 1048576.0,
+            free_b / 1073741824.0, p.reserve / 1073741824.0);
+  else /* torch-cpu: host memory, no device figures to report */
+    fprintf(stderr, "df-node: device %s (test device): up to %.1f MiB of experts kept there, "
+            "the rest on the CPU\n", nm, budget / 1048576.0);
 }
 
 int df_node_run(const df_node_opts *o, char *err, size_t errlen) {

@@ -349,7 +349,7 @@ def scen_device():
     p, so, se, out = coordinator("two", port, state, 24, 2, bind="0.0.0.0")
     ids, _ = finish(p, so, out)
     check(ids == ids0, "a torch-cpu node and a CPU node: ids identical (%s)" % " ".join(ids or []))
-    check("MiB on its GPU" in read(se), "the coordinator logs the declared device budget")
+    check("MiB on its device" in read(se), "the coordinator logs the declared device budget")
     st = subprocess.run([DELTAFIN, "cluster", "status", "--state-dir", state, "--json"],
                         capture_output=True, text=True)
     js = {n["name"]: n for n in json.loads(st.stdout)["nodes"]}

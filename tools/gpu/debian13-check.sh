@@ -108,7 +108,7 @@ else
 fi
 if [ "$status" -eq 0 ]; then
   if in_root "cd /src/build-cuda && ctest -j$(nproc) --timeout 900" >"$out/ctest.log" 2>&1; then
-    note "ok    $(tail -n 3 "$out/ctest.log" | grep 'tests passed')"
+    note "ok    $(grep 'tests passed' "$out/ctest.log" | tail -n 1)"
   else
     note "FAIL  ctest on the DF_CUDA=ON build: $(grep 'tests passed' "$out/ctest.log")"; status=1
   fi
