@@ -836,9 +836,23 @@ extern "C" int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int
 // ---- routed experts on a device, for df-node ---------------------------------------------
 
 namespace {
-struct tx_expert {
-  at::Tensor gate, up, down; // undefined: does not fit, runs on the host
+// One weight of an expert on the device, as stored: BF16/F16/F32, or F8_E4M3 bytes with
+// their F32 block scales (DeepSeek-V3 / Kimi K2 `weight_scale_inv`).
+struct tx_weight {
+  at::Tensor w, scale; // scale undefined unless FP8
+  int64_t bn = 0, bk = 0;
 };
+
+struct tx_expert {
+  tx_weight gate, up, down; // gate.w undefined: does not fit, runs on the host
+};
+
+// The bytes a weight occupies as stored (FP8: 1 per element plus its F32 scales).
+uint64_t stored_bytes(const df_t_tensor *t) {
+  uint64_t nb = (uint64_t)t->t.numel() * (uint64_t)t->t.element_size();
+  if (t->dt == DF_DT_F8_E4M3 && t->scale) nb += (uint64_t)t->scale->t.numel() * sizeof(float);
+  return nb;
+}
 } // namespace
 
 struct df_tx {
@@ -846,8 +860,32 @@ struct df_tx {
   bool on_cpu = true;
   uint64_t budget = 0, used = 0;
   int64_t held = 0;
+  at::Tensor e4m3; // [256] fp32 on dev: the exact value of each E4M3FN byte
   std::unordered_map<const df_t_tensor *, tx_expert> experts;
 };
+
+namespace {
+tx_weight tx_upload(df_tx *tx, const df_t_tensor *h) {
+  tx_weight r;
+  r.w = tx->on_cpu ? h->t : h->t.to(tx->dev);
+  if (h->dt == DF_DT_F8_E4M3) {
+    r.scale = tx->on_cpu ? h->scale->t : h->scale->t.to(tx->dev);
+    r.bn = h->bn;
+    r.bk = h->bk;
+  }
+  return r;
+}
+
+// The weight in fp32 for one op. FP8: e4m3(w[n, k]) * scale[n / bn, k / bk], the exact
+// product rounded once to fp32 — the value df_k_fp8_weight gives the CPU kernels.
+at::Tensor tx_widen(const df_tx *tx, const tx_weight &t) {
+  if (!t.scale.defined()) return t.w.scalar_type() == at::kFloat ? t.w : t.w.to(at::kFloat);
+  int64_t N = t.w.size(0), K = t.w.size(1);
+  at::Tensor v = tx->e4m3.index_select(0, t.w.reshape({-1}).to(at::kInt)).view({N, K});
+  at::Tensor s = t.scale.repeat_interleave(t.bn, 0).repeat_interleave(t.bk, 1);
+  return v * s.narrow(0, 0, N).narrow(1, 0, K);
+}
+} // namespace
 
 extern "C" df_tx *df_tx_new(const df_t_device *dev, uint64_t budget, char *err, size_t errlen) {
   if (!dev || (dev->kind != DF_T_DEV_CUDA && dev->kind != DF_T_DEV_TORCH_CPU)) {
@@ -859,6 +897,10 @@ extern "C" df_tx *df_tx_new(const df_t_device *dev, uint64_t budget, char *err, 
     tx->dev = at_device(dev);
     tx->on_cpu = dev->kind != DF_T_DEV_CUDA;
     tx->budget = budget;
+    at::Tensor lut = at::empty({256}, at::kFloat);
+    float *lp = lut.data_ptr<float>();
+    for (int b = 0; b < 256; b++) lp[b] = df_k_fp8_e4m3_to_f32((uint8_t)b);
+    tx->e4m3 = tx->on_cpu ? lut : lut.to(tx->dev);
     if (!tx->on_cpu) at::globalContext().setAllowTF32CuBLAS(false);
     return tx;
   } catch (const std::exception &e) {
@@ -894,26 +936,27 @@ extern "C" int df_tx_swiglu_ffn(df_tx *tx, const df_t_tensor *x, int64_t row0, i
       uint64_t nb = 0;
       bool ok = true;
       for (const df_t_tensor *t : w) {
-        ok = ok && stored_ok(t);
-        nb += (uint64_t)t->t.numel() * (uint64_t)t->t.element_size();
+        ok = ok && (stored_ok(t) || (t->dt == DF_DT_F8_E4M3 && t->scale && t->t.dim() == 2));
+        nb += stored_bytes(t);
       }
       if (ok && tx->used + nb <= tx->budget) {
-        e.gate = tx->on_cpu ? gate_w->t : gate_w->t.to(tx->dev);
-        e.up = tx->on_cpu ? up_w->t : up_w->t.to(tx->dev);
-        e.down = tx->on_cpu ? down_w->t : down_w->t.to(tx->dev);
+        e.gate = tx_upload(tx, gate_w);
+        e.up = tx_upload(tx, up_w);
+        e.down = tx_upload(tx, down_w);
         tx->used += nb;
         tx->held++;
       }
       it = tx->experts.emplace(gate_w, e).first;
     }
     const tx_expert &e = it->second;
-    if (!e.gate.defined()) {
+    if (!e.gate.w.defined()) {
       df_t_swiglu_ffn(x, row0, rows, gate_w, up_w, down_w, g, u, y);
       return 0;
     }
     int64_t H = row_elems(x);
     at::Tensor xr = x->t.view({-1, H}).narrow(0, row0, rows).to(tx->dev);
-    at::Tensor yr = swiglu(xr, e.gate, e.up, e.down).to(at::kCPU);
+    at::Tensor yr = swiglu(xr, tx_widen(tx, e.gate), tx_widen(tx, e.up), tx_widen(tx, e.down))
+                        .to(at::kCPU);
     y->t.view({-1, H}).narrow(0, row0, rows).copy_(yr);
     return 1;
   } catch (const std::exception &ex) {

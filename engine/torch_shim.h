@@ -282,9 +282,11 @@ int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int64_t *pos,
 /* ---- routed experts on a device, for df-node ----------------------------------------
  * A df-node started with --device keeps the experts it serves on the device, uploaded on
  * first use (the coordinator routes the hottest experts most often, so they arrive first)
- * while the admitted byte budget lasts; experts past the budget, and FP8 experts (not on the
- * torch path yet), run on the host exactly as before (df_t_swiglu_ffn). Same numerics as the
- * torch compute path: weights as stored, widened to fp32 per op, fp32 activations. */
+ * while the admitted byte budget lasts; experts past the budget run on the host exactly as
+ * before (df_t_swiglu_ffn). Same numerics as the torch compute path: weights as stored
+ * (BF16/F16/F32, or F8_E4M3 bytes + F32 block scales, charged at 1 byte per weight plus the
+ * scales), widened to fp32 per op (FP8: e4m3 * block scale rounded once, the CPU kernels'
+ * value, kernels.h df_k_fp8_weight), fp32 activations. */
 typedef struct df_tx df_tx;
 
 /* dev: CUDA or TORCH_CPU (a host "device" for tests); budget: bytes of expert weights that

@@ -90,6 +90,7 @@ typedef struct node {
   df_t_tensor *x, *y, *g, *u;
   df_tx *tx;           /* experts kept on the device (--device), or NULL */
   uint64_t dev_budget; /* bytes of experts tx may keep (declared in JOIN `device`); 0 = CPU */
+  bool dev_said;       /* the "experts on the device" line of this assignment was logged */
   int64_t cap_rows;    /* rows of x and y */
   /* stats */
   uint64_t served, rows_done, busy_us;
@@ -124,6 +125,7 @@ static void drop_assignment(node *n) {
   for (int64_t i = 0; i < n->n_pw; i++)
     for (int k = 0; k < 3; k++) df_t_destroy(&n->pw[i].w[k]), df_t_destroy(&n->pw[i].s[k]);
   if (n->tx) df_tx_clear(n->tx); /* its keys are the handles freed above */
+  n->dev_said = false;
   free(n->pw);
   n->pw = NULL;
   n->n_pw = 0;
@@ -463,13 +465,22 @@ static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
   size_t bytes = zmq_msg_size(&f->payload);
   memcpy(df_t_f32(n->x), zmq_msg_data(&f->payload), bytes);
   int64_t r0 = 0;
+  bool host_ran = false; /* an expert ran on the host: the device budget is spent */
   for (int g = 0; g < m->n_groups; g++) {
-    if (!n->tx || df_tx_swiglu_ffn(n->tx, n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1],
-                                   ws[g]->w[2], n->g, n->u, n->y, err, sizeof err) < 0)
+    int on = n->tx ? df_tx_swiglu_ffn(n->tx, n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1],
+                                      ws[g]->w[2], n->g, n->u, n->y, err, sizeof err) : 0;
+    if (on <= 0)
       df_t_swiglu_ffn(n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1], ws[g]->w[2], n->g, n->u, n->y);
+    host_ran |= n->tx && on == 0;
     r0 += m->rows[g];
   }
   free(ws);
+  if (n->tx && !n->dev_said && (host_ran || df_tx_experts(n->tx) == n->n_pw)) {
+    n->dev_said = true; /* once per assignment: every expert is there, or the budget is full */
+    LOG(n, "device: %lld of %lld experts kept there (%.1f MiB)%s",
+        (long long)df_tx_experts(n->tx), (long long)n->n_pw, df_tx_bytes(n->tx) / 1048576.0,
+        host_ran ? ", the budget is full: the others run on the CPU" : "");
+  }
   df_proto_msg r = {.op = DF_PROTO_RESULT, .id = m->id, .total_rows = m->total_rows, .cols = m->cols};
   send_msg(n, &r, df_t_f32(n->y), bytes);
   n->served++;

@@ -366,6 +366,38 @@ def scen_device():
     check(sum(after) > sum(heat), "the cluster run added its routing counts to the heat file")
 
 
+def scen_ds_fp8_device():
+    """FP8 experts on a device node: a --device torch-cpu node without the checkpoint fetches
+    the F8_E4M3 weights and F32 block scales over the wire and keeps every pair it serves on
+    its device as stored (one byte per weight plus the scales); a CPU node holds the rest.
+    Ids equal the local run's (prompt logits agree to fp32 rounding: the device path sums in
+    another order)."""
+    global MODEL
+    MODEL = os.path.join(FIX, "tiny-ds-fp8")
+    pair_bytes, _, n_pairs = expert_pair_bytes(MODEL)
+    ids0, lg0 = run_local(24, "local")
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state, "--reusable")
+    spawn([DFNODE, "join", "127.0.0.1:%d" % port, "--state-dir", os.path.join(WORK, "n-gpu"),
+           "--memory", str(n_pairs // 2 * pair_bytes), "--name", "gpu", "--threads", "1",
+           "--token", tok, "--device", "torch-cpu"], os.path.join(WORK, "n-gpu.log"))
+    node("cpu", port, os.path.join(WORK, "n-cpu"), os.path.join(WORK, "n-cpu.log"),
+         n_pairs * pair_bytes, tok, host="127.0.0.2")
+    p, so, se, out = coordinator("two", port, state, 24, 2, bind="0.0.0.0")
+    ids, lg = finish(p, so, out)
+    check(ids == ids0, "FP8 experts on a torch-cpu node + a CPU node: ids identical (%s)"
+          % " ".join(ids or []))
+    import array
+    a, b = array.array("f", lg or b""), array.array("f", lg0)
+    d = max((abs(x - y) for x, y in zip(a, b)), default=None)
+    check(d is not None and len(a) == len(b) and d < 1e-4,
+          "prompt logits within 1e-4 of the local run's (max |d| %s)" % d)
+    log = read(os.path.join(WORK, "n-gpu.log"))
+    want = "device: %d of %d experts kept there" % (n_pairs // 2, n_pairs // 2)
+    check(want in log, "the device node kept its FP8 pairs on the device ('%s')" % want)
+    check(" 0 local," in read(se), "no group ran on the coordinator")
+
+
 def scen_security():
     ids0, lg0 = run_local(24, "local")
     port, state = free_port(), os.path.join(WORK, "coord")
@@ -679,7 +711,7 @@ def main():
     try:
         {"exact": scen_exact, "stream": scen_stream, "kill": scen_kill,
          "security": scen_security, "device": scen_device, "idle": scen_idle, "wrongkey": scen_wrongkey,
-         "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"),
+         "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"), "ds_fp8_device": scen_ds_fp8_device,
          "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16"), "shutdown": scen_shutdown}[SCEN]()
     finally:
         for q in procs:

@@ -9,6 +9,7 @@
  * DF_TEST_DEVICE=cuda[:N] runs the same checks on a GPU (tools/gpu/check.sh does); the
  * default is torch-cpu.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -356,11 +357,73 @@ static void test_node_experts(void **state) {
   df_model_destroy(&m);
 }
 
+/* FP8 experts (tiny-ds-fp8: E4M3 bytes with 32x32 block scales, moe_intermediate 40, so the
+ * last block row and column are partial) are kept on the device as stored, charged at one
+ * byte per weight plus their scales, and give the CPU kernel's result within fp32 rounding
+ * (both use e4m3 * scale rounded once as the weight; only the summation order differs). */
+static void test_node_experts_fp8(void **state) {
+  (void)state;
+  df_model *m = load_on("tiny-ds-fp8", NULL, "cpu");
+  const df_model_config *c = df_model_cfg(m);
+  int64_t H = c->hidden_size, I = c->moe_intermediate_size, R = 4, l = 0;
+  while (!c->is_moe_layer[l]) l++;
+  char err[256];
+  df_t_device dev;
+  assert_int_equal(df_t_device_parse(test_device(), &dev, err, sizeof err), 0);
+  int64_t sx[2] = {R, H}, si[2] = {R, I};
+  df_t_tensor *x = df_t_new_f32(2, sx, err, sizeof err), *y = df_t_new_f32(2, sx, err, sizeof err),
+              *ref = df_t_new_f32(2, sx, err, sizeof err), *gs = df_t_new_f32(2, si, err, sizeof err),
+              *us = df_t_new_f32(2, si, err, sizeof err);
+  float *xp = df_t_f32(x);
+  for (int64_t i = 0; i < R * H; i++) xp[i] = (float)((i * 29) % 97 - 48) / 24.0f;
+  uint64_t all = 0;
+  for (int e = 0; e < c->num_experts; e++) {
+    const df_t_tensor *g, *u, *d;
+    assert_int_equal(df_model_expert_weights(m, (int)l, e, &g, &u, &d), 0);
+    assert_int_equal(df_t_dtype(g), DF_DT_F8_E4M3);
+    int64_t bn, bk;
+    const df_t_tensor *ws[3] = {g, u, d};
+    for (int w = 0; w < 3; w++) {
+      const df_t_tensor *sc = df_t_block_scale(ws[w], &bn, &bk);
+      assert_non_null(sc);
+      all += (uint64_t)df_t_numel(ws[w]) + (uint64_t)df_t_numel(sc) * sizeof(float);
+    }
+  }
+  df_tx *tx = df_tx_new(&dev, all, err, sizeof err); /* room for exactly every expert */
+  assert_non_null(tx);
+  float worst = 0, scale = 0;
+  for (int e = 0; e < c->num_experts; e++) {
+    const df_t_tensor *g, *u, *d;
+    assert_int_equal(df_model_expert_weights(m, (int)l, e, &g, &u, &d), 0);
+    if (df_tx_swiglu_ffn(tx, x, 0, R, g, u, d, gs, us, y, err, sizeof err) != 1)
+      fail_msg("FP8 expert %d not run on %s: %s", e, test_device(), err);
+    df_t_swiglu_ffn(x, 0, R, g, u, d, gs, us, ref);
+    float dd = max_abs_diff(df_t_f32(y), df_t_f32(ref), R * H);
+    if (dd > worst) worst = dd;
+    for (int64_t i = 0; i < R * H; i++)
+      if (fabsf(df_t_f32(ref)[i]) > scale) scale = fabsf(df_t_f32(ref)[i]);
+  }
+  printf("# FP8 experts on %s: max |y - CPU kernel| = %.3g (max |y| %.3g)\n", test_device(),
+         worst, scale);
+  assert_true(scale > 0.01f);
+  assert_true(worst <= 1e-5f * scale);
+  assert_int_equal(df_tx_experts(tx), c->num_experts);
+  assert_int_equal(df_tx_bytes(tx), all);
+  df_tx_destroy(&tx);
+  df_t_destroy(&x);
+  df_t_destroy(&y);
+  df_t_destroy(&ref);
+  df_t_destroy(&gs);
+  df_t_destroy(&us);
+  df_model_destroy(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_parse),     cmocka_unit_test(test_cuda_fallback),
       cmocka_unit_test(test_golden_torch_cpu), cmocka_unit_test(test_mixed_placement),
       cmocka_unit_test(test_batch_and_rollback), cmocka_unit_test(test_node_experts),
+      cmocka_unit_test(test_node_experts_fp8),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
