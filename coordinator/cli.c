@@ -37,6 +37,14 @@ int df_cli_double(const char *name, const char *v, double lo, double hi, double 
   return 0;
 }
 
+int df_cli_dir(const char *name, const char *v) {
+  if (v && !v[0]) {
+    fprintf(stderr, "deltafin: --%s: expected a folder path, got ''\n", name);
+    return -1;
+  }
+  return 0;
+}
+
 int64_t df_cli_ids(const char *name, const char *v, int32_t **out) {
   *out = NULL;
   if (!v || !*v) {

@@ -18,6 +18,11 @@ int df_cmd_inspect(int argc, char **argv);
 int df_cli_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out);
 /* Parse a finite float option value in [lo, hi]; same error shape. */
 int df_cli_double(const char *name, const char *v, double lo, double hi, double *out);
+/* Check a folder option value (--state-dir): "" is refused, since a file path built on it
+ * would land at the filesystem root ("/heat/...", "/coordinator.key"); prints "deltafin:
+ * --NAME: expected a folder path, got ''" and returns -1 (usage error, exit 2); 0 for any
+ * other value (NULL included: option absent). Allocates nothing. */
+int df_cli_dir(const char *name, const char *v);
 /* Parse "1,2,3" into a malloc'd int32 array (caller frees); ids must be >= 0.
  * Returns count, or -1 with a message naming the bad element. */
 int64_t df_cli_ids(const char *name, const char *v, int32_t **out);

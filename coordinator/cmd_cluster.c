@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "coordinator/cli.h"
 #include "coordinator/cluster.h"
 #include "transport/keys.h"
 
@@ -138,7 +139,10 @@ int df_cmd_cluster(int argc, char **argv) {
   opterr = 0;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
-    case 's': state_arg = optarg; break;
+    case 's':
+      if (df_cli_dir("state-dir", optarg)) return 2;
+      state_arg = optarg;
+      break;
     case 't':
       if ((ttl = parse_ttl(optarg)) < 0) {
         fprintf(stderr, "deltafin: --ttl: expected seconds or 30s/15m/1h/7d, got '%s'\n", optarg);

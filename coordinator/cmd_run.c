@@ -54,7 +54,8 @@ static void run_usage(FILE *f) {
           "  --cluster-wait S     seconds to wait for nodes before generating (default 10)\n"
           "  --cluster-nodes N    stop waiting once N nodes are ready (default 1)\n"
           "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
-          "  --state-dir DIR      cluster keys, tokens and nodes (default ~/.local/state/deltafin)\n"
+          "  --state-dir DIR      cluster keys, tokens, nodes and expert heat\n"
+          "                       (default ~/.local/state/deltafin)\n"
           "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
           "                       falls back to the CPU with one line (docs/GPU.md)\n");
 }
@@ -124,7 +125,7 @@ int df_cmd_run(int argc, char **argv) {
     case O_CWAIT: if (df_cli_double("cluster-wait", optarg, 0, 86400, &copts.wait_s)) return 2; break;
     case O_CNODES: if (df_cli_int("cluster-nodes", optarg, 1, 256, &cnodes)) return 2; copts.min_nodes = (int)cnodes; break;
     case O_CTIMEOUT: if (df_cli_double("cluster-timeout", optarg, 0.01, 86400, &copts.timeout_s)) return 2; break;
-    case O_STATE: copts.state_dir = optarg; break;
+    case O_STATE: if (df_cli_dir("state-dir", optarg)) return 2; copts.state_dir = optarg; break;
     case O_DEVICE: device = optarg; break;
     case O_HELP: run_usage(stdout); return 0;
     default:
@@ -210,6 +211,7 @@ int df_cmd_run(int argc, char **argv) {
   df_model *m = NULL, *dm = NULL;
   df_spec *gen = NULL;
   uint64_t *heat = NULL;
+  char heat_note[DF_HEAT_NOTE_MAX] = ""; /* what df_heat_load said about the heat file */
   float *logits = NULL;
   double t0 = df_cli_now();
   df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk, .threads = (int)threads};
@@ -218,7 +220,8 @@ int df_cmd_run(int argc, char **argv) {
     goto done;
   }
   if (mo.device.kind != DF_T_DEV_CPU || cluster) { /* earlier runs' routing: hottest first */
-    heat = df_heat_load(copts.state_dir, model_dir, &copts.heat_n);
+    heat = df_heat_load(copts.state_dir, model_dir, &copts.heat_n, heat_note, sizeof heat_note);
+    if (heat_note[0]) fprintf(stderr, "deltafin: %s\n", heat_note);
     copts.heat = heat; /* cluster placement: the hottest pairs to nodes with a GPU budget */
     if (mo.device.kind != DF_T_DEV_CPU) mo.expert_heat = heat, mo.expert_heat_n = copts.heat_n;
   }
@@ -355,9 +358,12 @@ int df_cmd_run(int argc, char **argv) {
       fprintf(stderr, "%s\n", st.n_k_trace == DF_SPEC_K_TRACE ? " ..." : "");
     }
   }
-  if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m) &&
-      df_heat_save(copts.state_dir, model_dir, m, err, sizeof err) != 0)
-    fprintf(stderr, "deltafin: expert heat not saved: %s\n", err);
+  if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m)) {
+    if (df_heat_save(copts.state_dir, model_dir, m, heat_note, sizeof heat_note, err,
+                     sizeof err) < 0)
+      fprintf(stderr, "deltafin: expert heat not saved: %s\n", err);
+    if (heat_note[0]) fprintf(stderr, "deltafin: %s\n", heat_note); /* found at the save */
+  }
   rc = 0;
 done:
   free(heat);

@@ -59,7 +59,8 @@ static void serve_usage(FILE *f) {
           "  --cluster-wait S     seconds to wait for nodes before serving (default 10)\n"
           "  --cluster-nodes N    stop waiting once N nodes are ready (default 1)\n"
           "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
-          "  --state-dir DIR      cluster keys, tokens and nodes (default ~/.local/state/deltafin)\n"
+          "  --state-dir DIR      cluster keys, tokens, nodes and expert heat\n"
+          "                       (default ~/.local/state/deltafin)\n"
           "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
           "                       falls back to the CPU with one line (docs/GPU.md)\n"
           "  --quiet              log only errors\n",
@@ -132,7 +133,7 @@ int df_cmd_serve(int argc, char **argv) {
     case O_CWAIT: if (df_cli_double("cluster-wait", optarg, 0, 86400, &copts.wait_s)) return 2; break;
     case O_CNODES: if (df_cli_int("cluster-nodes", optarg, 1, 256, &cnodes)) return 2; copts.min_nodes = (int)cnodes; break;
     case O_CTIMEOUT: if (df_cli_double("cluster-timeout", optarg, 0.01, 86400, &copts.timeout_s)) return 2; break;
-    case O_STATE: copts.state_dir = optarg; break;
+    case O_STATE: if (df_cli_dir("state-dir", optarg)) return 2; copts.state_dir = optarg; break;
     case O_MAXCONN:
       if (df_cli_int("max-connections", optarg, 1, DF_SRV_MAX_CONNS, &max_conns)) return 2;
       break;
@@ -180,6 +181,7 @@ int df_cmd_serve(int argc, char **argv) {
   char err[1024];
   df_model *m = NULL, *dm = NULL;
   uint64_t *heat = NULL;
+  char heat_note[DF_HEAT_NOTE_MAX] = ""; /* what df_heat_load said about the heat file */
   df_tok *tok = NULL;
   df_chat_template *tmpl = NULL;
   df_sched *sched = NULL;
@@ -198,7 +200,8 @@ int df_cmd_serve(int argc, char **argv) {
     goto done;
   }
   if (mo.device.kind != DF_T_DEV_CPU || cluster) { /* earlier runs' routing: hottest first */
-    heat = df_heat_load(copts.state_dir, model_dir, &copts.heat_n);
+    heat = df_heat_load(copts.state_dir, model_dir, &copts.heat_n, heat_note, sizeof heat_note);
+    if (heat_note[0]) fprintf(stderr, "deltafin serve: %s\n", heat_note);
     copts.heat = heat; /* cluster placement: the hottest pairs to nodes with a GPU budget */
     if (mo.device.kind != DF_T_DEV_CPU) mo.expert_heat = heat, mo.expert_heat_n = copts.heat_n;
   }
@@ -248,9 +251,12 @@ int df_cmd_serve(int argc, char **argv) {
   sigwait(&sigs, &sig);
   if (!quiet) fprintf(stderr, "deltafin serve: %s: shutting down\n", strsignal(sig));
   if (sched) df_sched_shutdown(sched);
-  if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m) &&
-      df_heat_save(copts.state_dir, model_dir, m, err, sizeof err) != 0)
-    fprintf(stderr, "deltafin serve: expert heat not saved: %s\n", err);
+  if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m)) {
+    if (df_heat_save(copts.state_dir, model_dir, m, heat_note, sizeof heat_note, err,
+                     sizeof err) < 0)
+      fprintf(stderr, "deltafin serve: expert heat not saved: %s\n", err);
+    if (heat_note[0]) fprintf(stderr, "deltafin serve: %s\n", heat_note); /* found at the save */
+  }
   rc = 0;
 done:
   free(heat);

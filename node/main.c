@@ -136,7 +136,13 @@ int main(int argc, char **argv) {
       }
       break;
     case 'd': o.model_dir = optarg; break;
-    case 's': state_arg = optarg; break;
+    case 's':
+      if (!optarg[0]) { /* a path built on "" lands at the filesystem root */
+        fprintf(stderr, "df-node: --state-dir: expected a folder path, got ''\n");
+        return 2;
+      }
+      state_arg = optarg;
+      break;
     case 'n': o.name = optarg; break;
     case 'j': o.threads = atoi(optarg); break;
     case 'q': o.quiet = true; break;

@@ -24,8 +24,8 @@ def run(exe, model, device, ids="1,2,3,4,5,6,7", n=16, extra=()):
 
 
 def read_heat(state):
-    d = os.path.join(state, "heat")
-    files = os.listdir(d) if os.path.isdir(d) else []
+    d = os.path.join(state, "heat")  # KEY.u64 beside the .lock of the heat file's updates
+    files = [f for f in os.listdir(d) if f.endswith(".u64")] if os.path.isdir(d) else []
     if len(files) != 1:
         return None
     b = open(os.path.join(d, files[0]), "rb").read()
