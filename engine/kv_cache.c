@@ -55,6 +55,11 @@ oom:
 
 df_kv_cache *df_kv_new_mla(int64_t n_layers, int64_t kv_lora_rank, int64_t rope_dim, int64_t ctx,
                            char *err, size_t errlen) {
+  return df_kv_new_mla_on(NULL, n_layers, kv_lora_rank, rope_dim, ctx, err, errlen);
+}
+
+df_kv_cache *df_kv_new_mla_on(const df_t_device *dev, int64_t n_layers, int64_t kv_lora_rank,
+                              int64_t rope_dim, int64_t ctx, char *err, size_t errlen) {
   if (n_layers <= 0 || kv_lora_rank <= 0 || rope_dim <= 0 || ctx <= 0) {
     snprintf(err, errlen, "KV cache: sizes must be positive (layers %lld, kv_lora_rank %lld, "
              "rope_dim %lld, ctx %lld)", (long long)n_layers, (long long)kv_lora_rank,
@@ -76,8 +81,8 @@ df_kv_cache *df_kv_new_mla(int64_t n_layers, int64_t kv_lora_rank, int64_t rope_
   if (!kv->k || !kv->v) goto oom;
   int64_t sc[2] = {ctx, kv_lora_rank}, sr[2] = {ctx, rope_dim};
   for (int64_t l = 0; l < n_layers; l++) {
-    kv->k[l] = df_t_new_f32(2, sc, err, errlen);
-    kv->v[l] = kv->k[l] ? df_t_new_f32(2, sr, err, errlen) : NULL;
+    kv->k[l] = df_t_new_f32_on(dev, 2, sc, err, errlen);
+    kv->v[l] = kv->k[l] ? df_t_new_f32_on(dev, 2, sr, err, errlen) : NULL;
     if (!kv->v[l]) {
       char inner[256];
       snprintf(inner, sizeof inner, "%s", err);

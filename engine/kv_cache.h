@@ -46,6 +46,11 @@ df_kv_cache *df_kv_new_on(const df_t_device *dev, int64_t n_layers, int64_t n_kv
 df_kv_cache *df_kv_new_mla(int64_t n_layers, int64_t kv_lora_rank, int64_t rope_dim, int64_t ctx,
                            char *err, size_t errlen);
 
+/* df_kv_new_mla with the tensors on device `dev` (NULL or a host kind: as df_kv_new_mla),
+ * for the torch compute path (torch_shim.h df_tm_forward, desc.mla). */
+df_kv_cache *df_kv_new_mla_on(const df_t_device *dev, int64_t n_layers, int64_t kv_lora_rank,
+                              int64_t rope_dim, int64_t ctx, char *err, size_t errlen);
+
 /* Free; NULLs *kv; NULL-safe. */
 void df_kv_destroy(df_kv_cache **kv);
 

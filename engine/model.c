@@ -342,8 +342,12 @@ static int plan_buffers(df_model *m, char *err, size_t errlen) {
 
 /* ---- device placement (docs/GPU.md) ----------------------------------------------------- */
 
+/* Bytes of a weight as stored, FP8 block scales included. */
 static uint64_t tensor_bytes(const df_t_tensor *t) {
-  return t ? (uint64_t)df_t_numel(t) * df_dtype_size(df_t_dtype(t)) : 0;
+  if (!t) return 0;
+  const df_t_tensor *sc = df_t_block_scale(t, NULL, NULL);
+  return (uint64_t)df_t_numel(t) * df_dtype_size(df_t_dtype(t)) +
+         (sc ? (uint64_t)df_t_numel(sc) * sizeof(float) : 0);
 }
 
 /* Resolve opts->device, admit memory and upload for the torch compute path. Any failure
@@ -361,12 +365,6 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
   if (got.kind == DF_T_DEV_CPU) {
     snprintf(m->device_note, sizeof m->device_note, "%s",
              note[0] ? note : "--device auto: no usable CUDA device; running on the CPU");
-    return 0;
-  }
-  if (c->arch == DF_ARCH_DEEPSEEK_V3) {
-    snprintf(m->device_note, sizeof m->device_note, "--device %s: %s runs on the CPU path only "
-             "(the torch compute path covers qwen3 and qwen3_moe); running on the CPU", nm,
-             c->model_type);
     return 0;
   }
   /* memory figures: the device's, or the caller's (tests), or unlimited (torch-cpu) */
@@ -399,7 +397,10 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
     *t = (df_tm_layer){.in_norm = w->in_norm, .post_norm = w->post_norm, .q = w->q, .k = w->k,
                        .v = w->v, .o = w->o, .qb = w->qb, .kb = w->kb, .vb = w->vb,
                        .ob = w->ob, .q_norm = w->q_norm, .k_norm = w->k_norm,
-                       .mlp_gate = w->mlp_gate, .mlp_up = w->mlp_up, .mlp_down = w->mlp_down};
+                       .mlp_gate = w->mlp_gate, .mlp_up = w->mlp_up, .mlp_down = w->mlp_down,
+                       .q_a = w->q_a, .q_a_norm = w->q_a_norm, .q_b = w->q_b, .kv_a = w->kv_a,
+                       .kv_a_norm = w->kv_a_norm, .kv_b = w->kv_b, .router_bias = w->router_bias,
+                       .sh_gate = w->sh_gate, .sh_up = w->sh_up, .sh_down = w->sh_down};
     if (!w->moe) continue;
     t->router = w->router;
     t->ex_gate = w->ex_gate;
@@ -431,7 +432,12 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
                   .norm_topk = c->norm_topk_prob, .eps = (float)c->rms_norm_eps,
                   .embed = m->embed, .final_norm = m->final_norm, .lm_head = m->lm_head,
                   .rope_cos = m->rope_cos, .rope_sin = m->rope_sin, .layers = tl,
-                  .expert_on_device = on};
+                  .expert_on_device = on, .mla = c->arch == DF_ARCH_DEEPSEEK_V3,
+                  .q_lora_rank = c->q_lora_rank, .kv_lora_rank = c->kv_lora_rank,
+                  .dn = c->qk_nope_head_dim, .dr = c->qk_rope_head_dim, .dv = c->v_head_dim,
+                  .rope_interleave = c->rope_interleave, .mla_scale = m->mla_scale,
+                  .n_group = c->n_group, .topk_group = c->topk_group,
+                  .routed_scaling = (float)c->routed_scaling_factor};
   m->tm = df_tm_new(&d, &got, note, sizeof note);
   if (!m->tm) {
     snprintf(m->device_note, sizeof m->device_note, "%s; running on the CPU", note);
@@ -594,8 +600,8 @@ df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t e
     return NULL;
   }
   if (m->cfg.arch == DF_ARCH_DEEPSEEK_V3)
-    return df_kv_new_mla(m->cfg.num_hidden_layers, m->cfg.kv_lora_rank, m->cfg.qk_rope_head_dim,
-                         ctx, err, errlen);
+    return df_kv_new_mla_on(m->tm ? &m->device : NULL, m->cfg.num_hidden_layers,
+                            m->cfg.kv_lora_rank, m->cfg.qk_rope_head_dim, ctx, err, errlen);
   return df_kv_new_on(m->tm ? &m->device : NULL, m->cfg.num_hidden_layers,
                       m->cfg.num_key_value_heads, m->cfg.head_dim, ctx, err, errlen);
 }

@@ -2,7 +2,8 @@
 //
 // Owns: the df_t_tensor handle (an at::Tensor plus its dtype and, for FP8 weights, its
 // block scales), op dispatch to the CPU kernels, device selection, the torch compute path
-// (df_tm_*: the qwen3 / qwen3_moe forward in at:: operators on a CUDA or CPU at::Device)
+// (df_tm_*: the qwen3 / qwen3_moe and deepseek_v3 / kimi_k2 forward in at:: operators on a
+// CUDA or CPU at::Device)
 // and the float64 libtorch oracles used by tests. Does not own: the mmap (the safetensors
 // loader does), buffer planning and admission (engine/model.c, engine/admission.c), direct
 // CUDA runtime calls (engine/cuda_rt.c).
@@ -36,6 +37,7 @@ extern "C" {
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -542,17 +544,55 @@ extern "C" df_t_tensor *df_t_new_f32_on(const df_t_device *dev, int ndim, const 
 
 namespace {
 
-struct tm_layer {
-  at::Tensor in_norm, post_norm, q, k, v, o, qb, kb, vb, ob, q_norm, k_norm;
-  at::Tensor router, mlp_gate, mlp_up, mlp_down;
-  std::vector<at::Tensor> gate, up, down; // [E]; undefined = served from host memory
+// A weight on the device as stored: BF16/F16/F32, or F8_E4M3 bytes with their F32 block
+// scales (DeepSeek-V3 / Kimi K2 `weight_scale_inv`).
+struct dw {
+  at::Tensor w, scale; // scale undefined unless FP8
+  int64_t bn = 0, bk = 0;
+  bool defined() const { return w.defined(); }
 };
+
+struct tm_layer {
+  at::Tensor in_norm, post_norm, qb, kb, vb, ob, q_norm, k_norm, q_a_norm, kv_a_norm,
+      router_bias;
+  dw q, k, v, o, router, mlp_gate, mlp_up, mlp_down, q_a, q_b, kv_a, kv_b, sh_gate, sh_up,
+      sh_down;
+  std::vector<dw> gate, up, down; // [E]; undefined = served from host memory
+};
+
+// [256] fp32 on `dev`: the exact value of each E4M3FN byte (kernels.h df_k_fp8_e4m3_to_f32).
+at::Tensor e4m3_table(const at::Device &dev) {
+  static std::mutex mu;
+  static std::vector<std::pair<at::Device, at::Tensor>> tables;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto &t : tables)
+    if (t.first == dev) return t.second;
+  at::Tensor lut = at::empty({256}, at::kFloat);
+  float *lp = lut.data_ptr<float>();
+  for (int b = 0; b < 256; b++) lp[b] = df_k_fp8_e4m3_to_f32((uint8_t)b);
+  tables.emplace_back(dev, lut.to(dev));
+  return tables.back().second;
+}
+
+// The weight in fp32 for one op. FP8: e4m3(w[n, k]) * scale[n / bn, k / bk], the exact
+// product rounded once to fp32 — the value df_k_fp8_weight gives the CPU kernels.
+at::Tensor widen(const dw &t) {
+  if (!t.scale.defined()) return t.w.scalar_type() == at::kFloat ? t.w : t.w.to(at::kFloat);
+  int64_t N = t.w.size(0), K = t.w.size(1);
+  at::Tensor v =
+      e4m3_table(t.w.device()).index_select(0, t.w.reshape({-1}).to(at::kInt)).view({N, K});
+  at::Tensor s = t.scale.repeat_interleave(t.bn, 0).repeat_interleave(t.bk, 1);
+  return v * s.narrow(0, 0, N).narrow(1, 0, K);
+}
 
 // y = x @ w^T (+ b), w widened to fp32 for this op (weights stay stored-dtype on the device).
 at::Tensor lin(const at::Tensor &x, const at::Tensor &w, const at::Tensor &b = at::Tensor()) {
   at::Tensor wf = w.scalar_type() == at::kFloat ? w : w.to(at::kFloat);
   if (b.defined()) return at::linear(x, wf, b.to(at::kFloat));
   return at::linear(x, wf);
+}
+at::Tensor lin(const at::Tensor &x, const dw &w, const at::Tensor &b = at::Tensor()) {
+  return lin(x, widen(w), b);
 }
 
 // Qwen3RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * w (fp32 throughout).
@@ -568,9 +608,8 @@ at::Tensor rope(const at::Tensor &x, const at::Tensor &c, const at::Tensor &s) {
   return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 2);
 }
 
-// Qwen3MoeMLP: down(silu(gate(x)) * up(x)).
-at::Tensor swiglu(const at::Tensor &x, const at::Tensor &g, const at::Tensor &u,
-                  const at::Tensor &d) {
+// Qwen3MoeMLP / DeepseekV3MLP: down(silu(gate(x)) * up(x)).
+at::Tensor swiglu(const at::Tensor &x, const dw &g, const dw &u, const dw &d) {
   return lin(at::silu(lin(x, g)) * lin(x, u), d);
 }
 
@@ -592,10 +631,9 @@ struct df_tm {
 
 static at::Tensor upload(df_tm *tm, const df_t_tensor *h) {
   if (!h) return at::Tensor();
-  if (!stored_ok(h))
+  if (!stored_ok(h) && h->dt != DF_DT_F8_E4M3)
     throw std::runtime_error(std::string("weight dtype ") + df_dtype_name(h->dt) +
-                             " is not on the torch path (BF16, F16, F32; FP8 runs on the CPU "
-                             "path for now)");
+                             " is not on the torch path (BF16, F16, F32, F8_E4M3)");
   if (tm->on_cpu) return h->t;
   size_t nb = (size_t)h->t.numel() * (size_t)h->t.element_size();
   tm->bytes += nb;
@@ -607,6 +645,21 @@ static at::Tensor upload(df_tm *tm, const df_t_tensor *h) {
     return t;
   }
   return h->t.to(tm->dev);
+}
+
+// A linear weight: FP8 ones with their block scales.
+static dw upload_w(df_tm *tm, const df_t_tensor *h) {
+  dw r;
+  if (!h) return r;
+  if (h->dt == DF_DT_F8_E4M3 && (!h->scale || h->t.dim() != 2))
+    throw std::runtime_error("an F8_E4M3 weight without block scales");
+  r.w = upload(tm, h);
+  if (h->dt == DF_DT_F8_E4M3) {
+    r.scale = upload(tm, h->scale);
+    r.bn = h->bn;
+    r.bk = h->bk;
+  }
+  return r;
 }
 
 extern "C" df_tm *df_tm_new(const df_tm_desc *d, const df_t_device *dev, char *err,
@@ -637,10 +690,20 @@ extern "C" df_tm *df_tm_new(const df_tm_desc *d, const df_t_device *dev, char *e
       tm_layer &L = tm->layers[(size_t)l];
       L.in_norm = upload(tm, s->in_norm);
       L.post_norm = upload(tm, s->post_norm);
-      L.q = upload(tm, s->q);
-      L.k = upload(tm, s->k);
-      L.v = upload(tm, s->v);
-      L.o = upload(tm, s->o);
+      L.q = upload_w(tm, s->q);
+      L.k = upload_w(tm, s->k);
+      L.v = upload_w(tm, s->v);
+      L.o = upload_w(tm, s->o);
+      L.q_a = upload_w(tm, s->q_a);
+      L.q_a_norm = upload(tm, s->q_a_norm);
+      L.q_b = upload_w(tm, s->q_b);
+      L.kv_a = upload_w(tm, s->kv_a);
+      L.kv_a_norm = upload(tm, s->kv_a_norm);
+      L.kv_b = upload_w(tm, s->kv_b);
+      L.router_bias = upload(tm, s->router_bias);
+      L.sh_gate = upload_w(tm, s->sh_gate);
+      L.sh_up = upload_w(tm, s->sh_up);
+      L.sh_down = upload_w(tm, s->sh_down);
       L.qb = upload(tm, s->qb);
       L.kb = upload(tm, s->kb);
       L.vb = upload(tm, s->vb);
@@ -648,20 +711,20 @@ extern "C" df_tm *df_tm_new(const df_tm_desc *d, const df_t_device *dev, char *e
       L.q_norm = upload(tm, s->q_norm);
       L.k_norm = upload(tm, s->k_norm);
       if (s->router) {
-        L.router = upload(tm, s->router);
+        L.router = upload_w(tm, s->router);
         L.gate.resize((size_t)d->n_experts);
         L.up.resize((size_t)d->n_experts);
         L.down.resize((size_t)d->n_experts);
         for (int64_t e = 0; e < d->n_experts; e++) {
           if (d->expert_on_device && !d->expert_on_device[l * d->n_experts + e]) continue;
-          L.gate[(size_t)e] = upload(tm, s->ex_gate[e]);
-          L.up[(size_t)e] = upload(tm, s->ex_up[e]);
-          L.down[(size_t)e] = upload(tm, s->ex_down[e]);
+          L.gate[(size_t)e] = upload_w(tm, s->ex_gate[e]);
+          L.up[(size_t)e] = upload_w(tm, s->ex_up[e]);
+          L.down[(size_t)e] = upload_w(tm, s->ex_down[e]);
         }
       } else {
-        L.mlp_gate = upload(tm, s->mlp_gate);
-        L.mlp_up = upload(tm, s->mlp_up);
-        L.mlp_down = upload(tm, s->mlp_down);
+        L.mlp_gate = upload_w(tm, s->mlp_gate);
+        L.mlp_up = upload_w(tm, s->mlp_up);
+        L.mlp_down = upload_w(tm, s->mlp_down);
       }
     }
     if (tm->up) {
@@ -702,7 +765,16 @@ static at::Tensor tm_moe(df_tm *tm, int64_t l, const at::Tensor &xn, df_expert_b
   at::Tensor logits = lin(xn, L.router).to(at::kCPU).contiguous(); // [R, E] fp32
   std::vector<int32_t> idx((size_t)(R * k));
   std::vector<float> w((size_t)(R * k));
-  df_k_router_softmax_topk(logits.data_ptr<float>(), R, E, k, d.norm_topk, idx.data(), w.data());
+  if (L.router_bias.defined()) { // DeepseekV3TopkRouter, on the host as on the CPU path
+    at::Tensor bias = L.router_bias.to(at::kCPU).to(at::kFloat).contiguous();
+    std::vector<float> work((size_t)(2 * E + 2 * d.n_group + 2));
+    df_k_router_sigmoid_group(logits.data_ptr<float>(), R, E, bias.data_ptr<float>(), d.n_group,
+                              d.topk_group, k, d.norm_topk, d.routed_scaling, work.data(),
+                              idx.data(), w.data());
+  } else {
+    df_k_router_softmax_topk(logits.data_ptr<float>(), R, E, k, d.norm_topk, idx.data(),
+                             w.data());
+  }
   // group (row, choice) pairs by expert id ascending, rows ascending (engine/model.c)
   std::vector<int64_t> cnt((size_t)E + 1, 0), cur((size_t)E, 0), slot((size_t)(R * k)),
       src((size_t)(R * k));
@@ -753,7 +825,71 @@ static at::Tensor tm_moe(df_tm *tm, int64_t l, const at::Tensor &xn, df_expert_b
   at::Tensor out = at::zeros({R, H}, xn.options());
   for (int64_t j = 0; j < k; j++) // fp32, router order
     out = out + w_d.select(1, j).unsqueeze(1) * ys_d.index_select(0, slot_d.select(1, j));
+  if (L.sh_gate.defined()) // DeepseekV3MoE: routed sum + shared experts
+    out = out + swiglu(xn, L.sh_gate, L.sh_up, L.sh_down);
   return out;
+}
+
+// transformers' apply_rotary_pos_emb_interleave's reordering of the last dim: pairs (2i, 2i+1)
+// move to (i, i + d/2), i.e. the even elements, then the odd ones.
+static at::Tensor deinterleave(const at::Tensor &x) {
+  std::vector<int64_t> sz = x.sizes().vec(), pairs = sz;
+  int64_t d = sz.back();
+  pairs.back() = d / 2;
+  pairs.push_back(2);
+  return x.reshape(pairs).transpose(-1, -2).reshape(sz);
+}
+
+// DeepseekV3Attention in the absorbed form of engine/model_deepseek.c (df_ds_attention +
+// kernels.h df_k_mla_attention): x [R, H] fp32 -> o_proj output [R, H]. The latent c_kv
+// (after kv_a_layernorm) and the rotated shared RoPE key of each row go to its sequence's
+// MLA cache (k[l] [ctx, L], v[l] [ctx, dr]); per head, q_abs = q_nope W_uk, scores =
+// (q_abs . c_kv + q_rope . k_rope) * mla_scale over the sequence's positions <= its own,
+// softmax, latent output = P c_kv, out = W_uv latent.
+static at::Tensor tm_mla(df_tm *tm, int64_t l, const at::Tensor &x, const at::Tensor &c,
+                         const at::Tensor &s, const int64_t *pos, const at::Tensor &pos_d,
+                         const int32_t *row_seq, df_kv_cache *const *kvs) {
+  const df_tm_desc &d = tm->d;
+  tm_layer &L = tm->layers[(size_t)l];
+  int64_t R = x.size(0), nh = d.n_head, dn = d.dn, dr = d.dr, dv = d.dv, KL = d.kv_lora_rank;
+  double eps = d.eps;
+  at::Tensor xn = rms(x, L.in_norm, eps);
+  at::Tensor q = L.q_a.defined() ? lin(rms(lin(xn, L.q_a), L.q_a_norm, eps), L.q_b)
+                                 : lin(xn, L.q);
+  q = q.view({R, nh, dn + dr});
+  at::Tensor qn = q.narrow(2, 0, dn), qr = q.narrow(2, dn, dr);
+  at::Tensor ckv = lin(xn, L.kv_a); // [R, L + dr]
+  at::Tensor lat = rms(ckv.narrow(1, 0, KL), L.kv_a_norm, eps);
+  at::Tensor kr = ckv.narrow(1, KL, dr).unsqueeze(1); // [R, 1, dr]
+  if (d.rope_interleave) {
+    qr = deinterleave(qr);
+    kr = deinterleave(kr);
+  }
+  qr = rope(qr, c, s);
+  kr = rope(kr, c, s).squeeze(1);
+  at::Tensor W = widen(L.kv_b).view({nh, dn + dv, KL});
+  at::Tensor Wk = W.narrow(1, 0, dn), Wv = W.narrow(1, dn, dv); // [nh, dn, L], [nh, dv, L]
+  at::Tensor att = at::empty({R, nh, dv}, x.options());
+  for (int64_t r0 = 0; r0 < R;) { // per run of one sequence's rows, over its cache
+    int64_t r1 = r0 + 1;
+    while (r1 < R && row_seq[r1] == row_seq[r0]) r1++;
+    int64_t n = r1 - r0, p0 = pos[r0], T = p0 + n;
+    df_kv_cache *kv = kvs[row_seq[r0]];
+    at::Tensor &cc = kv->k[l]->t, &kc = kv->v[l]->t; // [ctx, L], [ctx, dr]
+    cc.narrow(0, p0, n).copy_(lat.narrow(0, r0, n));
+    kc.narrow(0, p0, n).copy_(kr.narrow(0, r0, n));
+    at::Tensor C = cc.narrow(0, 0, T), K = kc.narrow(0, 0, T);
+    at::Tensor q_abs = at::matmul(qn.narrow(0, r0, n).transpose(0, 1), Wk);     // [nh, n, L]
+    at::Tensor sc = (at::matmul(q_abs, C.t()) +
+                     at::matmul(qr.narrow(0, r0, n).transpose(0, 1), K.t())) * d.mla_scale;
+    at::Tensor qp = at::arange(p0, T, pos_d.options()).unsqueeze(1);
+    at::Tensor kp = at::arange(0, T, pos_d.options()).unsqueeze(0);
+    sc = sc.masked_fill(kp > qp, -INFINITY);
+    at::Tensor o = at::matmul(at::matmul(at::softmax(sc, -1), C), Wv.transpose(1, 2));
+    att.narrow(0, r0, n).copy_(o.transpose(0, 1)); // [n, nh, dv]
+    r0 = r1;
+  }
+  return lin(att.view({R, nh * dv}), L.o);
 }
 
 extern "C" int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int64_t *pos,
@@ -773,35 +909,40 @@ extern "C" int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int
     at::Tensor s = tm->sin.index_select(0, pos_d).unsqueeze(1);
     for (int64_t l = 0; l < d.n_layers; l++) {
       tm_layer &L = tm->layers[(size_t)l];
-      at::Tensor xn = rms(x, L.in_norm, eps);
-      at::Tensor q = rms(lin(xn, L.q, L.qb).view({R, nh, hd}), L.q_norm, eps);
-      at::Tensor k = rms(lin(xn, L.k, L.kb).view({R, nkv, hd}), L.k_norm, eps);
-      at::Tensor v = lin(xn, L.v, L.vb).view({R, nkv, hd});
-      q = rope(q, c, s);
-      k = rope(k, c, s);
-      at::Tensor att = at::empty({R, nh, hd}, x.options());
-      for (int64_t r0 = 0; r0 < R;) { // per run of one sequence's rows, over its cache
-        int64_t r1 = r0 + 1;
-        while (r1 < R && row_seq[r1] == row_seq[r0]) r1++;
-        int64_t n = r1 - r0, p0 = pos[r0], T = p0 + n;
-        df_kv_cache *kv = kvs[row_seq[r0]];
-        at::Tensor &kc = kv->k[l]->t, &vc = kv->v[l]->t; // [nkv, ctx, hd]
-        kc.narrow(1, p0, n).copy_(k.narrow(0, r0, n).transpose(0, 1));
-        vc.narrow(1, p0, n).copy_(v.narrow(0, r0, n).transpose(0, 1));
-        at::Tensor K = kc.narrow(1, 0, T), V = vc.narrow(1, 0, T);
-        if (nh != nkv) {
-          K = K.repeat_interleave(nh / nkv, 0);
-          V = V.repeat_interleave(nh / nkv, 0);
+      at::Tensor xn;
+      if (d.mla) {
+        x = x + tm_mla(tm, l, x, c, s, pos, pos_d, row_seq, kvs);
+      } else {
+        xn = rms(x, L.in_norm, eps);
+        at::Tensor q = rms(lin(xn, L.q, L.qb).view({R, nh, hd}), L.q_norm, eps);
+        at::Tensor k = rms(lin(xn, L.k, L.kb).view({R, nkv, hd}), L.k_norm, eps);
+        at::Tensor v = lin(xn, L.v, L.vb).view({R, nkv, hd});
+        q = rope(q, c, s);
+        k = rope(k, c, s);
+        at::Tensor att = at::empty({R, nh, hd}, x.options());
+        for (int64_t r0 = 0; r0 < R;) { // per run of one sequence's rows, over its cache
+          int64_t r1 = r0 + 1;
+          while (r1 < R && row_seq[r1] == row_seq[r0]) r1++;
+          int64_t n = r1 - r0, p0 = pos[r0], T = p0 + n;
+          df_kv_cache *kv = kvs[row_seq[r0]];
+          at::Tensor &kc = kv->k[l]->t, &vc = kv->v[l]->t; // [nkv, ctx, hd]
+          kc.narrow(1, p0, n).copy_(k.narrow(0, r0, n).transpose(0, 1));
+          vc.narrow(1, p0, n).copy_(v.narrow(0, r0, n).transpose(0, 1));
+          at::Tensor K = kc.narrow(1, 0, T), V = vc.narrow(1, 0, T);
+          if (nh != nkv) {
+            K = K.repeat_interleave(nh / nkv, 0);
+            V = V.repeat_interleave(nh / nkv, 0);
+          }
+          at::Tensor qh = q.narrow(0, r0, n).transpose(0, 1);           // [nh, n, hd]
+          at::Tensor sc = at::matmul(qh, K.transpose(1, 2)) * scale;    // [nh, n, T]
+          at::Tensor qp = at::arange(p0, T, pos_d.options()).unsqueeze(1);
+          at::Tensor kp = at::arange(0, T, pos_d.options()).unsqueeze(0);
+          sc = sc.masked_fill(kp > qp, -INFINITY);
+          att.narrow(0, r0, n).copy_(at::matmul(at::softmax(sc, -1), V).transpose(0, 1));
+          r0 = r1;
         }
-        at::Tensor qh = q.narrow(0, r0, n).transpose(0, 1);           // [nh, n, hd]
-        at::Tensor sc = at::matmul(qh, K.transpose(1, 2)) * scale;    // [nh, n, T]
-        at::Tensor qp = at::arange(p0, T, pos_d.options()).unsqueeze(1);
-        at::Tensor kp = at::arange(0, T, pos_d.options()).unsqueeze(0);
-        sc = sc.masked_fill(kp > qp, -INFINITY);
-        att.narrow(0, r0, n).copy_(at::matmul(at::softmax(sc, -1), V).transpose(0, 1));
-        r0 = r1;
+        x = x + lin(att.view({R, nh * hd}), L.o, L.ob);
       }
-      x = x + lin(att.view({R, nh * hd}), L.o, L.ob);
       xn = rms(x, L.post_norm, eps);
       if (L.router.defined()) {
         bool failed = false;
@@ -836,15 +977,8 @@ extern "C" int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int
 // ---- routed experts on a device, for df-node ---------------------------------------------
 
 namespace {
-// One weight of an expert on the device, as stored: BF16/F16/F32, or F8_E4M3 bytes with
-// their F32 block scales (DeepSeek-V3 / Kimi K2 `weight_scale_inv`).
-struct tx_weight {
-  at::Tensor w, scale; // scale undefined unless FP8
-  int64_t bn = 0, bk = 0;
-};
-
 struct tx_expert {
-  tx_weight gate, up, down; // gate.w undefined: does not fit, runs on the host
+  dw gate, up, down; // gate undefined: does not fit, runs on the host
 };
 
 // The bytes a weight occupies as stored (FP8: 1 per element plus its F32 scales).
@@ -860,13 +994,12 @@ struct df_tx {
   bool on_cpu = true;
   uint64_t budget = 0, used = 0;
   int64_t held = 0;
-  at::Tensor e4m3; // [256] fp32 on dev: the exact value of each E4M3FN byte
   std::unordered_map<const df_t_tensor *, tx_expert> experts;
 };
 
 namespace {
-tx_weight tx_upload(df_tx *tx, const df_t_tensor *h) {
-  tx_weight r;
+dw tx_upload(df_tx *tx, const df_t_tensor *h) {
+  dw r;
   r.w = tx->on_cpu ? h->t : h->t.to(tx->dev);
   if (h->dt == DF_DT_F8_E4M3) {
     r.scale = tx->on_cpu ? h->scale->t : h->scale->t.to(tx->dev);
@@ -874,16 +1007,6 @@ tx_weight tx_upload(df_tx *tx, const df_t_tensor *h) {
     r.bk = h->bk;
   }
   return r;
-}
-
-// The weight in fp32 for one op. FP8: e4m3(w[n, k]) * scale[n / bn, k / bk], the exact
-// product rounded once to fp32 — the value df_k_fp8_weight gives the CPU kernels.
-at::Tensor tx_widen(const df_tx *tx, const tx_weight &t) {
-  if (!t.scale.defined()) return t.w.scalar_type() == at::kFloat ? t.w : t.w.to(at::kFloat);
-  int64_t N = t.w.size(0), K = t.w.size(1);
-  at::Tensor v = tx->e4m3.index_select(0, t.w.reshape({-1}).to(at::kInt)).view({N, K});
-  at::Tensor s = t.scale.repeat_interleave(t.bn, 0).repeat_interleave(t.bk, 1);
-  return v * s.narrow(0, 0, N).narrow(1, 0, K);
 }
 } // namespace
 
@@ -897,10 +1020,6 @@ extern "C" df_tx *df_tx_new(const df_t_device *dev, uint64_t budget, char *err, 
     tx->dev = at_device(dev);
     tx->on_cpu = dev->kind != DF_T_DEV_CUDA;
     tx->budget = budget;
-    at::Tensor lut = at::empty({256}, at::kFloat);
-    float *lp = lut.data_ptr<float>();
-    for (int b = 0; b < 256; b++) lp[b] = df_k_fp8_e4m3_to_f32((uint8_t)b);
-    tx->e4m3 = tx->on_cpu ? lut : lut.to(tx->dev);
     if (!tx->on_cpu) at::globalContext().setAllowTF32CuBLAS(false);
     return tx;
   } catch (const std::exception &e) {
@@ -955,8 +1074,7 @@ extern "C" int df_tx_swiglu_ffn(df_tx *tx, const df_t_tensor *x, int64_t row0, i
     }
     int64_t H = row_elems(x);
     at::Tensor xr = x->t.view({-1, H}).narrow(0, row0, rows).to(tx->dev);
-    at::Tensor yr = swiglu(xr, tx_widen(tx, e.gate), tx_widen(tx, e.up), tx_widen(tx, e.down))
-                        .to(at::kCPU);
+    at::Tensor yr = swiglu(xr, e.gate, e.up, e.down).to(at::kCPU);
     y->t.view({-1, H}).narrow(0, row0, rows).copy_(yr);
     return 1;
   } catch (const std::exception &ex) {

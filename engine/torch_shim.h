@@ -234,6 +234,12 @@ typedef struct df_tm_layer {
   const df_t_tensor *router;                        /* [E, H]; NULL: dense layer */
   const df_t_tensor *const *ex_gate, *const *ex_up, *const *ex_down; /* [E] each */
   const df_t_tensor *mlp_gate, *mlp_up, *mlp_down;  /* dense SwiGLU [I, H], [I, H], [H, I] */
+  /* deepseek_v3 / kimi_k2 (desc.mla): MLA weights (`q` is q_proj when q_lora_rank is 0, `o`
+   * is o_proj [H, nh*dv]); any linear may be F8_E4M3 with block scales attached */
+  const df_t_tensor *q_a, *q_a_norm, *q_b;          /* [ql, H], [ql], [nh*(dn+dr), ql] */
+  const df_t_tensor *kv_a, *kv_a_norm, *kv_b;       /* [L+dr, H], [L], [nh*(dn+dv), L] */
+  const df_t_tensor *router_bias;                   /* e_score_correction_bias [E] F32 */
+  const df_t_tensor *sh_gate, *sh_up, *sh_down;     /* shared experts [S, H] x2, [H, S] */
 } df_tm_layer;
 
 typedef struct df_tm_desc {
@@ -246,14 +252,22 @@ typedef struct df_tm_desc {
   const df_tm_layer *layers;                       /* [n_layers] */
   const uint8_t *expert_on_device; /* [n_layers * n_experts]: 1 = upload (layer-major);
                                       NULL = every expert */
+  /* deepseek_v3 / kimi_k2 (DeepseekV3Attention, absorbed MLA over a latent cache made with
+   * df_kv_new_mla_on; DeepseekV3TopkRouter, kernels.h df_k_router_sigmoid_group) */
+  bool mla;
+  int64_t q_lora_rank, kv_lora_rank, dn, dr, dv; /* qk_nope / qk_rope / v head dims */
+  bool rope_interleave;      /* rope_tables [max_ctx, dr/2]; pairs (2i, 2i+1) de-interleaved */
+  float mla_scale;           /* softmax scale: qk_head_dim^-0.5 * yarn mscale^2 */
+  int64_t n_group, topk_group;
+  float routed_scaling;      /* routed_scaling_factor */
 } df_tm_desc;
 
 /* Upload what `d` says to device `dev` (CUDA or TORCH_CPU; TORCH_CPU uses the host tensors
  * without a copy). CUDA uploads go through engine/cuda_rt.h's pinned staging buffers on a
  * copy stream when the build has DF_CUDA, else through libtorch's pageable copy. Borrowed:
  * `d`'s tensors must outlive the result (host experts are read through them). Errors (NULL +
- * message): a weight dtype other than BF16/F16/F32 (FP8 stays on the CPU path for now),
- * device out of memory or any libtorch error. */
+ * message): a weight dtype other than BF16/F16/F32, or F8_E4M3 with block scales (kept as
+ * stored, widened per op as df_tx does), device out of memory or any libtorch error. */
 df_tm *df_tm_new(const df_tm_desc *d, const df_t_device *dev, char *err, size_t errlen);
 
 /* Free the device copies; NULLs *tm; NULL-safe. */

@@ -65,7 +65,7 @@ def heat(exe, model):
 def main():
     exe, fx = sys.argv[1], sys.argv[2]
     failures = 0
-    for name in ("tiny-moe-sparse", "tiny-moe-tied", "tiny-dense"):
+    for name in ("tiny-moe-sparse", "tiny-moe-tied", "tiny-dense", "tiny-ds-fp8"):
         model = f"{fx}/{name}"
         rc, ref, err = run(exe, model, None)
         assert rc == 0 and ref, (name, rc, err)

@@ -44,7 +44,7 @@ static df_t_device_kind test_kind(void) {
 }
 
 static const char *k_fixtures[] = {"tiny-moe-tied", "tiny-moe-sparse", "tiny-dense",
-                                   "tiny-moe-sharded"};
+                                   "tiny-moe-sharded", "tiny-ds-bf16", "tiny-ds-fp8"};
 
 static df_model *load_on(const char *name, const df_model_opts *extra, const char *device) {
   char dir[1024], err[1024];
@@ -222,8 +222,8 @@ static void test_golden_torch_cpu(void **state) {
  * still the reference's. A budget below the resident part falls back to the CPU path. */
 static void test_mixed_placement(void **state) {
   (void)state;
-  const char *fx[] = {"tiny-moe-sparse", "tiny-moe-tied"};
-  for (size_t f = 0; f < 2; f++) {
+  const char *fx[] = {"tiny-moe-sparse", "tiny-moe-tied", "tiny-ds-fp8"};
+  for (size_t f = 0; f < 3; f++) {
     golden g;
     golden_load(fx[f], &g);
     df_model *all = load_on(fx[f], NULL, test_device());
@@ -276,11 +276,10 @@ static void test_mixed_placement(void **state) {
 
 /* Two sequences in one batch on the torch path each get their own logits (within tolerance
  * of computing them alone), and a KV rollback continues as if never computed. */
-static void test_batch_and_rollback(void **state) {
-  (void)state;
+static void batch_and_rollback(const char *fixture) {
   golden g;
-  golden_load("tiny-moe-sparse", &g);
-  df_model *m = load_on("tiny-moe-sparse", NULL, test_device());
+  golden_load(fixture, &g);
+  df_model *m = load_on(fixture, NULL, test_device());
   assert_int_equal(df_model_device(m).kind, test_kind());
   int64_t V = g.vocab, n = g.n_prompt;
   char err[512];
@@ -304,6 +303,13 @@ static void test_batch_and_rollback(void **state) {
   free(alone);
   golden_free(&g);
   df_model_destroy(&m);
+}
+
+/* MHA (qwen3_moe) and MLA (kimi_k2 FP8: the latent cache on the device) */
+static void test_batch_and_rollback(void **state) {
+  (void)state;
+  batch_and_rollback("tiny-moe-sparse");
+  batch_and_rollback("tiny-ds-fp8");
 }
 
 /* df-node's device expert cache: results within 1e-5 of the CPU kernel's, an expert past
