@@ -117,5 +117,16 @@ int df_cluster_attach(df_model *m, const df_cluster_opts *o, char *err, size_t e
   df_expert_backend *be = df_expert_remote_new(m, c, o->stats, err, errlen);
   if (!be) return -1;
   df_model_set_expert_backend(m, be);
+  /* the coordinator's device admitted every routed expert: the backend is never asked */
+  const df_model_config *cfg = df_model_cfg(m);
+  int64_t n_moe = 0;
+  for (int64_t l = 0; l < cfg->num_hidden_layers; l++)
+    n_moe += cfg->is_moe_layer[l] ? cfg->num_experts : 0;
+  if (n_moe > 0 && df_model_experts_on_device(m) == n_moe) {
+    char nm[32];
+    df_t_device d = df_model_device(m);
+    fprintf(stderr, "deltafin: cluster: all %lld routed experts are on this machine's %s; the "
+            "nodes stand by\n", (long long)n_moe, df_t_device_name(&d, nm, sizeof nm));
+  }
   return 0;
 }

@@ -830,6 +830,15 @@ static at::Tensor tm_moe(df_tm *tm, int64_t l, const at::Tensor &xn, df_expert_b
   return out;
 }
 
+// Softmax over the last dim of scores sc [heads, n, T] of rows at positions p0 .. p0+n-1
+// against cache positions 0 .. T-1, each row masked past its own position (causal).
+static at::Tensor causal_softmax(const at::Tensor &sc, int64_t p0, const at::Tensor &pos_d) {
+  int64_t n = sc.size(-2), T = sc.size(-1);
+  at::Tensor qp = at::arange(p0, p0 + n, pos_d.options()).unsqueeze(1);
+  at::Tensor kp = at::arange(0, T, pos_d.options()).unsqueeze(0);
+  return at::softmax(sc.masked_fill(kp > qp, -INFINITY), -1);
+}
+
 // transformers' apply_rotary_pos_emb_interleave's reordering of the last dim: pairs (2i, 2i+1)
 // move to (i, i + d/2), i.e. the even elements, then the odd ones.
 static at::Tensor deinterleave(const at::Tensor &x) {
@@ -882,10 +891,7 @@ static at::Tensor tm_mla(df_tm *tm, int64_t l, const at::Tensor &x, const at::Te
     at::Tensor q_abs = at::matmul(qn.narrow(0, r0, n).transpose(0, 1), Wk);     // [nh, n, L]
     at::Tensor sc = (at::matmul(q_abs, C.t()) +
                      at::matmul(qr.narrow(0, r0, n).transpose(0, 1), K.t())) * d.mla_scale;
-    at::Tensor qp = at::arange(p0, T, pos_d.options()).unsqueeze(1);
-    at::Tensor kp = at::arange(0, T, pos_d.options()).unsqueeze(0);
-    sc = sc.masked_fill(kp > qp, -INFINITY);
-    at::Tensor o = at::matmul(at::matmul(at::softmax(sc, -1), C), Wv.transpose(1, 2));
+    at::Tensor o = at::matmul(at::matmul(causal_softmax(sc, p0, pos_d), C), Wv.transpose(1, 2));
     att.narrow(0, r0, n).copy_(o.transpose(0, 1)); // [n, nh, dv]
     r0 = r1;
   }
@@ -935,10 +941,7 @@ extern "C" int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int
           }
           at::Tensor qh = q.narrow(0, r0, n).transpose(0, 1);           // [nh, n, hd]
           at::Tensor sc = at::matmul(qh, K.transpose(1, 2)) * scale;    // [nh, n, T]
-          at::Tensor qp = at::arange(p0, T, pos_d.options()).unsqueeze(1);
-          at::Tensor kp = at::arange(0, T, pos_d.options()).unsqueeze(0);
-          sc = sc.masked_fill(kp > qp, -INFINITY);
-          att.narrow(0, r0, n).copy_(at::matmul(at::softmax(sc, -1), V).transpose(0, 1));
+          att.narrow(0, r0, n).copy_(at::matmul(causal_softmax(sc, p0, pos_d), V).transpose(0, 1));
           r0 = r1;
         }
         x = x + lin(att.view({R, nh * hd}), L.o, L.ob);

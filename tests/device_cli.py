@@ -62,6 +62,29 @@ def heat(exe, model):
     return 0 if ok else 1
 
 
+def cluster_standby(exe, model):
+    """--cluster with every routed expert admitted to the coordinator's device: one line says
+    the nodes stand by; ids equal the CPU path's."""
+    import socket
+    import tempfile
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    state = tempfile.mkdtemp(prefix="df-standby-")
+    try:
+        _, ref, _ = run(exe, model, None)
+        rc, out, err = run(exe, model, "torch-cpu", extra=(
+            "--cluster", "--cluster-wait", "0", "--cluster-bind", "127.0.0.1", "--cluster-port",
+            str(port), "--state-dir", state))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    lines = [l for l in err.splitlines() if "stand by" in l]
+    ok = (rc == 0 and out == ref and len(lines) == 1 and
+          "all 16 routed experts are on this machine's torch-cpu" in lines[0])
+    print(f"{'ok' if ok else 'FAIL'} --cluster with every expert on the device: {lines}")
+    return 0 if ok else 1
+
+
 def main():
     exe, fx = sys.argv[1], sys.argv[2]
     failures = 0
@@ -87,7 +110,8 @@ def main():
     print(f"{'ok' if ok else 'FAIL'} bad --device value: rc {rc}: {err}")
     failures += not ok
     failures += heat(exe, f"{fx}/tiny-moe-sparse")
-    print(f"{17 - failures} passed, {failures} failed")
+    failures += cluster_standby(exe, f"{fx}/tiny-moe-sparse")
+    print(f"{23 - failures} passed, {failures} failed")
     return 1 if failures else 0
 
 

@@ -27,15 +27,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_util import check, failures  # noqa: E402
+
 IDS = "1,2,3"
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def heat_path(state, model):
