@@ -427,9 +427,16 @@ static void step(df_sched *s) {
   int64_t L[DF_MODEL_MAX_BATCH];
   int nb = 0;
   int64_t budget = s->o.prefill_budget, rows = 0, prompt_rows = 0;
+  /* prompt rows share the step's budget in running order (the loop below takes them in the
+   * same order): a prompt that gets none waits for the next step */
+  int64_t left = budget;
   for (int i = 0; i < s->n_run; i++) {
     df_sched_job *j = s->running[i];
-    if (j->fed < j->n_prompt && budget <= 0) continue; /* its prompt waits for the next step */
+    if (j->fed < j->n_prompt) {
+      if (left <= 0) continue;
+      int64_t take = j->n_prompt - j->fed;
+      left -= take < left ? take : left;
+    }
     who[nb++] = j;
   }
   double t0 = now_s();

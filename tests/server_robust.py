@@ -132,6 +132,40 @@ def generations_outlive_idle_timeout(port):
     check(n_ka >= int(dt / IDLE), "the waiting stream sent %d keep-alive comments in %.1f s" % (n_ka, dt))
 
 
+def prompts_over_the_chunk():
+    """Prompts waiting together for more tokens than one step feeds (--chunk 8) while another
+    sequence decodes: each gets its share in turn, and every answer equals its answer alone
+    (the scheduler once sent the prompts left without budget as empty sequences, failing the
+    whole batch with 500)."""
+    srv = Server(EXE, MODEL, "--no-draft", "--parallel", "4", "--chunk", "8")
+    try:
+        def ask(prompt, n):
+            st, _, b = request(srv.port, "POST", "/v1/completions",
+                               {"model": NAME, "prompt": prompt, "max_tokens": n,
+                                "ignore_eos": True, "temperature": 0})
+            return st, (json.loads(b)["choices"][0]["text"] if st == 200 else b[:200])
+        prompts = [[5 + i + 7 * t for t in range(12)] for i in range(3)]
+        alone = [ask(p, 4) for p in prompts]
+        long_alone = ask([1, 2, 3], 120)
+        out = {}
+        th = [threading.Thread(target=lambda: out.__setitem__("long", ask([1, 2, 3], 120)))]
+        th[0].start()
+        time.sleep(0.3)  # the long one is decoding
+        for i, p in enumerate(prompts):
+            th.append(threading.Thread(target=lambda i=i, p=p: out.__setitem__(i, ask(p, 4))))
+            th[-1].start()
+        for t in th:
+            t.join()
+        check(all(a[0] == 200 for a in alone) and long_alone[0] == 200, "answers alone: 200")
+        check(out.get("long") == long_alone, "the decoding sequence's answer is unchanged: %s"
+              % (out.get("long", ("missing",))[0],))
+        for i in range(3):
+            check(out.get(i) == alone[i], "prompt %d of 12 tokens (chunk 8) queued beside "
+                  "others: answer equals its answer alone (%s)" % (i, out.get(i, ("missing",))[0]))
+    finally:
+        check(srv.stop() == 0, "server exits 0 on SIGTERM")
+
+
 def main():
     # A small server: 1 s idle timeout, 8 connections, 1 sequence at a time.
     srv = Server(EXE, MODEL, "--no-draft", "--parallel", "1", "--idle-timeout", str(IDLE),
@@ -178,6 +212,7 @@ def main():
         oversized_refused_cheaply(srv)
     finally:
         check(srv.stop() == 0, "server exits 0 on SIGTERM")
+    prompts_over_the_chunk()
     finish()
 
 
