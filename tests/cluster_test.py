@@ -42,6 +42,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_util import byte_level_tokenizer  # noqa: E402
+
 SCEN, BUILD, FIX, WORK = sys.argv[1:5]
 DELTAFIN = os.path.join(BUILD, "coordinator", "deltafin")
 DFNODE = os.path.join(BUILD, "node", "df-node")
@@ -579,26 +582,6 @@ def junk_flood(port, stop):
     t = threading.Thread(target=loop, daemon=True)
     t.start()
     return t
-
-
-def byte_level_tokenizer():
-    """A byte-level BPE tokenizer.json of 256 tokens (serve needs one; fixtures have none)."""
-    import json
-    printable = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
-    cs, n = [], 0
-    for b in range(256):  # GPT-2's bytes_to_unicode, in byte order
-        if b in printable:
-            cs.append(b)
-        else:
-            cs.append(256 + n)
-            n += 1
-    vocab = {chr(c): i for i, c in enumerate(cs)}
-    return json.dumps({"version": "1.0", "added_tokens": [], "normalizer": None,
-                       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
-                                         "trim_offsets": True, "use_regex": True},
-                       "post_processor": None, "decoder": {"type": "ByteLevel"},
-                       "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                                 "ignore_merges": False, "vocab": vocab, "merges": []}})
 
 
 def scen_shutdown():

@@ -132,6 +132,26 @@ def post(port, path, obj, headers=None):
         return s, h, b
 
 
+def byte_level_tokenizer():
+    """tokenizer.json text of a byte-level BPE with GPT-2's 256 byte symbols and no merges:
+    enough for `serve`, `verify` and `pull`, which need a tokenizer the test fixtures lack."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): i for i, c in enumerate(cs)}
+    return json.dumps({"version": "1.0", "added_tokens": [], "normalizer": None,
+                       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                                         "trim_offsets": True, "use_regex": True},
+                       "post_processor": None, "decoder": {"type": "ByteLevel"},
+                       "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                                 "ignore_merges": False, "vocab": vocab, "merges": []}})
+
+
 KEEPALIVE = b": keep-alive\n\n"  # the comment a stream sends while it waits for the model
 
 

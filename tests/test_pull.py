@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mock_hub import MockHub, Repo  # noqa: E402
+from server_util import byte_level_tokenizer  # noqa: E402
 
 DELTAFIN, FIXTURES, WORK, SCENARIO = sys.argv[1:5]
 SRC = os.path.join(FIXTURES, "tiny-moe-sharded")
@@ -28,31 +29,13 @@ SHARD2 = "model-00002-of-00002.safetensors"
 RUN_ARGS = ["--prompt-ids", "1,2,3", "--max-new", "16", "--temperature", "0", "--ignore-eos"]
 
 
-def byte_level_tokenizer():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    vocab = {chr(c): i for i, c in enumerate(cs)}
-    return json.dumps({"version": "1.0", "added_tokens": [], "normalizer": None,
-                       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
-                                         "trim_offsets": True, "use_regex": True},
-                       "post_processor": None, "decoder": {"type": "ByteLevel"},
-                       "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                                 "ignore_merges": False, "vocab": vocab, "merges": []}}).encode()
-
-
 def repo_files():
     files = {}
     for n in sorted(os.listdir(SRC)):
         if n.startswith("golden"):
             continue
         files[n] = open(os.path.join(SRC, n), "rb").read()
-    files["tokenizer.json"] = byte_level_tokenizer()
+    files["tokenizer.json"] = byte_level_tokenizer().encode()
     files["original/params.json"] = b'{"note": "a file in a subfolder"}\n'
     return files
 
