@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "coordinator/cluster.h"
-#include "engine/expert_backend.h"
+#include "engine/experts/expert_backend.h"
 
 enum { DF_WHERE_LOCAL = 0, DF_WHERE_REMOTE = 1, DF_WHERE_DONE = 2, DF_WHERE_FAILED = 3 };
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "engine/safetensors.h"
-#include "engine/torch_shim.h"
+#include "engine/tensor/torch_shim.h"
 #include "transport/keys.h"
 
 static const char *const parts[3] = {"gate_proj", "up_proj", "down_proj"};

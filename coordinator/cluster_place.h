@@ -23,7 +23,7 @@ int64_t df_cluster_place(int64_t n_pairs, uint64_t pair_bytes, int n_nodes, cons
 /* The same with device budgets first: device[i] (NULL = all 0) is the part of budgets[i] that
  * node i keeps on a GPU (JOIN `device`; clamped to budgets[i]). Before the rule above, the
  * pairs taken hottest first (heat [n_pairs] routing counts, descending; ties and heat NULL:
- * lower index first — engine/admission.h's order) go to the nodes with device room, node i
+ * lower index first — engine/device/admission.h's order) go to the nodes with device room, node i
  * taking at most floor(device[i] / pair_bytes) of them, each to the device node whose
  * (device pairs taken + 1) / device[i] is lowest (ties: lower index); when no device room is
  * left, the remaining pairs are placed by the rule above in index order, the device pairs

@@ -18,8 +18,8 @@
 #include "coordinator/spec.h"
 #include "config/fsutil.h"
 #include "coordinator/stream.h"
-#include "engine/chat_template.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer.h"
 
 static void run_usage(FILE *f) {
   fprintf(f,

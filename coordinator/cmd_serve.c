@@ -21,9 +21,9 @@
 #include "coordinator/sched.h"
 #include "coordinator/server.h"
 #include "coordinator/spec.h"
-#include "engine/chat_template.h"
+#include "engine/text/chat_template.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 static void serve_usage(FILE *f) {
   fprintf(f,

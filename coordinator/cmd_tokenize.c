@@ -1,7 +1,7 @@
 /* coordinator/cmd_tokenize.c — `deltafin tokenize --model DIR [--ids-only] [--no-special] TEXT`.
  *
  * Owns: option parsing and printing for the tokenize subcommand. Does not own: tokenization
- * (engine/tokenizer.c).
+ * (engine/text/tokenizer.c).
  */
 #include "coordinator/cmd_tokenize.h"
 
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 static void usage(void) {
   fprintf(stderr,

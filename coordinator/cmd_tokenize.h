@@ -1,6 +1,6 @@
 /* coordinator/cmd_tokenize.h — `deltafin tokenize`: show how a model's tokenizer splits text.
  *
- * Owns: the tokenize subcommand only; tokenization itself is engine/tokenizer.h.
+ * Owns: the tokenize subcommand only; tokenization itself is engine/text/tokenizer.h.
  */
 #ifndef DF_COORD_CMD_TOKENIZE_H
 #define DF_COORD_CMD_TOKENIZE_H

@@ -9,7 +9,7 @@
  * under an exclusive flock of STATE/heat/.lock, so concurrent processes lose no update.
  * Never blocks on what it finds at the path (opened O_NONBLOCK; only a regular file is read).
  * Does not own: counting (engine/model.c df_model_route_counts) or admission
- * (engine/admission.c), nor printing: problems come back as one-line notes.
+ * (engine/device/admission.c), nor printing: problems come back as one-line notes.
  *
  * A file that is present but wrong is reported in a note, never silently dropped:
  *   corrupt (readable regular file of the wrong shape: shorter than the header, no magic,

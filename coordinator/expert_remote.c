@@ -1,9 +1,9 @@
-/* coordinator/expert_remote.c — the cluster expert backend (engine/expert_backend.h), run
+/* coordinator/expert_remote.c — the cluster expert backend (engine/experts/expert_backend.h), run
  * on the forward thread, and df_cluster_attach.
  *
  * Owns: one MoE layer's split between the cluster manager (coordinator/cluster.c, which
  * sends the node-held groups and writes their rows into y) and the coordinator's own local
- * backend (engine/expert_local.h), and the rerun of every group whose node failed, so a
+ * backend (engine/experts/expert_local.h), and the rerun of every group whose node failed, so a
  * layer always completes with the bytes one machine would produce (same kernels, same
  * weight bytes, per-row outputs; the model combines them in router order). Does not own:
  * sockets or membership (the manager thread's), routing or combining (engine/model.c).
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "coordinator/cluster_internal.h"
-#include "engine/expert_local.h"
+#include "engine/experts/expert_local.h"
 #include "engine/model.h"
 
 typedef struct remote_be {

@@ -5,7 +5,7 @@
  * max_queue more wait), one KV cache slot per running sequence (allocated on first use and
  * reused), one sampler per request, the batched step (every running sequence's next rows —
  * a prompt chunk or its last sampled token — in ONE df_model_forward_batch), detokenization
- * (engine/tokenizer.h's stream decoder) and stop strings (sched_stop.h), cancellation, and
+ * (engine/text/tokenizer.h's stream decoder) and stop strings (sched_stop.h), cancellation, and
  * the serving statistics.
  * Does not own: HTTP, request parsing, tokenizing prompts (the caller gives token ids), the
  * model and tokenizer (borrowed; they must outlive the scheduler).
@@ -39,7 +39,7 @@
 
 #include "engine/model.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 typedef struct df_sched df_sched;
 typedef struct df_sched_job df_sched_job;

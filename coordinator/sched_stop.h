@@ -3,7 +3,7 @@
  *
  * Owns: holding back the tail of the generated text that could still become a stop string,
  * and cutting the text at the earliest occurrence of any stop string. Text comes in as whole
- * UTF-8 characters (engine/tokenizer.h's stream decoder); because stop strings are valid UTF-8
+ * UTF-8 characters (engine/text/tokenizer.h's stream decoder); because stop strings are valid UTF-8
  * too, a held-back tail always starts at a character boundary, so released text never ends
  * inside a character. Does not own: decoding ids to text, the stop strings' memory.
  */

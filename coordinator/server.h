@@ -24,9 +24,9 @@
 #include <stdint.h>
 
 #include "coordinator/sched.h"
-#include "engine/chat_template.h"
+#include "engine/text/chat_template.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 typedef struct df_srv df_srv;
 

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 struct df_spec {
   df_model *t, *d;

@@ -20,7 +20,7 @@
 #include "coordinator/pull_manifest.h"
 #include "coordinator/pull_util.h"
 #include "coordinator/stream_cache.h"
-#include "engine/torch_shim.h"
+#include "engine/tensor/torch_shim.h"
 
 typedef struct piece {
   int file;            /* index into the backend's remote file table */

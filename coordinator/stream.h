@@ -1,6 +1,6 @@
 /* coordinator/stream.h — stream mode: routed experts fetched from the hub on first use.
  *
- * Owns: the expert backend (engine/expert_backend.h) of a folder pulled with
+ * Owns: the expert backend (engine/experts/expert_backend.h) of a folder pulled with
  * `deltafin pull --stream`. Such a folder has every shard at full size with its header and
  * non-expert tensors written and the routed-expert byte ranges left as holes that are never
  * read (pull.h). On the first use of (layer, expert) the backend fetches exactly the byte

@@ -17,7 +17,7 @@
 #include "coordinator/pull_util.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 typedef struct vctx {
   const char *dir;

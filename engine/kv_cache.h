@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/torch_shim.h"
+#include "engine/tensor/torch_shim.h"
 
 typedef struct df_kv_cache {
   int64_t n_layers;

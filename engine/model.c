@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/admission.h"
-#include "engine/cuda_rt.h"
-#include "engine/expert_local.h"
-#include "engine/kernels.h"
+#include "engine/device/admission.h"
+#include "engine/device/cuda_rt.h"
+#include "engine/experts/expert_local.h"
+#include "engine/kernels/kernels.h"
 
 static double now_s(void) {
   struct timespec ts;

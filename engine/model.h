@@ -10,9 +10,9 @@
  *              x = h + ffn(post_attention_layernorm(h)), ffn = MoE block or dense SwiGLU MLP
  *   logits = lm_head(norm(x))   (lm_head = embed_tokens when tie_word_embeddings)
  * MoE block: router logits = gate(n) [fp32], softmax, top-k, optional renormalisation,
- * routed experts run through an expert backend (engine/expert_backend.h) and combined in fp32
+ * routed experts run through an expert backend (engine/experts/expert_backend.h) and combined in fp32
  * in the router's order. Numerics: fp32 activations, weights in their stored dtype, every
- * kernel batch-invariant (engine/kernels.h), so a position's logits do not depend on how
+ * kernel batch-invariant (engine/kernels/kernels.h), so a position's logits do not depend on how
  * the tokens were chunked.
  * deepseek_v3 / kimi_k2 (transformers' modeling_deepseek_v3.py; engine/model_deepseek.c):
  * the same layer loop with multi-head latent attention (low-rank q and kv projections with
@@ -32,11 +32,11 @@
 #include <stdint.h>
 
 #include "config/model_config.h"
-#include "engine/admission.h"
-#include "engine/expert_backend.h"
+#include "engine/device/admission.h"
+#include "engine/experts/expert_backend.h"
 #include "engine/kv_cache.h"
 #include "engine/safetensors.h"
-#include "engine/torch_shim.h"
+#include "engine/tensor/torch_shim.h"
 
 typedef struct df_model df_model;
 
@@ -55,7 +55,7 @@ typedef struct df_model_opts {
   const struct df_model *share_from;
   /* Where to compute (docs/GPU.md). Zero = {DF_T_DEV_CPU}: the own batch-invariant kernels,
    * unchanged. CUDA / AUTO / TORCH_CPU: the device is resolved (df_t_device_resolve), memory
-   * is admitted (engine/admission.h: reserve, resident + KV + draft + work charged first,
+   * is admitted (engine/device/admission.h: reserve, resident + KV + draft + work charged first,
    * hottest experts in the rest) and the model is uploaded for the torch compute path.
    * Whatever fails there (no CUDA, admission refused, upload error) leaves the model on
    * the CPU, never an error; df_model_device_note says what happened. */
@@ -119,7 +119,7 @@ int64_t df_model_experts_on_device(const df_model *m);
  * NULL on the CPU path. */
 const uint8_t *df_model_expert_placement(const df_model *m);
 
-/* The admission's figures (engine/admission.h) when a device was asked for and the
+/* The admission's figures (engine/device/admission.h) when a device was asked for and the
  * admission ran (zeroed otherwise): reserve, budget, charged bytes, experts placed. */
 df_admit_plan df_model_device_plan(const df_model *m);
 

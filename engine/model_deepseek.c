@@ -9,14 +9,14 @@
  * and its output is W_uv[h] (sum_t p_t c_kv[t]), W_uk / W_uv the key / value rows of
  * kv_b_proj. Every row (prefill, decode, verify) takes this path, so a position's logits do
  * not depend on chunking. Does not own: the layer loop, the MoE block (engine/model.c) or the
- * kernels (engine/kernels_deepseek.c, engine/kernels_fp8.c).
+ * kernels (engine/kernels/kernels_deepseek.c, engine/kernels/kernels_fp8.c).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 #include "engine/model_internal.h"
 
 /* A linear weight [N, K]: BF16/F16/F32 through df_model_bind, or F8_E4M3 plus its F32

@@ -30,9 +30,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "engine/admission.h"
-#include "engine/cuda_rt.h"
-#include "engine/torch_shim.h"
+#include "engine/device/admission.h"
+#include "engine/device/cuda_rt.h"
+#include "engine/tensor/torch_shim.h"
 #include "node/store.h"
 #include "transport/keys.h"
 #include "transport/lograte.h"
@@ -625,7 +625,7 @@ static int load_identity(node *n, char *err, size_t errlen) {
   return 0;
 }
 
-/* --device (docs/GPU.md): resolve it, admit (engine/admission.h: the reserve stays free, the
+/* --device (docs/GPU.md): resolve it, admit (engine/device/admission.h: the reserve stays free, the
  * activation cap is charged, the rest up to --memory holds experts) and keep the experts
  * this node serves on the device as they are first used. Any failure: one line, and the
  * experts run on the CPU as without --device. */

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/torch_shim.h"
+#include "engine/tensor/torch_shim.h"
 
 typedef struct df_node_opts {
   const char *endpoint;  /* "tcp://HOST:PORT" of the coordinator */

@@ -19,7 +19,7 @@ if(NOT DF_CUDA)
   list(TRANSFORM DF_CUDA_DECL_DIRS PREPEND -I)
   add_test(NAME cuda_rt_typecheck COMMAND ${CMAKE_C_COMPILER} -std=c11 -Wall -Wextra -Werror
     -fsyntax-only -DDF_CUDA=1 -I${PROJECT_SOURCE_DIR} ${DF_CUDA_DECL_DIRS}
-    ${PROJECT_SOURCE_DIR}/engine/cuda_rt.c)
+    ${PROJECT_SOURCE_DIR}/engine/device/cuda_rt.c)
 endif()
 add_test(NAME device_cli COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/device_cli.py
   $<TARGET_FILE:deltafin> ${DF_FIXTURES})

@@ -1,4 +1,4 @@
-/* tests/test_admission.c — the device admission rule (engine/admission.h) on synthetic
+/* tests/test_admission.c — the device admission rule (engine/device/admission.h) on synthetic
  * numbers: reserve, all-or-nothing charging of resident + KV + draft + work, hottest-first
  * expert fill with deterministic ties, skipping an expert that does not fit, the CPU
  * fallback and its log line, invalid input.
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "engine/admission.h"
+#include "engine/device/admission.h"
 
 #define GiB ((uint64_t)1 << 30)
 #define MiB ((uint64_t)1 << 20)

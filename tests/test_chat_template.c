@@ -23,8 +23,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "engine/chat_template.h"
-#include "engine/tokenizer.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer.h"
 
 #define GOLDEN DF_SOURCE_DIR "/tests/tokenizer/chat_golden.json"
 #define TEMPLATE DF_SOURCE_DIR "/tests/tokenizer/qwen3_chat_template.jinja"

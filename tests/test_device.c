@@ -1,5 +1,5 @@
 /* tests/test_device.c — the torch compute path (torch_shim.h df_tm_*) and device placement
- * (engine/model.c + engine/admission.c), exercised on the CPU through the test-only device
+ * (engine/model.c + engine/device/admission.c), exercised on the CPU through the test-only device
  * "torch-cpu": the same at:: operator code that runs on a CUDA device, with at::kCPU.
  *
  * Fixtures: tests/fixtures/tiny-NAME (golden logits of tests/reference/qwen3_ref.py in fp32
@@ -23,10 +23,10 @@
 
 #include "tests/golden.h"
 
-#include "engine/admission.h"
-#include "engine/cuda_rt.h"
+#include "engine/device/admission.h"
+#include "engine/device/cuda_rt.h"
 #include "engine/model.h"
-#include "engine/torch_shim.h"
+#include "engine/tensor/torch_shim.h"
 
 #define LOGIT_TOL 1e-3f
 

@@ -22,9 +22,9 @@
 
 #include "tests/golden.h"
 
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 #include "engine/model.h"
-#include "engine/torch_shim.h"
+#include "engine/tensor/torch_shim.h"
 
 #define LOGIT_TOL 1e-3f
 

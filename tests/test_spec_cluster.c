@@ -17,7 +17,7 @@
 
 #include "coordinator/cluster.h"
 #include "coordinator/spec.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 #define MAX_PROMPTS 64
 

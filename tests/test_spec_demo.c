@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "coordinator/spec.h"
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 #define N_NEW 128
 

@@ -1,4 +1,4 @@
-/* tests/test_tokenizer.c — unit tests of engine/tokenizer.h that need no oracle.
+/* tests/test_tokenizer.c — unit tests of engine/text/tokenizer.h that need no oracle.
  *
  * Covers: UTF-8 repair; malformed tokenizer files (each error names the file and the field);
  * the pre-tokenizer behaviours, Digits, normalizers, added-token flags and the post-processor
@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 static char g_tmp[512];
 

@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 typedef struct tcase {
   char *name;

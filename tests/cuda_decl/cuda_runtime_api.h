@@ -1,6 +1,6 @@
 /* tests/cuda_decl/cuda_runtime_api.h — a declaration-only stand-in for the CUDA runtime
  * header, with the signatures of the CUDA Runtime API reference (CUDA 11/12) for exactly the
- * calls engine/cuda_rt.c makes. Used only by the cuda_rt_typecheck test on machines without
+ * calls engine/device/cuda_rt.c makes. Used only by the cuda_rt_typecheck test on machines without
  * the CUDA headers, so the DF_CUDA branch is at least type-checked there; it is never linked.
  * A real build with -DDF_CUDA=ON uses the toolkit's header instead. */
 #ifndef DF_TEST_CUDA_DECL_H

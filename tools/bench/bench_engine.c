@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 static double now_s(void) {
   struct timespec ts;

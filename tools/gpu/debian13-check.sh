@@ -7,7 +7,7 @@
 # ~2.8 GB downloaded from the Debian archive), installs them with Deltafin's other
 # dependencies, clones the current commit of this repository into it and
 #   1. configures the default build (DF_CUDA=OFF) there and runs `cuda_rt_typecheck`, which
-#      now compiles engine/cuda_rt.c against the toolkit's real <cuda_runtime_api.h>;
+#      now compiles engine/device/cuda_rt.c against the toolkit's real <cuda_runtime_api.h>;
 #   2. builds everything with DF_CUDA=ON against the CUDA libtorch 2.6 and libcudart 12
 #      (-Werror-clean compile of the shim against libtorch 2.x and of cuda_rt.c, real link);
 #   3. runs the whole test suite on that build: the CPU path still exact on libtorch 2.6,

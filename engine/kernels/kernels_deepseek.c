@@ -1,4 +1,4 @@
-/* engine/kernels_deepseek.c — kernels of the DeepSeek-V3 family (MLA, sigmoid routing);
+/* engine/kernels/kernels_deepseek.c — kernels of the DeepSeek-V3 family (MLA, sigmoid routing);
  * see kernels.h.
  *
  * Owns: the transposed linear that absorbs kv_b_proj's key half into the query
@@ -8,7 +8,7 @@
  * element has a reduction order fixed by the reduction length alone, and the AVX2 and
  * scalar paths agree bit for bit.
  */
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 
 #include <assert.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* engine/tokenizer.c — loading tokenizer.json and byte-level BPE encode / decode.
+/* engine/text/tokenizer.c — loading tokenizer.json and byte-level BPE encode / decode.
  *
  * Owns: the df_tok object (vocabulary, merge ranks, added tokens, normalizer, pre-tokenizer
  * steps, post-processor ids, per-id decode bytes), the encode pipeline and one-shot decode.
@@ -7,11 +7,11 @@
  * "normalized" added tokens, (4) run the pre-tokenizer steps, (5) BPE each piece on its bytes
  * (the ByteLevel byte->char mapping is folded into the merge table: symbols are token ids),
  * (6) post-process. Does not own: UTF-8 repair and the streaming decoder
- * (engine/tokenizer_utf8.c), chat templates (engine/chat_template.c).
+ * (engine/text/tokenizer_utf8.c), chat templates (engine/text/chat_template.c).
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_internal.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer_internal.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -1,13 +1,13 @@
-/* engine/chat_template.c — recognising and rendering the known chat templates in C.
+/* engine/text/chat_template.c — recognising and rendering the known chat templates in C.
  *
  * Owns: reading the template text of a model folder, recognising it (FNV-1a 64 of the exact
  * text), and one renderer per known template, written as a line-by-line transcription of the
  * template's Jinja so that the output is byte-identical to jinja2's (checked against goldens in
  * tests/tokenizer/chat_golden.json and deepseek_v3_chat_golden.json), and the bos_token a
- * template prints. Does not own: tokenization (engine/tokenizer.c).
+ * template prints. Does not own: tokenization (engine/text/tokenizer.c).
  */
-#include "engine/chat_template.h"
-#include "engine/tokenizer_internal.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer_internal.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -61,7 +61,7 @@ int df_chat_template_from_text(const char *text, size_t len, const char *origin,
   }
   df_tok__seterr(err, errlen,
                  "%s: chat template not recognised (%zu bytes, FNV-1a 64 %016llx); supported: "
-                 "Qwen3, DeepSeek-V3. Render it with jinja2, add a renderer to engine/chat_template.c and "
+                 "Qwen3, DeepSeek-V3. Render it with jinja2, add a renderer to engine/text/chat_template.c and "
                  "goldens to tests/tokenizer/", origin, len, (unsigned long long)h);
   return -1;
 }

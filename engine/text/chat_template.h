@@ -1,4 +1,4 @@
-/* engine/chat_template.h — chat templates of the supported model families, rendered in C.
+/* engine/text/chat_template.h — chat templates of the supported model families, rendered in C.
  *
  * Owns: reading a model's chat template (tokenizer_config.json "chat_template", or
  * chat_template.jinja beside it), recognising it by the exact template text, and rendering a
@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/tokenizer.h"
+#include "engine/text/tokenizer.h"
 
 typedef enum df_chat_family {
   DF_CHAT_QWEN3 = 1,

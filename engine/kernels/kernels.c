@@ -1,15 +1,14 @@
-/* engine/kernels.c — batch-invariant CPU kernels; see kernels.h for the reduction order.
+/* engine/kernels/kernels.c — batch-invariant CPU kernels; see kernels.h for the reduction order.
  *
  * Owns: AVX2+FMA and scalar implementations of linear, RMSNorm, RoPE, attention, router
- * softmax/top-k, SwiGLU and small vector ops, and the runtime ISA choice. The scalar path
- * reproduces the AVX2 path bit for bit (same lane structure, fmaf).
+ * softmax/top-k, SwiGLU and small vector ops. The scalar path reproduces the AVX2 path bit
+ * for bit (same lane structure, fmaf). The ISA and thread count come from dispatch.c.
  */
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 
 #include <assert.h>
 #include <math.h>
 #include <omp.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -21,45 +20,6 @@
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
-
-static int g_isa = -1;
-
-df_isa df_k_isa(void) {
-  if (g_isa < 0) {
-    g_isa = DF_ISA_SCALAR;
-#if DF_HAVE_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) g_isa = DF_ISA_AVX2;
-#endif
-  }
-  return (df_isa)g_isa;
-}
-
-df_isa df_k_set_isa(df_isa isa) {
-  g_isa = -1;
-  df_isa best = df_k_isa();
-  g_isa = (isa == DF_ISA_AVX2 && best == DF_ISA_AVX2) ? DF_ISA_AVX2 : DF_ISA_SCALAR;
-  return (df_isa)g_isa;
-}
-
-const char *df_k_isa_name(df_isa isa) { return isa == DF_ISA_AVX2 ? "avx2" : "scalar"; }
-
-/* Team size of every kernel's parallel region, process-wide; 0 until df_k_set_threads. Not
- * OpenMP's nthreads ICV: omp_set_num_threads() sets it for the calling thread only, so a
- * count set at load on the main thread would not reach kernels run on another thread (the
- * server's scheduler), whose regions would then use OpenMP's default instead. */
-static atomic_int g_threads;
-
-int df_k_set_threads(int n) {
-  if (n <= 0) n = omp_get_num_procs();
-  atomic_store_explicit(&g_threads, n, memory_order_relaxed);
-  return n;
-}
-
-int df_k_max_threads(void) {
-  int n = atomic_load_explicit(&g_threads, memory_order_relaxed);
-  return n > 0 ? n : omp_get_max_threads();
-}
 
 /* ---- scalar helpers ------------------------------------------------------------------ */
 

@@ -1,8 +1,8 @@
-/* engine/admission.c — the device admission rule of admission.h, pure arithmetic.
+/* engine/device/admission.c — the device admission rule of admission.h, pure arithmetic.
  *
  * Owns: reserve, charging and the hottest-first expert fill. Does not own: any device call.
  */
-#include "engine/admission.h"
+#include "engine/device/admission.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* engine/kernels_fp8.c — linear over FP8 E4M3 weights with block scales; see kernels.h.
+/* engine/kernels/kernels_fp8.c — linear over FP8 E4M3 weights with block scales; see kernels.h.
  *
  * Owns: the de-quantisation of F8_E4M3 weights inside the matmul (DeepSeek-V3 / Kimi K2
  * checkpoints: `weight` F8_E4M3 [N, K] + `weight_scale_inv` F32 [ceil(N/bn), ceil(K/bk)]),
@@ -15,7 +15,7 @@
  * w = half(b) * (256 s) is the exact product e4m3(b) * s rounded once. The NaN codes 0x7F/0xFF
  * decode as +-480 on both paths (quantisers saturate at +-448; published weights hold no NaN).
  */
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 
 #include <assert.h>
 #include <math.h>

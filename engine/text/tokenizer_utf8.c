@@ -1,12 +1,12 @@
-/* engine/tokenizer_utf8.c — UTF-8 well-formedness, lossy repair, NFC, and the streaming
- * decoder of engine/tokenizer.h.
+/* engine/text/tokenizer_utf8.c — UTF-8 well-formedness, lossy repair, NFC, and the streaming
+ * decoder of engine/text/tokenizer.h.
  *
  * Owns: the one table of well-formed UTF-8 (Unicode Table 3-7), U+FFFD substitution of maximal
  * subparts, the growable byte buffer, and df_tok_stream_*. Does not own: which bytes a token
- * decodes to (engine/tokenizer.c builds that table at load).
+ * decodes to (engine/text/tokenizer.c builds that table at load).
  */
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_internal.h"
+#include "engine/text/tokenizer.h"
+#include "engine/text/tokenizer_internal.h"
 
 #include <assert.h>
 #include <stdio.h>

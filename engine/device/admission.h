@@ -1,10 +1,10 @@
-/* engine/admission.h — device memory admission: what of a model goes on an accelerator
+/* engine/device/admission.h — device memory admission: what of a model goes on an accelerator
  * before anything is allocated there.
  *
  * Owns: the admission rule (docs/GPU.md "Admission") as a pure function of numbers, so
  * that it is unit-tested without a device (tests/test_admission.c). Does not own: where
- * the numbers come from (cudaMemGetInfo through engine/cuda_rt.h, the model's byte
- * counts from engine/model.c) nor the uploads themselves (engine/torch_shim.cpp).
+ * the numbers come from (cudaMemGetInfo through engine/device/cuda_rt.h, the model's byte
+ * counts from engine/model.c) nor the uploads themselves (engine/tensor/torch_shim.cpp).
  *
  * The rule:
  *   reserve = max(2 GiB, 10% of total device memory)       -- never handed out

@@ -1,10 +1,10 @@
-/* engine/tokenizer.h — byte-level BPE tokenizers loaded from Hugging Face tokenizer.json.
+/* engine/text/tokenizer.h — byte-level BPE tokenizers loaded from Hugging Face tokenizer.json.
  *
  * Owns: loading tokenizer.json (+ the special-token ids of tokenizer_config.json), encoding
  * UTF-8 text to token ids with the exact semantics of the Hugging Face `tokenizers` library
  * (added tokens, normalizer, pre-tokenizer, byte-level BPE, post-processor), one-shot decoding
  * and a streaming decoder that only ever emits complete UTF-8. Does not own: chat templates
- * (engine/chat_template.h), sampling, or anything about the model weights.
+ * (engine/text/chat_template.h), sampling, or anything about the model weights.
  *
  * Supported tokenizer.json components (anything else is a load error naming the field):
  *   model          BPE (vocab; merges as "a b" strings or ["a","b"] pairs; ignore_merges;

@@ -1,5 +1,5 @@
-/* engine/expert_local.c — in-process expert backend; see expert_local.h. */
-#include "engine/expert_local.h"
+/* engine/experts/expert_local.c — in-process expert backend; see expert_local.h. */
+#include "engine/experts/expert_local.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
-/* engine/torch_shim.h — the tensor layer: libtorch tensors behind a small C API of
+/* engine/tensor/torch_shim.h — the tensor layer: libtorch tensors behind a small C API of
  * meaningful ops (linear, RMSNorm, RoPE, attention over a KV cache, router softmax + top-k,
  * SwiGLU expert FFN over a group of rows, embedding, argmax).
  *
  * Owns: tensor handles (an at::Tensor inside, so a tensor can later live on a CUDA device)
  * and the dispatch of each op. On the CPU every op runs the batch-invariant kernels of
- * engine/kernels.h on the tensors' memory: libtorch 1.13's own CPU bf16 matmul runs at
+ * engine/kernels/kernels.h on the tensors' memory: libtorch 1.13's own CPU bf16 matmul runs at
  * ~1 GFLOP/s on AVX2 machines and its fp32 GEMM gives a row different bits depending on
  * how many rows share the call, which would break DESIGN.md §4's batch invariance.
  * libtorch is also the independent oracle the kernel tests compare against
@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 
 typedef struct df_t_tensor df_t_tensor;
 
@@ -263,7 +263,7 @@ typedef struct df_tm_desc {
 } df_tm_desc;
 
 /* Upload what `d` says to device `dev` (CUDA or TORCH_CPU; TORCH_CPU uses the host tensors
- * without a copy). CUDA uploads go through engine/cuda_rt.h's pinned staging buffers on a
+ * without a copy). CUDA uploads go through engine/device/cuda_rt.h's pinned staging buffers on a
  * copy stream when the build has DF_CUDA, else through libtorch's pageable copy. Borrowed:
  * `d`'s tensors must outlive the result (host experts are read through them). Errors (NULL +
  * message): a weight dtype other than BF16/F16/F32, or F8_E4M3 with block scales (kept as
@@ -304,7 +304,7 @@ int df_tm_forward(df_tm *tm, int64_t R, const int32_t *ids, const int64_t *pos,
 typedef struct df_tx df_tx;
 
 /* dev: CUDA or TORCH_CPU (a host "device" for tests); budget: bytes of expert weights that
- * may be uploaded (what admission left, engine/admission.h). NULL + message on a libtorch
+ * may be uploaded (what admission left, engine/device/admission.h). NULL + message on a libtorch
  * error or a CPU device. Free with df_tx_destroy. */
 df_tx *df_tx_new(const df_t_device *dev, uint64_t budget, char *err, size_t errlen);
 

@@ -1,8 +1,8 @@
-/* engine/expert_backend.h — the interface through which a MoE layer runs its routed experts.
+/* engine/experts/expert_backend.h — the interface through which a MoE layer runs its routed experts.
  *
  * Owns: the contract between the forward pass (which routes token rows and combines the
  * results) and whoever holds the routed-expert weights: the local backend
- * (engine/expert_local.c, in-process over the checkpoint's mmap) now, remote df-node agents
+ * (engine/experts/expert_local.c, in-process over the checkpoint's mmap) now, remote df-node agents
  * later. A backend is a small table of function pointers (DESIGN.md §9).
  *
  * A request carries, for one MoE layer, the token rows grouped by expert: group g holds
@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/torch_shim.h"
+#include "engine/tensor/torch_shim.h"
 
 typedef struct df_expert_request {
   int layer;               /* decoder layer index */

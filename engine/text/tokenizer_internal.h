@@ -1,4 +1,4 @@
-/* engine/tokenizer_internal.h — private pieces shared by engine/tokenizer*.c and
+/* engine/text/tokenizer_internal.h — private pieces shared by engine/tokenizer*.c and
  * engine/chat_template*.c. Not a public contract: nothing outside dftok includes it.
  *
  * Owns: the UTF-8 scanner (one place that knows which byte sequences are well-formed), a

@@ -1,10 +1,10 @@
-/* engine/cuda_rt.c — cuda_rt.h over the CUDA runtime API (DF_CUDA=ON), or stubs.
+/* engine/device/cuda_rt.c — cuda_rt.h over the CUDA runtime API (DF_CUDA=ON), or stubs.
  *
  * Owns: cudaMemGetInfo, cudaHostAlloc pinned staging buffers, the copy stream and its
  * events. Plain C over <cuda_runtime_api.h>: no nvcc needed to build it, only the CUDA
  * headers and libcudart (a CUDA toolkit, or the runtime a PyTorch wheel ships).
  */
-#include "engine/cuda_rt.h"
+#include "engine/device/cuda_rt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* engine/kernels.h — batch-invariant CPU kernels (AVX2+FMA with an identical scalar path).
+/* engine/kernels/kernels.h — batch-invariant CPU kernels (AVX2+FMA with an identical scalar path).
  *
  * Owns: the numeric inner loops of the CPU forward pass. Every kernel here computes each
  * output element with a reduction order that depends only on the reduction length, never
@@ -138,7 +138,7 @@ int df_k_set_threads(int n);
  * Always >= 1; no errors. */
 int df_k_max_threads(void);
 
-/* ---- FP8 block-scaled weights (engine/kernels_fp8.c) ----------------------------------- */
+/* ---- FP8 block-scaled weights (engine/kernels/kernels_fp8.c) ----------------------------------- */
 
 /* The exact value of an OCP E4M3FN byte (bias 7, subnormals; the NaN codes 0x7F/0xFF decode
  * as +-480, see kernels_fp8.c). */
@@ -167,7 +167,7 @@ void df_k_linear_fp8_cols(const float *x, int64_t M, int64_t K, int64_t ldx, con
                           const float *scale, int64_t scale_ld, int64_t bn, int64_t bk,
                           int64_t n0, int nr, float *y, int64_t ldy);
 
-/* ---- DeepSeek-V3 family (engine/kernels_deepseek.c) ------------------------------------ */
+/* ---- DeepSeek-V3 family (engine/kernels/kernels_deepseek.c) ------------------------------------ */
 
 /* A weight matrix [N_total, K] in its stored dtype, for kernels that address sub-blocks.
  * FP8 (dt F8_E4M3): scale [ceil(N_total/bn), scale_ld] fp32 block scales; NULL otherwise. */

@@ -1,4 +1,4 @@
-/* engine/expert_local.h — the in-process expert backend over the checkpoint's mmap.
+/* engine/experts/expert_local.h — the in-process expert backend over the checkpoint's mmap.
  *
  * Owns: running routed experts (SwiGLU: down(silu(gate(x)) * up(x)), transformers'
  * Qwen3MoeMLP) on the coordinator's own CPU from the model's weight views, group by group,
@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "engine/expert_backend.h"
+#include "engine/experts/expert_backend.h"
 
 struct df_model;
 

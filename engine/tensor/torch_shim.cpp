@@ -1,12 +1,12 @@
-// engine/torch_shim.cpp — libtorch tensors behind the C API of torch_shim.h.
+// engine/tensor/torch_shim.cpp — libtorch tensors behind the C API of torch_shim.h.
 //
 // Owns: the df_t_tensor handle (an at::Tensor plus its dtype and, for FP8 weights, its
 // block scales), op dispatch to the CPU kernels, device selection, the torch compute path
 // (df_tm_*: the qwen3 / qwen3_moe and deepseek_v3 / kimi_k2 forward in at:: operators on a
 // CUDA or CPU at::Device)
 // and the float64 libtorch oracles used by tests. Does not own: the mmap (the safetensors
-// loader does), buffer planning and admission (engine/model.c, engine/admission.c), direct
-// CUDA runtime calls (engine/cuda_rt.c).
+// loader does), buffer planning and admission (engine/model.c, engine/device/admission.c), direct
+// CUDA runtime calls (engine/device/cuda_rt.c).
 //
 // Portability: written against the libtorch API common to 1.13 (Debian's libtorch-dev) and
 // 2.x (PyTorch wheels): ATen operators only (no at::rms_norm, no scaled_dot_product_attention,
@@ -16,11 +16,11 @@
 // both (2.9 adds a finer-grained precision API and keeps it).
 extern "C" {
 #include "engine/safetensors.h" // C headers without their own extern "C" guard
-#include "engine/expert_backend.h"
+#include "engine/experts/expert_backend.h"
 #include "engine/kv_cache.h"
 }
-#include "engine/torch_shim.h"
-#include "engine/cuda_rt.h"
+#include "engine/tensor/torch_shim.h"
+#include "engine/device/cuda_rt.h"
 
 #include <ATen/ATen.h>
 
@@ -42,7 +42,7 @@ extern "C" {
 #include <vector>
 
 extern "C" {
-#include "engine/kernels.h"
+#include "engine/kernels/kernels.h"
 }
 
 struct df_t_tensor {
