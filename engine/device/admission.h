@@ -4,7 +4,7 @@
  * Owns: the admission rule (docs/GPU.md "Admission") as a pure function of numbers, so
  * that it is unit-tested without a device (tests/test_admission.c). Does not own: where
  * the numbers come from (cudaMemGetInfo through engine/device/cuda_rt.h, the model's byte
- * counts from engine/model.c) nor the uploads themselves (engine/tensor/torch_shim.cpp).
+ * counts from engine/model.c) nor the uploads themselves (engine/tensor/torch_path.cpp).
  *
  * The rule:
  *   reserve = max(2 GiB, 10% of total device memory)       -- never handed out

@@ -5,7 +5,7 @@
  * Owns: the direct use of the CUDA runtime API (libcudart), compiled only with
  * -DDF_CUDA=ON. Every other build gets the same functions as stubs that fail with
  * "no CUDA runtime in this build (configure with -DDF_CUDA=ON)", so callers need no #ifdef.
- * Does not own: tensors or compute on the device (libtorch does, engine/tensor/torch_shim.cpp);
+ * Does not own: tensors or compute on the device (libtorch does, engine/tensor/torch_path.cpp);
  * what to upload (engine/device/admission.h decides).
  * Errors: 0 / -1 with a one-line message in the caller's buffer naming the CUDA call and
  * cudaGetErrorString's text. No function aborts.
