@@ -4,10 +4,11 @@
  * text), and one renderer per known template, written as a line-by-line transcription of the
  * template's Jinja so that the output is byte-identical to jinja2's (checked against goldens in
  * tests/tokenizer/chat_golden.json and deepseek_v3_chat_golden.json), and the bos_token a
- * template prints. Does not own: tokenization (engine/text/tokenizer.c).
+ * template prints. Does not own: tokenization (engine/text/tokenizer.h).
  */
 #include "engine/text/chat_template.h"
-#include "engine/text/tokenizer_internal.h"
+#include "engine/text/tokenizer_utf8.h"
+#include "engine/text/tokenizer_util.h"
 
 #include <jansson.h>
 #include <stdio.h>
