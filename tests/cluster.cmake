@@ -2,7 +2,8 @@
 # and integration tests with real df-node processes on 127.0.0.x loopback
 # (tests/cluster_test.py; each scenario is its own short ctest entry).
 df_add_cmocka_test(test_transport
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_transport.c ${PROJECT_SOURCE_DIR}/coordinator/cluster_place.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_transport.c
+          ${PROJECT_SOURCE_DIR}/coordinator/cluster/cluster_place.c
   LIBS dftransport)
 
 add_executable(cluster_evil ${CMAKE_CURRENT_LIST_DIR}/cluster_evil.c)

@@ -1,4 +1,4 @@
-# Expert heat (coordinator/expert_heat.h, docs/GPU.md "Admission"): the file format's
+# Expert heat (coordinator/cluster/expert_heat.h, docs/GPU.md "Admission"): the file format's
 # malformed-input table, files that are not regular (never blocking), saves under the lock
 # (no lost update across processes); and through the CLI: an empty --state-dir is a usage
 # error everywhere, a FIFO or corrupt heat file gives one line and the run goes on, 8

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""tests/heat_cli.py — the expert heat file (STATE/heat/<key>.u64, coordinator/expert_heat.h)
-through the CLI.
+"""tests/heat_cli.py — the expert heat file (STATE/heat/<key>.u64,
+coordinator/cluster/expert_heat.h) through the CLI.
 
 files: an empty --state-dir is a usage error (exit 2, naming the flag) for run, serve,
   cluster and df-node (one parser each for all their subcommands), and nothing appears at

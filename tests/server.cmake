@@ -1,10 +1,11 @@
-# deltafin serve (coordinator/server.c, sched.c, api.c): request validation and stop strings
-# as unit tests; the HTTP server end to end on a random checkpoint with Qwen3's real
-# tokenizer (server_model builds it once for the others); the official openai npm client;
-# a bounded soak; the request-parser fuzzer.
+# deltafin serve (coordinator/server/server.c, api.c, coordinator/generate/sched.c): request
+# validation and stop strings as unit tests; the HTTP server end to end on a random
+# checkpoint with Qwen3's real tokenizer (server_model builds it once for the others); the
+# official openai npm client; a bounded soak; the request-parser fuzzer.
 df_add_cmocka_test(test_server_api
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_server_api.c ${PROJECT_SOURCE_DIR}/coordinator/api.c
-          ${PROJECT_SOURCE_DIR}/coordinator/sched_stop.c
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_server_api.c
+          ${PROJECT_SOURCE_DIR}/coordinator/server/api.c
+          ${PROJECT_SOURCE_DIR}/coordinator/generate/sched_stop.c
   LIBS PkgConfig::JANSSON)
 target_include_directories(test_server_api PRIVATE ${PROJECT_SOURCE_DIR})
 
@@ -49,9 +50,11 @@ set_tests_properties(server_soak PROPERTIES FIXTURES_REQUIRED server_model LABEL
 
 include(${CMAKE_CURRENT_LIST_DIR}/fuzz.cmake)
 df_add_fuzzer(fuzz_api_request
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_api_request.c ${PROJECT_SOURCE_DIR}/coordinator/api.c
-          ${PROJECT_SOURCE_DIR}/coordinator/sched_stop.c
-  DEPENDS ${PROJECT_SOURCE_DIR}/coordinator/api.h ${PROJECT_SOURCE_DIR}/coordinator/sched_stop.h
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_api_request.c
+          ${PROJECT_SOURCE_DIR}/coordinator/server/api.c
+          ${PROJECT_SOURCE_DIR}/coordinator/generate/sched_stop.c
+  DEPENDS ${PROJECT_SOURCE_DIR}/coordinator/server/api.h
+          ${PROJECT_SOURCE_DIR}/coordinator/generate/sched_stop.h
   PKGS JANSSON
   CORPUS ${CMAKE_CURRENT_LIST_DIR}/fuzz/corpus_api
   DICT ${CMAKE_CURRENT_LIST_DIR}/fuzz/api.dict

@@ -1,5 +1,5 @@
 /* tests/test_deepseek_spec.c — speculative decoding over a deepseek_v3 / kimi_k2 target
- * (coordinator/spec.c): with the tiny random qwen3 dense draft tests/fixtures/tiny-dense
+ * (coordinator/generate/spec.c): with the tiny random qwen3 dense draft tests/fixtures/tiny-dense
  * (same 512-token vocabulary), greedy ids are identical with and without the draft at fixed
  * k and adaptive k, for the bf16 and the FP8 fixture; a draft identical to the target
  * accepts every drafted token — the MLA latent cache rolls back exactly. */
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/spec.h"
+#include "coordinator/generate/spec.h"
 
 #define N_NEW 40
 

@@ -1,9 +1,9 @@
-/* tests/test_expert_heat.c — the heat file (coordinator/expert_heat.h): a table of malformed
- * files, each ignored with one note naming the file and what is wrong; files that are not
- * regular (a FIFO must not block), cannot be opened, or a state directory of "" ; saves that
- * add to the stored counts, replace a corrupt file or one for another pair count (and say
- * so once), leave an unusable one alone, saturate at UINT64_MAX, wait for another holder of
- * the lock, and lose no update when 8 processes save at once.
+/* tests/test_expert_heat.c — the heat file (coordinator/cluster/expert_heat.h): a table of
+ * malformed files, each ignored with one note naming the file and what is wrong; files that
+ * are not regular (a FIFO must not block), cannot be opened, or a state directory of "" ;
+ * saves that add to the stored counts, replace a corrupt file or one for another pair count
+ * (and say so once), leave an unusable one alone, saturate at UINT64_MAX, wait for another
+ * holder of the lock, and lose no update when 8 processes save at once.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/expert_heat.h"
+#include "coordinator/cluster/expert_heat.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 

@@ -14,10 +14,10 @@
 
 #include <cmocka.h>
 
-#include "coordinator/pull.h"
-#include "coordinator/pull_manifest.h"
-#include "coordinator/pull_util.h"
-#include "coordinator/stream_cache.h"
+#include "coordinator/hub/pull.h"
+#include "coordinator/hub/pull_manifest.h"
+#include "coordinator/hub/pull_util.h"
+#include "coordinator/hub/stream_cache.h"
 
 static char g_tmp[512];
 

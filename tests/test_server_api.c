@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "coordinator/api.h"
-#include "coordinator/sched_stop.h"
+#include "coordinator/server/api.h"
+#include "coordinator/generate/sched_stop.h"
 
 typedef struct bad_case {
   df_api_kind kind;

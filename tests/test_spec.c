@@ -1,4 +1,4 @@
-/* tests/test_spec.c — speculative decoding (coordinator/spec.c): greedy output identical
+/* tests/test_spec.c — speculative decoding (coordinator/generate/spec.c): greedy output identical
  * with and without a draft at every fixed k and with adaptive k; a draft identical to the
  * target accepts everything; a partially agreeing draft exercises acceptance and rollback;
  * fallbacks (vocabulary mismatch) give target-alone output; seeded sampling with a draft is
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/spec.h"
+#include "coordinator/generate/spec.h"
 
 #define N_NEW 64
 

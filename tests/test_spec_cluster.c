@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/cluster.h"
-#include "coordinator/spec.h"
+#include "coordinator/cluster/cluster.h"
+#include "coordinator/generate/spec.h"
 #include "engine/text/tokenizer.h"
 
 #define MAX_PROMPTS 64

@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/spec.h"
+#include "coordinator/generate/spec.h"
 #include "engine/text/tokenizer.h"
 
 #define N_NEW 128

@@ -1,4 +1,4 @@
-/* tests/test_spec_mem.c — a draft's memory and its fallbacks (coordinator/spec.c,
+/* tests/test_spec_mem.c — a draft's memory and its fallbacks (coordinator/generate/spec.c,
  * engine/model.c df_model_opts.share_from):
  *   - an embedding table byte-identical between draft and target is mapped once: resident
  *     memory after running target + draft grows by about one 16 MiB table, not two, and the
@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/spec.h"
+#include "coordinator/generate/spec.h"
 
 #define TABLE_BYTES ((int64_t)32768 * 256 * 2) /* big-target / big-draft embedding, bf16 */
 #define N_NEW 24

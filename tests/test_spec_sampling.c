@@ -1,5 +1,5 @@
 /* tests/test_spec_sampling.c — speculative sampling leaves the output distribution the
- * target's (coordinator/spec.c; Leviathan et al. 2023, Chen et al. 2023).
+ * target's (coordinator/generate/spec.c; Leviathan et al. 2023, Chen et al. 2023).
  *
  * A 16-token-vocabulary pair (make_spec_drafts.py: v16-target, a qwen3_moe, and v16-draft, a
  * qwen3 dense model with other weights, so q is far from p) generates the first two tokens
@@ -36,7 +36,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/spec.h"
+#include "coordinator/generate/spec.h"
 
 #define V 16
 #define N_RUNS 2500

@@ -1,5 +1,5 @@
 /* tests/test_transport.c — transport/ (codec, keys, tokens, allow-list) and the placement
- * rule (coordinator/cluster_place.c).
+ * rule (coordinator/cluster/cluster_place.c).
  *
  * Codec: every op round-trips; a table of malformed headers (hand-written msgpack bytes)
  * each gets -1 with the right code and leaves no allocation. Keys: created 0600, reloaded
@@ -30,7 +30,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/cluster_place.h"
+#include "coordinator/cluster/cluster_place.h"
 #include "transport/codec.h"
 #include "transport/keys.h"
 #include "transport/lograte.h"
@@ -671,7 +671,7 @@ typedef struct mon_server {
 } mon_server;
 
 /* A CURVE ROUTER on 127.0.0.1 (port 0 = any) with the ZAP handler and a monitor of the
- * events the coordinator watches; as in coordinator/cluster.c. */
+ * events the coordinator watches; as in coordinator/cluster/cluster.c. */
 static void mon_server_open(mon_server *s, int port) {
   char err[256], ep[64];
   memset(s, 0, sizeof *s);

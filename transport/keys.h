@@ -6,7 +6,7 @@
  * and their formats; every file is written 0600 through a temporary file + rename, under an
  * flock on STATE/.lock, so a CLI and a running coordinator can share a directory.
  * Does not own: sockets (transport/sock.h), what a node holds (node/), membership state of
- * a running coordinator (coordinator/cluster.c).
+ * a running coordinator (coordinator/cluster/cluster.c).
  */
 #ifndef DF_TRANSPORT_KEYS_H
 #define DF_TRANSPORT_KEYS_H

@@ -1,20 +1,20 @@
 /* tests/fuzz/fuzz_api_request.c — libFuzzer target for the /v1 request parser.
  *
  * The first input byte picks the endpoint (even: chat, odd: completions), the rest is the
- * request body given to df_api_parse (coordinator/api.c). Checks its contract: returns 0 or
- * -1; on -1 a 400 (or 500 when out of memory) with a message and an error body; on 0 every
- * documented invariant of df_api_request holds, and the parsed strings go through the SSE and
- * JSON builders and the stop matcher (coordinator/sched_stop.c) without a fault. ASan/UBSan
- * catch bad reads, LeakSanitizer leaks. Built by tests/server.cmake; seeds in
- * tests/fuzz/corpus_api/, tokens in tests/fuzz/api.dict.
+ * request body given to df_api_parse (coordinator/server/api.c). Checks its contract: returns
+ * 0 or -1; on -1 a 400 (or 500 when out of memory) with a message and an error body; on 0
+ * every documented invariant of df_api_request holds, and the parsed strings go through the
+ * SSE and JSON builders and the stop matcher (coordinator/generate/sched_stop.c) without a
+ * fault. ASan/UBSan catch bad reads, LeakSanitizer leaks. Built by tests/server.cmake; seeds
+ * in tests/fuzz/corpus_api/, tokens in tests/fuzz/api.dict.
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/api.h"
-#include "coordinator/sched_stop.h"
+#include "coordinator/server/api.h"
+#include "coordinator/generate/sched_stop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

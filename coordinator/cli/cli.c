@@ -1,0 +1,99 @@
+/* coordinator/cli/cli.c — option parsing helpers; see cli.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "coordinator/cli/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "coordinator/hub/pull_manifest.h"
+#include "engine/model.h"
+
+int df_cli_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long x = v ? strtoll(v, &end, 10) : 0;
+  if (!v || !*v || *end || errno || x < lo || x > hi) {
+    fprintf(stderr, "deltafin: --%s: expected an integer in [%lld, %lld], got '%s'\n", name,
+            (long long)lo, (long long)hi, v ? v : "(missing)");
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+int df_cli_double(const char *name, const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double x = v ? strtod(v, &end) : 0;
+  if (!v || !*v || *end || errno || !isfinite(x) || x < lo || x > hi) {
+    fprintf(stderr, "deltafin: --%s: expected a number in [%g, %g], got '%s'\n", name, lo, hi,
+            v ? v : "(missing)");
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+int df_cli_dir(const char *name, const char *v) {
+  if (v && !v[0]) {
+    fprintf(stderr, "deltafin: --%s: expected a folder path, got ''\n", name);
+    return -1;
+  }
+  return 0;
+}
+
+int64_t df_cli_ids(const char *name, const char *v, int32_t **out) {
+  *out = NULL;
+  if (!v || !*v) {
+    fprintf(stderr, "deltafin: --%s: expected comma-separated token ids, got ''\n", name);
+    return -1;
+  }
+  int64_t cap = 1;
+  for (const char *p = v; *p; p++) cap += *p == ',';
+  int32_t *ids = malloc((size_t)cap * sizeof *ids);
+  if (!ids) return -1;
+  int64_t n = 0;
+  const char *p = v;
+  while (*p) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(p, &end, 10);
+    if (end == p || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+      fprintf(stderr, "deltafin: --%s: element %lld is not a token id (non-negative integer): '%s'\n",
+              name, (long long)n, p);
+      free(ids);
+      return -1;
+    }
+    ids[n++] = (int32_t)x;
+    p = *end ? end + 1 : end;
+    if (*end == ',' && !*p) {
+      fprintf(stderr, "deltafin: --%s: trailing comma\n", name);
+      free(ids);
+      return -1;
+    }
+  }
+  *out = ids;
+  return n;
+}
+
+double df_cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int df_cli_device(const char *v, const char *model_dir, struct df_model_opts *mo) {
+  char err[256];
+  if (df_t_device_parse(v, &mo->device, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: --device: %s\n", err);
+    return -1;
+  }
+  df_pull_manifest man;
+  if (model_dir && df_pull_manifest_read(model_dir, &man, err, sizeof err) == 0 && man.stream)
+    mo->device_host_experts = true;
+  if (model_dir) df_pull_manifest_free(&man);
+  return 0;
+}

@@ -1,0 +1,58 @@
+/* coordinator/cli/cli.h — the deltafin subcommands' entry points and shared helpers.
+ *
+ * Owns: the subcommand entry points, one per coordinator/cli/cmd_X.c (each
+ * `int df_cmd_X(int argc, char **argv)` gets argv after the subcommand name and returns the
+ * process exit status: 0 ok, 1 runtime error, 2 usage error), and option parsing helpers
+ * with clear messages.
+ */
+#ifndef DF_COORD_CLI_H
+#define DF_COORD_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+int df_cmd_run(int argc, char **argv);
+int df_cmd_inspect(int argc, char **argv);
+/* deltafin tokenize --model DIR [--ids-only] [--no-special] [--add-special] TEXT
+ * argv[0] is the subcommand name ("tokenize"); options follow. TEXT may also be given as
+ * "-" to read standard input. Prints one line per token, "ID<TAB>PIECE" (PIECE is the text the
+ * token decodes to as a JSON string, with bytes of an incomplete character as \xNN), or, with
+ * --ids-only, the ids on one line separated by spaces. --no-special encodes TEXT as plain text
+ * (added tokens such as "<|im_end|>" are not matched); --add-special applies the tokenizer's
+ * post-processor (BOS/EOS). Tokenization itself is engine/text/tokenizer.h. Returns the exit
+ * status: 0 ok, 1 runtime error (message on stderr naming the file), 2 usage error. */
+int df_cmd_tokenize(int argc, char **argv);
+/* `deltafin serve`: returns 0 after a clean shutdown on SIGINT/SIGTERM, 1 runtime error,
+ * 2 usage. */
+int df_cmd_serve(int argc, char **argv);
+/* `deltafin pull`: 0 ok, 1 failed, 2 usage. */
+int df_cmd_pull(int argc, char **argv);
+/* `deltafin verify`: 0 when no problem, 1 otherwise, 2 usage. */
+int df_cmd_verify(int argc, char **argv);
+/* `deltafin cluster init|token|status`: 0 ok, 1 error, 2 usage. */
+int df_cmd_cluster(int argc, char **argv);
+
+/* Parse a decimal integer option value in [lo, hi]; on failure prints
+ * "deltafin: --NAME: expected an integer in [lo, hi], got 'V'" and returns -1. */
+int df_cli_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out);
+/* Parse a finite float option value in [lo, hi]; same error shape. */
+int df_cli_double(const char *name, const char *v, double lo, double hi, double *out);
+/* Check a folder option value (--state-dir): "" is refused, since a file path built on it
+ * would land at the filesystem root ("/heat/...", "/coordinator.key"); prints "deltafin:
+ * --NAME: expected a folder path, got ''" and returns -1 (usage error, exit 2); 0 for any
+ * other value (NULL included: option absent). Allocates nothing. */
+int df_cli_dir(const char *name, const char *v);
+/* Parse "1,2,3" into a malloc'd int32 array (caller frees); ids must be >= 0.
+ * Returns count, or -1 with a message naming the bad element. */
+int64_t df_cli_ids(const char *name, const char *v, int32_t **out);
+struct df_model_opts;
+/* --device VALUE for a model about to be loaded from `model_dir` (docs/GPU.md): parses
+ * cpu | cuda | cuda:N | auto | torch-cpu into mo->device, and keeps the routed experts of a
+ * folder pulled with --stream off the device (their bytes are holes until fetched, so only
+ * the streaming backend may read them). On a bad value prints "deltafin: --device: ..." and
+ * returns -1 (usage error). */
+int df_cli_device(const char *v, const char *model_dir, struct df_model_opts *mo);
+/* Monotonic clock in seconds. */
+double df_cli_now(void);
+
+#endif

@@ -1,0 +1,379 @@
+/* coordinator/cli/cmd_run.c — `deltafin run`: prefill a prompt, generate, print tokens.
+ *
+ * Owns: the run subcommand's options and output (ids, --stats, --logits-out); the
+ * generation itself (target alone or with a draft) is coordinator/generate/spec.c.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator/cli/cli.h"
+#include "coordinator/cluster/cluster.h"
+#include "coordinator/cluster/expert_heat.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "coordinator/generate/spec.h"
+#include "config/fsutil.h"
+#include "coordinator/hub/stream.h"
+#include "engine/text/chat_template.h"
+#include "engine/text/tokenizer.h"
+
+static void run_usage(FILE *f) {
+  fprintf(f,
+          "usage: deltafin run [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+          "  --model DIR          Hugging Face model folder (config.json, *.safetensors,\n"
+          "                       tokenizer.json); default: the bundled demo model\n"
+          "  --prompt TEXT        prompt text (tokenized with the model's tokenizer); the\n"
+          "                       continuation is streamed as text\n"
+          "  --chat               wrap the prompt as a user turn with the model's chat template\n"
+          "  --system TEXT        system message for --chat\n"
+          "  --no-think           --chat with enable_thinking=false\n"
+          "  --prompt-ids LIST    prompt as comma-separated token ids; prints generated ids\n"
+          "  --max-new N          tokens to generate (default 32)\n"
+          "  --temperature T      0 = greedy (default: generation_config.json, else greedy)\n"
+          "  --top-p P            nucleus sampling mass in (0, 1] (default from generation_config)\n"
+          "  --top-k K            keep the K most likely tokens, 0 = off\n"
+          "  --seed S             random seed for sampling (default 0)\n"
+          "  --ignore-eos         do not stop at end-of-sequence tokens\n"
+          "  --ctx N              context capacity in tokens (default min(max_position, 4096))\n"
+          "  --chunk N            prefill chunk size in tokens (default 64)\n"
+          "  --threads N          compute threads (default: every online CPU)\n"
+          "  --draft DIR          draft model for speculative decoding (same vocabulary)\n"
+          "  --no-draft           run the target alone\n"
+          "  --draft-k K          first draft length, 1..8 (default 4; adapts unless --fixed-k)\n"
+          "  --fixed-k            keep the draft length fixed\n"
+          "  --stats              print prefill/decode speed (and drafting figures) to stderr\n"
+          "  --logits-out FILE    write fp32 logits of every prompt position, raw little-endian\n"
+          "                       row-major [n_prompt, vocab_size]\n"
+          "  --cluster            run routed experts on df-node agents (docs/CLUSTER.md)\n"
+          "  --cluster-port N     port of the cluster socket (default 7070)\n"
+          "  --cluster-bind HOST  interface to bind (default: all)\n"
+          "  --cluster-wait S     seconds to wait for nodes before generating (default 10)\n"
+          "  --cluster-nodes N    stop waiting once N nodes are ready (default 1)\n"
+          "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
+          "  --state-dir DIR      cluster keys, tokens, nodes and expert heat\n"
+          "                       (default ~/.local/state/deltafin)\n"
+          "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
+          "                       falls back to the CPU with one line (docs/GPU.md)\n");
+}
+
+enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_LOGITS, O_CTX,
+       O_CHUNK, O_NOEOS, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_FIXEDK,
+       O_PROMPT, O_CHAT, O_SYSTEM, O_NOTHINK,
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_DEVICE, O_THREADS };
+
+int df_cmd_run(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, O_MODEL},   {"prompt-ids", required_argument, 0, O_IDS},
+      {"max-new", required_argument, 0, O_MAXNEW}, {"temperature", required_argument, 0, O_TEMP},
+      {"top-p", required_argument, 0, O_TOPP},     {"top-k", required_argument, 0, O_TOPK},
+      {"seed", required_argument, 0, O_SEED},      {"stats", no_argument, 0, O_STATS},
+      {"logits-out", required_argument, 0, O_LOGITS}, {"ctx", required_argument, 0, O_CTX},
+      {"chunk", required_argument, 0, O_CHUNK},    {"ignore-eos", no_argument, 0, O_NOEOS},
+      {"help", no_argument, 0, O_HELP},            {"draft", required_argument, 0, O_DRAFT},
+      {"no-draft", no_argument, 0, O_NODRAFT},     {"draft-k", required_argument, 0, O_DRAFTK},
+      {"fixed-k", no_argument, 0, O_FIXEDK},       {"prompt", required_argument, 0, O_PROMPT},
+      {"chat", no_argument, 0, O_CHAT},            {"system", required_argument, 0, O_SYSTEM},
+      {"no-think", no_argument, 0, O_NOTHINK},
+      {"cluster", no_argument, 0, O_CLUSTER},      {"cluster-port", required_argument, 0, O_CPORT},
+      {"cluster-bind", required_argument, 0, O_CBIND}, {"cluster-wait", required_argument, 0, O_CWAIT},
+      {"cluster-nodes", required_argument, 0, O_CNODES},
+      {"cluster-timeout", required_argument, 0, O_CTIMEOUT},
+      {"state-dir", required_argument, 0, O_STATE}, {"device", required_argument, 0, O_DEVICE},
+      {"threads", required_argument, 0, O_THREADS},
+      {0, 0, 0, 0}};
+  const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL, *draft_dir = NULL;
+  const char *text = NULL, *system = NULL, *device = NULL;
+  bool chat = false, no_think = false;
+  int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0, draft_k = 4, threads = 0;
+  double temp = -1, top_p = -1;
+  bool stats = false, ignore_eos = false, no_draft = false, fixed_k = false, cluster = false;
+  df_cluster_opts copts = {.wait_s = -1};
+  int64_t cport = 0, cnodes = 0;
+  int c, rc = 1;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case O_MODEL: model_dir = optarg; break;
+    case O_IDS: ids_arg = optarg; break;
+    case O_MAXNEW: if (df_cli_int("max-new", optarg, 0, 1 << 24, &max_new)) return 2; break;
+    case O_TEMP: if (df_cli_double("temperature", optarg, 0, 100, &temp)) return 2; break;
+    case O_TOPP: if (df_cli_double("top-p", optarg, 1e-9, 1, &top_p)) return 2; break;
+    case O_TOPK: if (df_cli_int("top-k", optarg, 0, 1 << 30, &top_k)) return 2; break;
+    case O_SEED: if (df_cli_int("seed", optarg, 0, INT64_MAX, &seed)) return 2; break;
+    case O_CTX: if (df_cli_int("ctx", optarg, 1, 1 << 24, &ctx)) return 2; break;
+    case O_CHUNK: if (df_cli_int("chunk", optarg, 1, 1 << 16, &chunk)) return 2; break;
+    case O_THREADS: if (df_cli_int("threads", optarg, 1, 4096, &threads)) return 2; break;
+    case O_STATS: stats = true; break;
+    case O_NOEOS: ignore_eos = true; break;
+    case O_LOGITS: logits_path = optarg; break;
+    case O_DRAFT: draft_dir = optarg; break;
+    case O_NODRAFT: no_draft = true; break;
+    case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SPEC_K_MAX, &draft_k)) return 2; break;
+    case O_FIXEDK: fixed_k = true; break;
+    case O_PROMPT: text = optarg; break;
+    case O_CHAT: chat = true; break;
+    case O_SYSTEM: system = optarg; break;
+    case O_NOTHINK: no_think = true; break;
+    case O_CLUSTER: cluster = true; break;
+    case O_CPORT: if (df_cli_int("cluster-port", optarg, 1, 65535, &cport)) return 2; copts.port = (int)cport; break;
+    case O_CBIND: copts.bind_host = optarg; break;
+    case O_CWAIT: if (df_cli_double("cluster-wait", optarg, 0, 86400, &copts.wait_s)) return 2; break;
+    case O_CNODES: if (df_cli_int("cluster-nodes", optarg, 1, 256, &cnodes)) return 2; copts.min_nodes = (int)cnodes; break;
+    case O_CTIMEOUT: if (df_cli_double("cluster-timeout", optarg, 0.01, 86400, &copts.timeout_s)) return 2; break;
+    case O_STATE: if (df_cli_dir("state-dir", optarg)) return 2; copts.state_dir = optarg; break;
+    case O_DEVICE: device = optarg; break;
+    case O_HELP: run_usage(stdout); return 0;
+    default:
+      fprintf(stderr, "deltafin run: unknown or incomplete option '%s'\n", argv[optind - 1]);
+      run_usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "deltafin run: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if (!!text == !!ids_arg) {
+    fprintf(stderr, "deltafin run: give exactly one of --prompt TEXT or --prompt-ids LIST\n");
+    run_usage(stderr);
+    return 2;
+  }
+  if ((chat || system || no_think) && !text) {
+    fprintf(stderr, "deltafin run: --chat, --system and --no-think need --prompt TEXT\n");
+    return 2;
+  }
+  if ((system || no_think) && !chat) {
+    fprintf(stderr, "deltafin run: --system and --no-think apply to --chat prompts only\n");
+    return 2;
+  }
+  if (!model_dir) {
+    model_dir = DF_DEFAULT_MODEL;
+    if (!draft_dir && !no_draft && access(DF_DEFAULT_DRAFT "/config.json", R_OK) == 0)
+      draft_dir = DF_DEFAULT_DRAFT;
+    if (access(DF_DEFAULT_MODEL "/config.json", R_OK) != 0) {
+      fprintf(stderr, "deltafin run: no --model given and the bundled demo model %s is missing; "
+              "pass --model DIR\n", DF_DEFAULT_MODEL);
+      return 2;
+    }
+  }
+  int32_t *prompt = NULL;
+  int64_t n_prompt = 0;
+  char err[1024];
+  df_tok *tok = NULL;
+  df_tok_stream *stream = NULL;
+  df_chat_template *tmpl = NULL;
+  if (ids_arg) {
+    n_prompt = df_cli_ids("prompt-ids", ids_arg, &prompt);
+    if (n_prompt < 0) return 2;
+  } else {
+    size_t n = 0;
+    int rc_enc;
+    if (df_tok_load(model_dir, &tok, err, sizeof err) != 0) {
+      fprintf(stderr, "deltafin: %s\n", err);
+      return 1;
+    }
+    if (chat) {
+      if (df_chat_template_load(model_dir, &tmpl, err, sizeof err) != 0) {
+        fprintf(stderr, "deltafin: %s\n", err);
+        df_tok_destroy(&tok);
+        return 1;
+      }
+      df_chat_msg msgs[2] = {{.role = "system", .content = system},
+                             {.role = "user", .content = text}};
+      df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = no_think ? 0 : -1};
+      rc_enc = df_chat_encode(tmpl, tok, system ? msgs : msgs + 1, system ? 2 : 1, &co, &prompt,
+                              &n, err, sizeof err);
+    } else {
+      rc_enc = df_tok_encode(tok, text, strlen(text), DF_TOK_ADD_SPECIAL, &prompt, &n, err,
+                             sizeof err);
+    }
+    if (rc_enc != 0 || df_tok_stream_new(tok, DF_TOK_SKIP_SPECIAL, &stream, err, sizeof err) != 0) {
+      fprintf(stderr, "deltafin: %s\n", err);
+      df_chat_template_destroy(&tmpl);
+      df_tok_destroy(&tok);
+      free(prompt);
+      return 1;
+    }
+    n_prompt = (int64_t)n;
+    if (n_prompt == 0) {
+      fprintf(stderr, "deltafin: --prompt: the text encodes to no tokens\n");
+      df_tok_stream_destroy(&stream);
+      df_tok_destroy(&tok);
+      return 2;
+    }
+  }
+
+  df_model *m = NULL, *dm = NULL;
+  df_spec *gen = NULL;
+  uint64_t *heat = NULL;
+  char heat_note[DF_HEAT_NOTE_MAX] = ""; /* what df_heat_load said about the heat file */
+  float *logits = NULL;
+  double t0 = df_cli_now();
+  df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk, .threads = (int)threads};
+  if (device && df_cli_device(device, model_dir, &mo) != 0) {
+    rc = 2;
+    goto done;
+  }
+  if (mo.device.kind != DF_T_DEV_CPU || cluster) { /* earlier runs' routing: hottest first */
+    heat = df_heat_load(copts.state_dir, model_dir, &copts.heat_n, heat_note, sizeof heat_note);
+    if (heat_note[0]) fprintf(stderr, "deltafin: %s\n", heat_note);
+    copts.heat = heat; /* cluster placement: the hottest pairs to nodes with a GPU budget */
+    if (mo.device.kind != DF_T_DEV_CPU) mo.expert_heat = heat, mo.expert_heat_n = copts.heat_n;
+  }
+  if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: %s\n", err);
+    goto done;
+  }
+  if (df_model_device_note(m)[0]) fprintf(stderr, "deltafin: device: %s\n", df_model_device_note(m));
+  /* a folder pulled with --stream fetches routed experts on first use */
+  if (df_stream_attach(m, model_dir, NULL, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: %s\n", err);
+    goto done;
+  }
+  if (draft_dir && !no_draft) {
+    /* a draft that cannot be loaded, or whose tokenizer differs, is not fatal: the target
+     * runs alone; an embedding / lm_head identical to the target's is mapped once; the
+     * draft loads with the target's thread count (a load sets the process's count) */
+    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
+                         .threads = (int)threads};
+    if (df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err) != 0)
+      fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", err);
+  }
+  copts.stats = stats;
+  if (cluster && df_cluster_attach(m, &copts, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: cluster: %s\n", err);
+    goto done;
+  }
+  double t_load = df_cli_now() - t0;
+  const df_model_config *cfg = df_model_cfg(m);
+  const df_gen_config *gcfg = df_model_gen_cfg(m);
+  int64_t V = cfg->vocab_size;
+  if (n_prompt + max_new > df_model_max_ctx(m)) {
+    fprintf(stderr, "deltafin: prompt %lld + max-new %lld tokens exceeds the context of %lld "
+            "tokens (raise --ctx, up to max_position_embeddings %lld)\n", (long long)n_prompt,
+            (long long)max_new, (long long)df_model_max_ctx(m),
+            (long long)cfg->max_position_embeddings);
+    goto done;
+  }
+  df_sampler_params sp = {
+      .temperature = temp >= 0 ? temp : (gcfg->do_sample ? gcfg->temperature : 0.0),
+      .top_p = top_p > 0 ? top_p : (gcfg->do_sample ? gcfg->top_p : 1.0),
+      .top_k = top_k >= 0 ? top_k : (gcfg->do_sample ? gcfg->top_k : 0),
+      .seed = (uint64_t)seed};
+  df_spec_params pp = {.k_init = (int)draft_k, .adaptive = !fixed_k};
+  if (!(gen = df_spec_new(m, dm, &sp, &pp, 0, err, sizeof err))) {
+    fprintf(stderr, "deltafin: %s\n", err);
+    goto done;
+  }
+  /* a switch-off while text streams is reported after the text, not inside a line of it */
+  bool drafting_at_start = dm && df_spec_get_stats(gen).drafting;
+  if (stream) df_spec_set_quiet(gen, true);
+  if (logits_path) {
+    logits = malloc((size_t)n_prompt * (size_t)V * sizeof(float));
+    if (!logits) {
+      fprintf(stderr, "deltafin: out of memory for --logits-out\n");
+      goto done;
+    }
+  }
+  double t1 = df_cli_now();
+  if (df_spec_prefill(gen, prompt, n_prompt, logits, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: prefill: %s\n", err);
+    goto done;
+  }
+  double t_prefill = df_cli_now() - t1;
+  /* a temporary file renamed into place: the target may be one of the mapped inputs */
+  if (logits_path &&
+      df_fs_write_atomic(logits_path, logits, (size_t)(n_prompt * V) * sizeof(float), 0644, err,
+                         sizeof err) != 0) {
+    fprintf(stderr, "deltafin: --logits-out: %s\n", err);
+    goto done;
+  }
+  int64_t n_out = 0;
+  bool stop = max_new == 0;
+  double t2 = df_cli_now();
+  while (!stop) {
+    int32_t toks[DF_SPEC_K_MAX + 1];
+    int n = df_spec_step(gen, toks, err, sizeof err);
+    if (n < 0) {
+      fprintf(stderr, "\ndeltafin: decode: %s\n", err);
+      goto done;
+    }
+    for (int i = 0; i < n && !stop; i++) {
+      if (stream) {
+        const char *piece;
+        size_t plen;
+        if (df_tok_stream_feed(stream, toks[i], &piece, &plen, err, sizeof err) != 0) {
+          fprintf(stderr, "\ndeltafin: decode: %s\n", err);
+          goto done;
+        }
+        fwrite(piece, 1, plen, stdout);
+      } else {
+        printf("%s%d", n_out ? " " : "", toks[i]);
+      }
+      n_out++;
+      bool eos = false;
+      for (int e = 0; e < gcfg->n_eos; e++) eos |= gcfg->eos_token_ids[e] == toks[i];
+      stop = (eos && !ignore_eos) || n_out == max_new;
+    }
+    fflush(stdout);
+  }
+  if (stream) {
+    const char *piece;
+    size_t plen;
+    if (df_tok_stream_flush(stream, &piece, &plen, err, sizeof err) == 0)
+      fwrite(piece, 1, plen, stdout);
+  }
+  printf("\n");
+  fflush(stdout); /* the text ends before --stats lines on stderr, also through a pipe */
+  double t_decode = df_cli_now() - t2;
+  if (stream && drafting_at_start && !df_spec_get_stats(gen).drafting)
+    fprintf(stderr, "deltafin: drafting went off: %s; the target ran alone from then on\n",
+            df_spec_get_stats(gen).off_reason);
+  if (stats) {
+    df_spec_stats st = df_spec_get_stats(gen);
+    fprintf(stderr,
+            "load %.3f s | prefill %lld tokens in %.3f s = %.1f tok/s | generate %lld tokens in "
+            "%.3f s = %.2f tok/s, %.2f ms/token\n",
+            t_load, (long long)n_prompt, t_prefill, n_prompt / t_prefill, (long long)n_out,
+            t_decode, n_out ? n_out / t_decode : 0.0, n_out ? 1e3 * t_decode / n_out : 0.0);
+    if (st.rounds) {
+      fprintf(stderr,
+              "draft: %lld rounds, acceptance %.3f, mean accepted length %.2f (+1 target token "
+              "per round), draft %.2f ms per round, target %.2f ms per forward, k histogram",
+              (long long)st.rounds, st.drafted ? (double)st.accepted / st.drafted : 0.0,
+              (double)st.accepted / st.rounds, st.draft_ms / st.rounds,
+              st.verify_ms / (st.target_forwards ? st.target_forwards : 1));
+      for (int i = 0; i <= DF_SPEC_K_MAX; i++)
+        if (st.k_hist[i] && i) fprintf(stderr, " k=%d:%d", i, st.k_hist[i]);
+        else if (st.k_hist[i]) fprintf(stderr, " alone:%d", st.k_hist[i]);
+      fprintf(stderr, "%s%s\n", st.drafting ? "" : " | off: ", st.drafting ? "" : st.off_reason);
+      fprintf(stderr, "draft: k over time (from token: k, 0 = target alone):");
+      for (int i = 0; i < st.n_k_trace; i++)
+        fprintf(stderr, " %lld:%d", (long long)st.k_trace[i].at, st.k_trace[i].k);
+      fprintf(stderr, "%s\n", st.n_k_trace == DF_SPEC_K_TRACE ? " ..." : "");
+    }
+  }
+  if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m)) {
+    if (df_heat_save(copts.state_dir, model_dir, m, heat_note, sizeof heat_note, err,
+                     sizeof err) < 0)
+      fprintf(stderr, "deltafin: expert heat not saved: %s\n", err);
+    if (heat_note[0]) fprintf(stderr, "deltafin: %s\n", heat_note); /* found at the save */
+  }
+  rc = 0;
+done:
+  free(heat);
+  df_tok_stream_destroy(&stream);
+  df_chat_template_destroy(&tmpl);
+  df_tok_destroy(&tok);
+  free(prompt);
+  free(logits);
+  df_spec_destroy(&gen);
+  df_model_destroy(&dm);
+  df_model_destroy(&m);
+  return rc;
+}

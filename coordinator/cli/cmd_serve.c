@@ -1,0 +1,272 @@
+/* coordinator/cli/cmd_serve.c — `deltafin serve`: load a model and serve the OpenAI-compatible
+ * /v1 API until SIGINT or SIGTERM.
+ *
+ * Owns: the serve subcommand's options, loading (model, tokenizer, chat template), the
+ * start/stop order of scheduler and HTTP server, and signal handling (the main thread waits
+ * in sigwait; every other thread has the signals blocked). The server is
+ * coordinator/server/server.c, generation coordinator/generate/sched.c.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator/cli/cli.h"
+#include "coordinator/cluster/cluster.h"
+#include "coordinator/cluster/expert_heat.h"
+#include "coordinator/generate/sched.h"
+#include "coordinator/server/server.h"
+#include "coordinator/generate/spec.h"
+#include "engine/text/chat_template.h"
+#include "engine/model.h"
+#include "engine/text/tokenizer.h"
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: deltafin serve [--model DIR] [options]\n"
+          "  --model DIR          Hugging Face model folder (default: the bundled demo model)\n"
+          "  --model-name NAME    the id clients give as \"model\" (default: the folder's name)\n"
+          "  --host ADDR          address to listen on (default 127.0.0.1)\n"
+          "  --port N             TCP port (default 8000; 0 = any free port, printed at start)\n"
+          "  --api-key KEY        require \"Authorization: Bearer KEY\" on /v1 (default: the\n"
+          "                       DELTAFIN_API_KEY environment variable; none when unset)\n"
+          "  --parallel N         sequences decoded together, 1..%d (default 8)\n"
+          "  --max-queue N        requests that may wait for a free sequence (default 64);\n"
+          "                       beyond it the answer is 429 with Retry-After\n"
+          "  --ctx N              tokens per sequence, prompt + completion (default\n"
+          "                       min(max_position_embeddings, 4096))\n"
+          "  --max-prompt N       most prompt tokens a request may have (default ctx - 1)\n"
+          "  --max-body BYTES     largest request body (default 4194304); larger is 413\n"
+          "  --max-connections N  simultaneous HTTP connections, 1..%d (default %d); more\n"
+          "                       wait until one closes\n"
+          "  --idle-timeout S     close a connection silent for S seconds before a complete\n"
+          "                       request, between requests, or not reading its response;\n"
+          "                       never while generating (default 10)\n"
+          "  --chunk N            prompt tokens fed per step over all sequences (default 256)\n"
+          "  --threads N          compute threads (default: every online CPU)\n"
+          "  --draft DIR          draft model for speculative decoding of greedy requests\n"
+          "                       (default without --model: the bundled demo draft)\n"
+          "  --no-draft           run the target alone\n"
+          "  --draft-k K          draft tokens per round, 1..%d (default 4)\n"
+          "  --draft-max-seqs N   draft only while at most N sequences run (default 1)\n"
+          "  --cluster            run routed experts on df-node agents (docs/CLUSTER.md)\n"
+          "  --cluster-port N     port of the cluster socket (default 7070)\n"
+          "  --cluster-bind HOST  interface to bind (default: all)\n"
+          "  --cluster-wait S     seconds to wait for nodes before serving (default 10)\n"
+          "  --cluster-nodes N    stop waiting once N nodes are ready (default 1)\n"
+          "  --cluster-timeout S  deadline of one layer's round trip to the nodes (default 30)\n"
+          "  --state-dir DIR      cluster keys, tokens, nodes and expert heat\n"
+          "                       (default ~/.local/state/deltafin)\n"
+          "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
+          "                       falls back to the CPU with one line (docs/GPU.md)\n"
+          "  --quiet              log only errors\n",
+          DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SCHED_K_MAX);
+}
+
+enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
+       O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_IDLE,
+       O_DEVICE };
+
+static bool is_loopback(const char *h) {
+  return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
+         !strcmp(h, "[::1]");
+}
+
+int df_cmd_serve(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, O_MODEL},     {"model-name", required_argument, 0, O_NAME},
+      {"host", required_argument, 0, O_HOST},       {"port", required_argument, 0, O_PORT},
+      {"api-key", required_argument, 0, O_KEY},     {"parallel", required_argument, 0, O_PAR},
+      {"max-queue", required_argument, 0, O_QUEUE}, {"ctx", required_argument, 0, O_CTX},
+      {"max-prompt", required_argument, 0, O_MAXP}, {"max-body", required_argument, 0, O_BODY},
+      {"chunk", required_argument, 0, O_CHUNK},     {"threads", required_argument, 0, O_THREADS},
+      {"quiet", no_argument, 0, O_QUIET},           {"help", no_argument, 0, O_HELP},
+      {"draft", required_argument, 0, O_DRAFT},     {"no-draft", no_argument, 0, O_NODRAFT},
+      {"draft-k", required_argument, 0, O_DRAFTK},  {"draft-max-seqs", required_argument, 0, O_DRAFTSEQS},
+      {"cluster", no_argument, 0, O_CLUSTER},      {"cluster-port", required_argument, 0, O_CPORT},
+      {"cluster-bind", required_argument, 0, O_CBIND}, {"cluster-wait", required_argument, 0, O_CWAIT},
+      {"cluster-nodes", required_argument, 0, O_CNODES},
+      {"cluster-timeout", required_argument, 0, O_CTIMEOUT},
+      {"state-dir", required_argument, 0, O_STATE},
+      {"max-connections", required_argument, 0, O_MAXCONN},
+      {"idle-timeout", required_argument, 0, O_IDLE},
+      {"device", required_argument, 0, O_DEVICE},
+      {0, 0, 0, 0}};
+  const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
+  const char *device = NULL;
+  bool no_draft = false;
+  int64_t draft_k = 4, draft_seqs = 1, cport = 0, cnodes = 0;
+  bool cluster = false;
+  df_cluster_opts copts = {.wait_s = -1};
+  int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
+          threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10;
+  bool quiet = false;
+  int c;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case O_MODEL: model_dir = optarg; break;
+    case O_NAME: name = optarg; break;
+    case O_HOST: host = optarg; break;
+    case O_PORT: if (df_cli_int("port", optarg, 0, 65535, &port)) return 2; break;
+    case O_KEY: key = optarg; break;
+    case O_PAR: if (df_cli_int("parallel", optarg, 1, DF_MODEL_MAX_BATCH, &par)) return 2; break;
+    case O_QUEUE: if (df_cli_int("max-queue", optarg, 0, 1 << 20, &queue)) return 2; break;
+    case O_CTX: if (df_cli_int("ctx", optarg, 2, 1 << 24, &ctx)) return 2; break;
+    case O_MAXP: if (df_cli_int("max-prompt", optarg, 1, 1 << 24, &maxp)) return 2; break;
+    case O_BODY: if (df_cli_int("max-body", optarg, 1024, 1 << 30, &body)) return 2; break;
+    case O_CHUNK: if (df_cli_int("chunk", optarg, 1, 1 << 16, &chunk)) return 2; break;
+    case O_THREADS: if (df_cli_int("threads", optarg, 1, 4096, &threads)) return 2; break;
+    case O_QUIET: quiet = true; break;
+    case O_DRAFT: draft_dir = optarg; break;
+    case O_NODRAFT: no_draft = true; break;
+    case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SCHED_K_MAX, &draft_k)) return 2; break;
+    case O_CLUSTER: cluster = true; break;
+    case O_CPORT: if (df_cli_int("cluster-port", optarg, 1, 65535, &cport)) return 2; copts.port = (int)cport; break;
+    case O_CBIND: copts.bind_host = optarg; break;
+    case O_CWAIT: if (df_cli_double("cluster-wait", optarg, 0, 86400, &copts.wait_s)) return 2; break;
+    case O_CNODES: if (df_cli_int("cluster-nodes", optarg, 1, 256, &cnodes)) return 2; copts.min_nodes = (int)cnodes; break;
+    case O_CTIMEOUT: if (df_cli_double("cluster-timeout", optarg, 0.01, 86400, &copts.timeout_s)) return 2; break;
+    case O_STATE: if (df_cli_dir("state-dir", optarg)) return 2; copts.state_dir = optarg; break;
+    case O_MAXCONN:
+      if (df_cli_int("max-connections", optarg, 1, DF_SRV_MAX_CONNS, &max_conns)) return 2;
+      break;
+    case O_IDLE: if (df_cli_int("idle-timeout", optarg, 1, 86400, &idle_s)) return 2; break;
+    case O_DRAFTSEQS:
+      if (df_cli_int("draft-max-seqs", optarg, 1, DF_MODEL_MAX_BATCH, &draft_seqs)) return 2;
+      break;
+    case O_DEVICE: device = optarg; break;
+    case O_HELP: serve_usage(stdout); return 0;
+    default:
+      fprintf(stderr, "deltafin serve: unknown or incomplete option '%s'\n", argv[optind - 1]);
+      serve_usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "deltafin serve: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if (!key) key = getenv("DELTAFIN_API_KEY");
+  if (key && !key[0]) key = NULL;
+  if (!model_dir) {
+    model_dir = DF_DEFAULT_MODEL;
+    if (!draft_dir && !no_draft && access(DF_DEFAULT_DRAFT "/config.json", R_OK) == 0)
+      draft_dir = DF_DEFAULT_DRAFT;
+    if (access(DF_DEFAULT_MODEL "/config.json", R_OK) != 0) {
+      fprintf(stderr, "deltafin serve: no --model given and the bundled demo model %s is "
+              "missing; pass --model DIR\n", DF_DEFAULT_MODEL);
+      return 2;
+    }
+  }
+  if (!key && !is_loopback(host))
+    fprintf(stderr, "deltafin serve: warning: listening on %s without an API key: anyone who can "
+            "reach this address can use the model (set --api-key or DELTAFIN_API_KEY)\n", host);
+
+  /* Signals: handled by sigwait in this thread only; threads created below inherit the mask. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  int rc = 1;
+  char err[1024];
+  df_model *m = NULL, *dm = NULL;
+  uint64_t *heat = NULL;
+  char heat_note[DF_HEAT_NOTE_MAX] = ""; /* what df_heat_load said about the heat file */
+  df_tok *tok = NULL;
+  df_chat_template *tmpl = NULL;
+  df_sched *sched = NULL;
+  df_srv *srv = NULL;
+  char *dircopy = strdup(model_dir);
+  if (!dircopy) goto done;
+  {
+    size_t n = strlen(dircopy);
+    while (n > 1 && dircopy[n - 1] == '/') dircopy[--n] = 0;
+  }
+  if (!name) name = basename(dircopy);
+  if (!quiet) fprintf(stderr, "deltafin serve: loading %s\n", model_dir);
+  df_model_opts mo = {.max_ctx = ctx, .threads = (int)threads, .device_seqs = par};
+  if (device && df_cli_device(device, model_dir, &mo) != 0) {
+    rc = 2;
+    goto done;
+  }
+  if (mo.device.kind != DF_T_DEV_CPU || cluster) { /* earlier runs' routing: hottest first */
+    heat = df_heat_load(copts.state_dir, model_dir, &copts.heat_n, heat_note, sizeof heat_note);
+    if (heat_note[0]) fprintf(stderr, "deltafin serve: %s\n", heat_note);
+    copts.heat = heat; /* cluster placement: the hottest pairs to nodes with a GPU budget */
+    if (mo.device.kind != DF_T_DEV_CPU) mo.expert_heat = heat, mo.expert_heat_n = copts.heat_n;
+  }
+  if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
+  if (df_model_device_note(m)[0])
+    fprintf(stderr, "deltafin serve: device: %s\n", df_model_device_note(m));
+  if (draft_dir && !no_draft) {
+    /* a draft that cannot be used is not fatal: the target runs alone (as deltafin run) */
+    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
+                         .threads = (int)threads};
+    if (df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err) != 0)
+      fprintf(stderr, "deltafin serve: drafting off: %s; the target runs alone\n", err);
+  }
+  if (cluster && df_cluster_attach(m, &copts, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: cluster: %s\n", err);
+    goto done;
+  }
+  if (df_tok_load(model_dir, &tok, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
+  if (df_chat_template_load(model_dir, &tmpl, err, sizeof err) != 0)
+    fprintf(stderr, "deltafin serve: warning: %s; /v1/chat/completions is unavailable\n", err);
+  df_sched_opts so = {.max_seqs = (int)par, .max_queue = (int)queue, .ctx = df_model_max_ctx(m),
+                      .prefill_budget = chunk, .draft = dm, .draft_k = (int)draft_k,
+                      .draft_max_seqs = (int)draft_seqs};
+  if (df_sched_new(m, tok, &so, &sched, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
+  df_srv_opts sv = {.host = host, .port = (int)port, .api_key = key, .model_id = name,
+                    .max_body = (size_t)body, .max_prompt = maxp, .max_conns = (unsigned)max_conns,
+                    .idle_timeout_s = (unsigned)idle_s, .quiet = quiet, .cluster = cluster};
+  if (df_srv_start(&sv, sched, m, tok, tmpl, &srv, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
+  fprintf(stderr, "deltafin serve: listening on http://%s%s%s:%d (model \"%s\", context %lld "
+          "tokens, %lld parallel, queue %lld%s%s)\n", strchr(host, ':') ? "[" : "", host,
+          strchr(host, ':') ? "]" : "", df_srv_port(srv), name, (long long)df_sched_ctx(sched),
+          (long long)par, (long long)queue, df_sched_get_stats(sched).drafting ? ", drafting" : "",
+          key ? ", API key required" : "");
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  if (!quiet) fprintf(stderr, "deltafin serve: %s: shutting down\n", strsignal(sig));
+  if (sched) df_sched_shutdown(sched);
+  if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m)) {
+    if (df_heat_save(copts.state_dir, model_dir, m, heat_note, sizeof heat_note, err,
+                     sizeof err) < 0)
+      fprintf(stderr, "deltafin serve: expert heat not saved: %s\n", err);
+    if (heat_note[0]) fprintf(stderr, "deltafin serve: %s\n", heat_note); /* found at the save */
+  }
+  rc = 0;
+done:
+  free(heat);
+  if (sched) df_sched_shutdown(sched); /* requests in flight end now */
+  df_srv_stop(&srv);
+  df_sched_destroy(&sched);
+  df_chat_template_destroy(&tmpl);
+  df_tok_destroy(&tok);
+  df_model_destroy(&dm);
+  df_model_destroy(&m);
+  free(dircopy);
+  return rc;
+}

@@ -1,0 +1,53 @@
+/* coordinator/cluster/cluster_manifest.h — the routed-expert manifest the coordinator sends in
+ * ASSIGN: every (layer, expert) pair of the model's MoE layers with its tensors (name, dtype,
+ * shape, bytes, SHA-256) and where their bytes live in the coordinator's mapping (for
+ * SHARD_CHUNK streaming). A pair has three tensors (gate_proj, up_proj, down_proj weights),
+ * or six for FP8 block-quantised experts: the three F8_E4M3 weights, then their three F32
+ * `weight_scale_inv` tensors, with the config's weight_block_size (docs/PROTOCOL.md §2).
+ *
+ * Owns: the pair numbering (p = moe_layer_index * num_experts + expert, MoE layers in
+ * ascending order) and the SHA-256 digests, cached on disk under STATE/manifests keyed by
+ * the checkpoint files' paths, sizes and modification times. Does not own: the mapping
+ * (the model's), placement (cluster_place.h).
+ */
+#ifndef DF_COORD_CLUSTER_MANIFEST_H
+#define DF_COORD_CLUSTER_MANIFEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "transport/codec.h"
+
+typedef struct df_cluster_manifest {
+  int64_t n_pairs;         /* MoE layers x experts */
+  int32_t *pairs;          /* [n_pairs][2] (layer, expert) */
+  int32_t *pair_of_layer;  /* [num_hidden_layers] first pair index of the layer, -1 if dense */
+  int64_t n_experts;       /* experts per MoE layer */
+  int tpp;                 /* tensors per pair: 3, or 6 with FP8 block scales */
+  int64_t block_n, block_k; /* FP8 weight_block_size; 0 when tpp == 3 */
+  df_proto_tensor *t;      /* [tpp * n_pairs] per pair gate, up, down (+ their scales) */
+  const uint8_t **data;    /* [tpp * n_pairs] the bytes in the model's mapping */
+  uint64_t pair_bytes;     /* largest pair's bytes (all its tensors) */
+  uint64_t total_bytes;    /* every pair's bytes */
+  int64_t hidden, inter;   /* hidden_size, moe_intermediate_size */
+  bool hashed;             /* sha256 fields filled */
+} df_cluster_manifest;
+
+/* Collect the pairs and tensors of model m (borrowed; must outlive the manifest). SHA-256s
+ * are not computed yet. A model without MoE layers gives n_pairs 0. Experts whose weights
+ * are F8_E4M3 (config quantization_config fp8) get tpp 6: each weight's block scales as the
+ * engine bound them (df_t_block_scale), named `<weight name>_scale_inv`. 0 or -1 + message
+ * (a tensor missing from the checkpoint or not 2-D, FP8 experts without block scales or
+ * mixed with other dtypes, out of memory). */
+int df_cluster_manifest_build(const df_model *m, df_cluster_manifest *mf, char *err, size_t errlen);
+
+/* Fill every SHA-256 (in parallel), reading STATE/manifests/<key> when a previous run of the
+ * same files wrote it, writing it otherwise (state_dir NULL: no disk cache). 0 or -1. */
+int df_cluster_manifest_hash(df_cluster_manifest *mf, const df_model *m, const char *state_dir,
+                             char *err, size_t errlen);
+
+void df_cluster_manifest_free(df_cluster_manifest *mf);
+
+#endif

@@ -1,0 +1,731 @@
+/* coordinator/generate/sched.c — the serving scheduler thread and continuous batching; see
+ * sched.h.
+ *
+ * Locking: s->mu guards the queue, the admission counts and the statistics; each job's j->mu
+ * guards what the job shares with its caller (released text, finish, counts). The scheduler
+ * thread alone touches slots, KV caches, samplers, decoders and the running list.
+ */
+#define _GNU_SOURCE
+#include "coordinator/generate/sched.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coordinator/generate/sched_stop.h"
+
+typedef struct slot {
+  df_kv_cache *kv;  /* ctx tokens, allocated on first use */
+  float *logits;    /* [V] */
+  df_kv_cache *dkv; /* the draft's cache (ctx tokens), allocated when the slot first drafts */
+  float *vlogits;   /* [DF_SCHED_K_MAX + 1, V] verify logits */
+  float *dlogits;   /* [V] draft logits */
+  bool busy;
+} slot;
+
+struct df_sched_job {
+  /* fixed at submit */
+  int32_t *prompt;
+  int64_t n_prompt, max_tokens;
+  df_sampler_params sp;
+  bool ignore_eos;
+  char *stop[8];
+  int n_stop;
+  /* shared with the caller, under mu */
+  pthread_mutex_t mu;
+  int pipe[2];      /* [0] polled by the caller, [1] written by the scheduler */
+  bool signalled;   /* a byte is in the pipe */
+  char *out;        /* released text not yet taken */
+  size_t out_len, out_cap;
+  df_sched_news news;
+  atomic_bool cancel;
+  atomic_int refs;
+  /* scheduler thread only */
+  df_sched_job *next; /* queue / running list */
+  int slot;
+  int64_t fed;        /* prompt ids in the KV cache */
+  int32_t last;       /* last sampled id, fed at the next step */
+  int64_t generated;
+  int32_t *seq;       /* [n_prompt + max_tokens] committed ids: prompt, then generated */
+  int64_t len;
+  bool no_draft;      /* drafting did not pay for this sequence */
+  int64_t drounds, ddrafted, daccepted;
+  df_sampler *smp;
+  df_tok_stream *dec;
+  df_sched_stop stopper;
+};
+
+struct df_sched {
+  df_model *m;
+  const df_tok *tok;
+  df_sched_opts o;
+  int64_t V;
+  const df_gen_config *gcfg;
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stopping;
+  df_sched_job *qhead, *qtail; /* waiting, FIFO */
+  int64_t n_queued, n_running;
+  df_sched_job *running[DF_MODEL_MAX_BATCH]; /* scheduler thread only */
+  int n_run;
+  slot slots[DF_MODEL_MAX_BATCH];
+  df_sched_stats st;
+  df_model *draft;   /* NULL = no drafting */
+  double win_t0;     /* start of the tok/s window */
+  int64_t win_tokens;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- jobs ---------------------------------------------------------------------------- */
+
+static void job_free(df_sched_job *j) {
+  free(j->prompt);
+  free(j->seq);
+  for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+  free(j->out);
+  if (j->pipe[0] >= 0) close(j->pipe[0]);
+  if (j->pipe[1] >= 0) close(j->pipe[1]);
+  df_sampler_destroy(&j->smp);
+  df_tok_stream_destroy(&j->dec);
+  df_sched_stop_free(&j->stopper);
+  pthread_mutex_destroy(&j->mu);
+  free(j);
+}
+
+static void job_unref(df_sched_job *j) {
+  if (atomic_fetch_sub(&j->refs, 1) == 1) job_free(j);
+}
+
+/* Under j->mu: wake the caller once per batch of news. */
+static void job_signal_locked(df_sched_job *j) {
+  if (j->signalled) return;
+  char b = 1;
+  if (write(j->pipe[1], &b, 1) == 1) j->signalled = true;
+}
+
+static int job_emit(df_sched_job *j, const char *text, size_t len) {
+  if (!len) return 0;
+  int rc = 0;
+  pthread_mutex_lock(&j->mu);
+  if (j->out_len + len > j->out_cap) {
+    size_t c = j->out_cap ? j->out_cap : 256;
+    while (c < j->out_len + len) c *= 2;
+    char *b = realloc(j->out, c);
+    if (!b) {
+      rc = -1;
+      goto done;
+    }
+    j->out = b;
+    j->out_cap = c;
+  }
+  memcpy(j->out + j->out_len, text, len);
+  j->out_len += len;
+  j->news.completion_tokens = j->generated;
+  job_signal_locked(j);
+done:
+  pthread_mutex_unlock(&j->mu);
+  return rc;
+}
+
+static void job_finish(df_sched *s, df_sched_job *j, df_sched_finish f, const char *why) {
+  pthread_mutex_lock(&j->mu);
+  if (j->news.finish == DF_SCHED_RUNNING) {
+    j->news.finish = f;
+    j->news.completion_tokens = j->generated;
+    if (why) {
+      size_t n = strlen(why);
+      if (n >= sizeof j->news.error) n = sizeof j->news.error - 1;
+      memcpy(j->news.error, why, n);
+      j->news.error[n] = 0;
+    }
+  }
+  job_signal_locked(j);
+  pthread_mutex_unlock(&j->mu);
+  pthread_mutex_lock(&s->mu);
+  s->st.finished[f]++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int df_sched_job_fd(const df_sched_job *j) { return j->pipe[0]; }
+
+int df_sched_job_take(df_sched_job *j, char **text, size_t *len, df_sched_news *news) {
+  pthread_mutex_lock(&j->mu);
+  char b[16];
+  while (read(j->pipe[0], b, sizeof b) > 0) {
+  }
+  j->signalled = false;
+  *text = j->out_len ? j->out : NULL;
+  *len = j->out_len;
+  if (j->out_len) {
+    j->out = NULL;
+    j->out_len = j->out_cap = 0;
+  }
+  *news = j->news;
+  pthread_mutex_unlock(&j->mu);
+  return 0;
+}
+
+void df_sched_job_cancel(df_sched_job *j) { atomic_store(&j->cancel, true); }
+
+void df_sched_job_release(df_sched_job **jp) {
+  if (!jp || !*jp) return;
+  df_sched_job_cancel(*jp);
+  job_unref(*jp);
+  *jp = NULL;
+}
+
+/* ---- the scheduler thread ------------------------------------------------------------ */
+
+/* Slot for a newly admitted job; allocates its cache on first use. */
+static int slot_take(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
+  for (int i = 0; i < s->o.max_seqs; i++) {
+    slot *sl = &s->slots[i];
+    if (sl->busy) continue;
+    if (!sl->kv && !(sl->kv = df_model_kv_new(s->m, s->o.ctx, err, errlen))) return -1;
+    if (!sl->logits && !(sl->logits = malloc((size_t)s->V * sizeof(float)))) {
+      snprintf(err, errlen, "out of memory for the logits of a sequence");
+      return -1;
+    }
+    df_kv_truncate(sl->kv, 0);
+    if (sl->dkv) df_kv_truncate(sl->dkv, 0); /* the previous sequence's draft state */
+    sl->busy = true;
+    j->slot = i;
+    return 0;
+  }
+  snprintf(err, errlen, "no free slot");
+  return -1;
+}
+
+/* Move j out of the running list and free its slot (under nothing; updates counts). */
+static void retire(df_sched *s, int idx) {
+  df_sched_job *j = s->running[idx];
+  if (j->slot >= 0) s->slots[j->slot].busy = false;
+  memmove(&s->running[idx], &s->running[idx + 1], (size_t)(s->n_run - idx - 1) * sizeof *s->running);
+  s->n_run--;
+  pthread_mutex_lock(&s->mu);
+  s->n_running--;
+  pthread_mutex_unlock(&s->mu);
+  df_tok_stream_destroy(&j->dec);
+  df_sampler_destroy(&j->smp);
+  job_unref(j);
+}
+
+/* Set up a job's per-sequence state when it gets a slot. */
+static int activate(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
+  if (!(j->smp = df_sampler_new(&j->sp, s->V, err, errlen))) return -1;
+  if (df_tok_stream_new(s->tok, DF_TOK_SKIP_SPECIAL, &j->dec, err, errlen) != 0) return -1;
+  df_sched_stop_init(&j->stopper, (const char *const *)j->stop, j->n_stop);
+  if (!(j->seq = malloc((size_t)(j->n_prompt + j->max_tokens) * sizeof *j->seq))) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  memcpy(j->seq, j->prompt, (size_t)j->n_prompt * sizeof *j->seq);
+  j->len = j->n_prompt;
+  return slot_take(s, j, err, errlen);
+}
+
+static bool is_eos(const df_sched *s, int32_t id) {
+  for (int e = 0; e < s->gcfg->n_eos; e++)
+    if (s->gcfg->eos_token_ids[e] == id) return true;
+  return false;
+}
+
+/* One sampled id: decode, match stop strings, release text, decide the finish.
+ * Returns true when the job is over. */
+static bool on_token(df_sched *s, df_sched_job *j, int32_t id) {
+  char err[256];
+  const char *piece, *out;
+  size_t plen, olen;
+  j->generated++;
+  j->last = id;
+  j->seq[j->len++] = id;
+  bool eos = is_eos(s, id) && !j->ignore_eos;
+  /* an end-of-sequence id is a special token: it decodes to nothing */
+  if (eos) {
+    piece = "";
+    plen = 0;
+  } else if (df_tok_stream_feed(j->dec, id, &piece, &plen, err, sizeof err) != 0) {
+    job_finish(s, j, DF_SCHED_ERROR, err);
+    return true;
+  }
+  int r = df_sched_stop_feed(&j->stopper, piece, plen, &out, &olen);
+  if (r < 0 || job_emit(j, out, olen) != 0) {
+    job_finish(s, j, DF_SCHED_ERROR, "out of memory");
+    return true;
+  }
+  if (r == 1) {
+    job_finish(s, j, DF_SCHED_STOP, NULL);
+    return true;
+  }
+  if (!eos && j->generated < j->max_tokens) {
+    pthread_mutex_lock(&j->mu);
+    j->news.completion_tokens = j->generated;
+    pthread_mutex_unlock(&j->mu);
+    return false;
+  }
+  /* the end: what the decoder holds, then what the stop matcher holds */
+  if (df_tok_stream_flush(j->dec, &piece, &plen, err, sizeof err) == 0) {
+    r = df_sched_stop_feed(&j->stopper, piece, plen, &out, &olen);
+    if (r >= 0) job_emit(j, out, olen);
+    if (r == 1) {
+      job_finish(s, j, DF_SCHED_STOP, NULL);
+      return true;
+    }
+  }
+  df_sched_stop_flush(&j->stopper, &out, &olen);
+  job_emit(j, out, olen);
+  job_finish(s, j, eos ? DF_SCHED_STOP : DF_SCHED_LENGTH, NULL);
+  return true;
+}
+
+/* Admit queued jobs into free slots; drop cancelled ones. */
+static void admit(df_sched *s) {
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    df_sched_job *j = NULL;
+    if (s->n_run < s->o.max_seqs && s->qhead) {
+      j = s->qhead;
+      s->qhead = j->next;
+      if (!s->qhead) s->qtail = NULL;
+      s->n_queued--;
+      s->n_running++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!j) return;
+    j->next = NULL;
+    j->slot = -1;
+    s->running[s->n_run++] = j;
+    char err[256];
+    if (atomic_load(&j->cancel)) {
+      job_finish(s, j, DF_SCHED_CANCELLED, NULL);
+      retire(s, s->n_run - 1);
+    } else if (activate(s, j, err, sizeof err) != 0) {
+      job_finish(s, j, DF_SCHED_ERROR, err);
+      retire(s, s->n_run - 1);
+    }
+  }
+}
+
+/* Drafting off for good (the draft failed): one log line. */
+static void draft_off(df_sched *s, const char *why) {
+  fprintf(stderr, "deltafin serve: drafting off: %s; sequences run on the target alone\n", why);
+  pthread_mutex_lock(&s->mu);
+  s->draft = NULL;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Speculative decoding for the greedy sequences in `who[0..n)` that are decoding: the draft
+ * catches up with each one's committed ids and proposes up to k[b] tokens (k[b] is set to 0
+ * where nothing is proposed). Draft forwards of all of them are batched like the target's. */
+static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dtok)[DF_SCHED_K_MAX]) {
+  df_batch_seq q[DF_MODEL_MAX_BATCH];
+  int idx[DF_MODEL_MAX_BATCH], nq = 0, kmax = 0;
+  char err[512];
+  for (int b = 0; b < n; b++) {
+    df_sched_job *j = who[b];
+    k[b] = 0;
+    if (j->fed < j->n_prompt || j->sp.temperature != 0 || j->no_draft) continue;
+    int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
+    int kb = left < s->o.draft_k ? (int)left : s->o.draft_k;
+    if (kb <= 0) continue;
+    slot *sl = &s->slots[j->slot];
+    if (!sl->dkv) {
+      if (!(sl->dkv = df_model_kv_new(s->draft, s->o.ctx, err, sizeof err)) ||
+          !(sl->vlogits = malloc((size_t)(DF_SCHED_K_MAX + 1) * (size_t)s->V * sizeof(float))) ||
+          !(sl->dlogits = malloc((size_t)s->V * sizeof(float)))) {
+        char why[600];
+        snprintf(why, sizeof why, "draft cache: %s", sl->dkv ? "out of memory" : err);
+        draft_off(s, why);
+        return;
+      }
+      df_kv_truncate(sl->dkv, 0);
+    }
+    if (sl->dkv->len > j->len - 1) df_kv_truncate(sl->dkv, j->len - 1);
+    /* catch up: the draft's cache gets every committed id, then proposes d1 */
+    q[nq] = (df_batch_seq){.kv = sl->dkv, .ids = j->seq + sl->dkv->len,
+                           .n = j->len - sl->dkv->len, .mode = DF_LOGITS_LAST,
+                           .logits = sl->dlogits};
+    idx[nq++] = b;
+    k[b] = kb;
+    if (kb > kmax) kmax = kb;
+  }
+  for (int i = 0; nq && i < kmax; i++) {
+    if (i > 0) { /* feed d_i, get d_{i+1} */
+      nq = 0;
+      for (int b = 0; b < n; b++) {
+        if (k[b] <= i) continue;
+        slot *sl = &s->slots[who[b]->slot];
+        q[nq] = (df_batch_seq){.kv = sl->dkv, .ids = &dtok[b][i - 1], .n = 1,
+                               .mode = DF_LOGITS_LAST, .logits = sl->dlogits};
+        idx[nq++] = b;
+      }
+    }
+    if (df_model_forward_batch(s->draft, q, nq, err, sizeof err) != 0) {
+      char why[600];
+      snprintf(why, sizeof why, "draft forward: %s", err);
+      draft_off(s, why);
+      for (int b = 0; b < n; b++) k[b] = 0;
+      return;
+    }
+    for (int t = 0; t < nq; t++) dtok[idx[t]][i] = df_argmax_f32(q[t].logits, s->V);
+  }
+}
+
+/* Greedy verification of a drafted sequence: accept d_i while it is the target's argmax,
+ * then the target's own token; roll both caches back; emit. L is the committed length before
+ * the step (the target cache held L - 1 ids, the draft's L + k - 1). */
+static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_t L) {
+  slot *sl = &s->slots[j->slot];
+  int a = 0;
+  int32_t x = -1;
+  for (; a < k; a++) {
+    x = df_argmax_f32(sl->vlogits + (int64_t)a * s->V, s->V);
+    if (x != d[a]) break;
+  }
+  if (a == k) x = df_argmax_f32(sl->vlogits + (int64_t)k * s->V, s->V);
+  df_kv_truncate(sl->kv, L + a);
+  if (sl->dkv->len > L + a) df_kv_truncate(sl->dkv, L + a);
+  j->drounds++;
+  j->ddrafted += k;
+  j->daccepted += a;
+  if (j->drounds >= 8 && j->daccepted < j->ddrafted / 4) j->no_draft = true;
+  pthread_mutex_lock(&s->mu);
+  s->st.draft_rounds++;
+  s->st.drafted += k;
+  s->st.accepted += a;
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < a; i++)
+    if (on_token(s, j, d[i])) return;
+  on_token(s, j, x);
+}
+
+static void step(df_sched *s) {
+  for (int i = s->n_run - 1; i >= 0; i--) {
+    if (atomic_load(&s->running[i]->cancel)) {
+      job_finish(s, s->running[i], DF_SCHED_CANCELLED, NULL);
+      retire(s, i);
+    }
+  }
+  if (!s->n_run) return;
+  df_batch_seq seqs[DF_MODEL_MAX_BATCH];
+  df_sched_job *who[DF_MODEL_MAX_BATCH];
+  int k[DF_MODEL_MAX_BATCH] = {0};
+  int32_t dtok[DF_MODEL_MAX_BATCH][DF_SCHED_K_MAX];
+  int32_t vids[DF_MODEL_MAX_BATCH][DF_SCHED_K_MAX + 1];
+  int64_t L[DF_MODEL_MAX_BATCH];
+  int nb = 0;
+  int64_t budget = s->o.prefill_budget, rows = 0, prompt_rows = 0;
+  /* prompt rows share the step's budget in running order (the loop below takes them in the
+   * same order): a prompt that gets none waits for the next step */
+  int64_t left = budget;
+  for (int i = 0; i < s->n_run; i++) {
+    df_sched_job *j = s->running[i];
+    if (j->fed < j->n_prompt) {
+      if (left <= 0) continue;
+      int64_t take = j->n_prompt - j->fed;
+      left -= take < left ? take : left;
+    }
+    who[nb++] = j;
+  }
+  double t0 = now_s();
+  if (s->draft && s->n_run <= s->o.draft_max_seqs) propose(s, who, nb, k, dtok);
+  for (int b = 0; b < nb; b++) {
+    df_sched_job *j = who[b];
+    slot *sl = &s->slots[j->slot];
+    df_batch_seq *q = &seqs[b];
+    L[b] = j->len;
+    if (j->fed < j->n_prompt) {
+      int64_t take = j->n_prompt - j->fed;
+      if (take > budget) take = budget;
+      budget -= take;
+      q->ids = j->prompt + j->fed;
+      q->n = take;
+      q->mode = j->fed + take == j->n_prompt ? DF_LOGITS_LAST : DF_LOGITS_NONE;
+      q->logits = q->mode == DF_LOGITS_LAST ? sl->logits : NULL;
+      prompt_rows += take;
+    } else if (k[b] > 0) { /* verify: the pending id and d1..dk */
+      vids[b][0] = j->last;
+      memcpy(&vids[b][1], dtok[b], (size_t)k[b] * sizeof(int32_t));
+      q->ids = vids[b];
+      q->n = k[b] + 1;
+      q->mode = DF_LOGITS_ALL;
+      q->logits = sl->vlogits;
+    } else {
+      q->ids = &j->last;
+      q->n = 1;
+      q->mode = DF_LOGITS_LAST;
+      q->logits = sl->logits;
+    }
+    q->kv = sl->kv;
+    rows += q->n;
+  }
+  char err[512];
+  int rc = df_model_forward_batch(s->m, seqs, nb, err, sizeof err);
+  int64_t gen = 0;
+  if (rc != 0) {
+    for (int b = 0; b < nb; b++) job_finish(s, who[b], DF_SCHED_ERROR, err);
+  } else {
+    for (int b = 0; b < nb; b++) {
+      df_sched_job *j = who[b];
+      int64_t g0 = j->generated;
+      if (j->fed < j->n_prompt) j->fed += seqs[b].n;
+      if (seqs[b].mode == DF_LOGITS_ALL) accept(s, j, k[b], dtok[b], L[b]);
+      else if (seqs[b].mode == DF_LOGITS_LAST) on_token(s, j, df_sampler_sample(j->smp, seqs[b].logits));
+      gen += j->generated - g0;
+    }
+  }
+  double t1 = now_s();
+  /* retire finished jobs (keeping the running order of the rest) */
+  for (int i = s->n_run - 1; i >= 0; i--) {
+    df_sched_job *j = s->running[i];
+    pthread_mutex_lock(&j->mu);
+    bool over = j->news.finish != DF_SCHED_RUNNING;
+    pthread_mutex_unlock(&j->mu);
+    if (over) retire(s, i);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->st.steps++;
+  s->st.step_rows += rows;
+  s->st.prompt_tokens += rc == 0 ? prompt_rows : 0;
+  s->st.completion_tokens += gen;
+  s->st.busy_s += t1 - t0;
+  s->win_tokens += gen;
+  if (t1 - s->win_t0 >= 5.0) {
+    s->st.gen_tok_s = s->win_tokens / (t1 - s->win_t0);
+    s->win_t0 = t1;
+    s->win_tokens = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void *sched_main(void *arg) {
+  df_sched *s = arg;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping && !s->n_run && !s->qhead) {
+      if (s->win_tokens || s->st.gen_tok_s > 0) { /* idle: the rate decays to 0 */
+        s->st.gen_tok_s = 0;
+        s->win_tokens = 0;
+      }
+      pthread_cond_wait(&s->cv, &s->mu);
+      s->win_t0 = now_s();
+    }
+    bool stop = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (stop) break;
+    admit(s);
+    step(s);
+  }
+  /* shutdown: fail everything still held */
+  while (s->n_run) {
+    job_finish(s, s->running[s->n_run - 1], DF_SCHED_ERROR, "server shutting down");
+    retire(s, s->n_run - 1);
+  }
+  pthread_mutex_lock(&s->mu);
+  df_sched_job *q = s->qhead;
+  s->qhead = s->qtail = NULL;
+  s->n_queued = 0;
+  pthread_mutex_unlock(&s->mu);
+  while (q) {
+    df_sched_job *n = q->next;
+    job_finish(s, q, DF_SCHED_ERROR, "server shutting down");
+    job_unref(q);
+    q = n;
+  }
+  return NULL;
+}
+
+/* ---- public -------------------------------------------------------------------------- */
+
+int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sched **out,
+                 char *err, size_t errlen) {
+  *out = NULL;
+  df_sched *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "scheduler: out of memory");
+    return -1;
+  }
+  s->m = m;
+  s->tok = tok;
+  s->o = *o;
+  s->V = df_model_cfg(m)->vocab_size;
+  s->gcfg = df_model_gen_cfg(m);
+  if (!s->o.max_seqs) s->o.max_seqs = 8;
+  if (!s->o.draft_k) s->o.draft_k = 4;
+  if (!s->o.draft_max_seqs) s->o.draft_max_seqs = 1;
+  if (s->o.draft_k < 1 || s->o.draft_k > DF_SCHED_K_MAX || s->o.draft_max_seqs < 0) {
+    snprintf(err, errlen, "draft length must be in [1, %d], got %d", DF_SCHED_K_MAX, s->o.draft_k);
+    goto fail;
+  }
+  s->draft = s->o.draft;
+  if (s->draft && df_model_cfg(s->draft)->vocab_size != s->V) {
+    fprintf(stderr, "deltafin serve: drafting off: the draft's vocabulary (%lld tokens) differs "
+            "from the target's (%lld)\n", (long long)df_model_cfg(s->draft)->vocab_size,
+            (long long)s->V);
+    s->draft = NULL;
+  }
+  if (s->draft && df_model_max_ctx(s->draft) < (s->o.ctx ? s->o.ctx : df_model_max_ctx(m))) {
+    fprintf(stderr, "deltafin serve: drafting off: the draft's context (%lld tokens) is shorter "
+            "than the target's\n", (long long)df_model_max_ctx(s->draft));
+    s->draft = NULL;
+  }
+  if (!s->o.ctx) s->o.ctx = df_model_max_ctx(m);
+  if (!s->o.prefill_budget) s->o.prefill_budget = 256;
+  if (s->o.max_seqs < 1 || s->o.max_seqs > DF_MODEL_MAX_BATCH) {
+    snprintf(err, errlen, "parallel sequences must be in [1, %d], got %d", DF_MODEL_MAX_BATCH,
+             s->o.max_seqs);
+    goto fail;
+  }
+  if (s->o.max_queue < 0 || s->o.ctx < 2 || s->o.ctx > df_model_max_ctx(m) ||
+      s->o.prefill_budget < 1) {
+    snprintf(err, errlen, "scheduler options out of range (max_queue %d >= 0, ctx %lld in [2, "
+             "%lld], prefill budget %lld >= 1)", s->o.max_queue, (long long)s->o.ctx,
+             (long long)df_model_max_ctx(m), (long long)s->o.prefill_budget);
+    goto fail;
+  }
+  s->st.max_seqs = s->o.max_seqs;
+  s->st.max_queue = s->o.max_queue;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->win_t0 = now_s();
+  if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+    snprintf(err, errlen, "scheduler: cannot start its thread");
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    goto fail;
+  }
+  s->thread_started = true;
+  *out = s;
+  return 0;
+fail:
+  free(s);
+  return -1;
+}
+
+void df_sched_shutdown(df_sched *s) {
+  if (!s->thread_started) return;
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  s->thread_started = false;
+}
+
+void df_sched_destroy(df_sched **sp) {
+  if (!sp || !*sp) return;
+  df_sched *s = *sp;
+  df_sched_shutdown(s);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  for (int i = 0; i < DF_MODEL_MAX_BATCH; i++) {
+    df_kv_destroy(&s->slots[i].kv);
+    df_kv_destroy(&s->slots[i].dkv);
+    free(s->slots[i].logits);
+    free(s->slots[i].vlogits);
+    free(s->slots[i].dlogits);
+  }
+  free(s);
+  *sp = NULL;
+}
+
+int64_t df_sched_ctx(const df_sched *s) { return s->o.ctx; }
+
+int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int *status,
+                    char *err, size_t errlen) {
+  *out = NULL;
+  *status = 400;
+  if (r->n_prompt < 1 || r->max_tokens < 1 || r->n_stop < 0 || r->n_stop > 8) {
+    snprintf(err, errlen, "a request needs at least one prompt token, max_tokens >= 1 and at "
+             "most 8 stop strings");
+    return -1;
+  }
+  if (r->n_prompt + r->max_tokens > s->o.ctx) {
+    snprintf(err, errlen, "prompt of %lld tokens + max_tokens %lld exceeds the context of %lld "
+             "tokens", (long long)r->n_prompt, (long long)r->max_tokens, (long long)s->o.ctx);
+    return -1;
+  }
+  for (int64_t i = 0; i < r->n_prompt; i++) {
+    if (r->prompt[i] < 0 || r->prompt[i] >= s->V) {
+      snprintf(err, errlen, "prompt token %lld is %d, outside the vocabulary [0, %lld)",
+               (long long)i, r->prompt[i], (long long)s->V);
+      return -1;
+    }
+  }
+  *status = 500;
+  df_sched_job *j = calloc(1, sizeof *j);
+  if (!j) goto oom;
+  j->pipe[0] = j->pipe[1] = -1;
+  pthread_mutex_init(&j->mu, NULL);
+  atomic_init(&j->refs, 2);
+  atomic_init(&j->cancel, false);
+  j->n_prompt = r->n_prompt;
+  j->max_tokens = r->max_tokens;
+  j->sp = r->sp;
+  j->ignore_eos = r->ignore_eos;
+  j->slot = -1;
+  j->news.prompt_tokens = r->n_prompt;
+  if (!(j->prompt = malloc((size_t)r->n_prompt * sizeof *j->prompt))) goto oom_job;
+  memcpy(j->prompt, r->prompt, (size_t)r->n_prompt * sizeof *j->prompt);
+  for (int i = 0; i < r->n_stop; i++) {
+    if (!(j->stop[i] = strdup(r->stop[i]))) goto oom_job;
+    j->n_stop = i + 1;
+  }
+  if (pipe2(j->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+    snprintf(err, errlen, "cannot create a pipe: %s", strerror(errno));
+    job_free(j);
+    return -1;
+  }
+  pthread_mutex_lock(&s->mu);
+  if (s->stopping) {
+    pthread_mutex_unlock(&s->mu);
+    job_free(j);
+    *status = 503;
+    snprintf(err, errlen, "the server is shutting down");
+    return -1;
+  }
+  if (s->n_queued + s->n_running >= (int64_t)s->o.max_seqs + s->o.max_queue) {
+    pthread_mutex_unlock(&s->mu);
+    job_free(j);
+    *status = 429;
+    snprintf(err, errlen, "the server is busy: %d requests running and %lld waiting (--max-queue "
+             "%d); retry later", s->o.max_seqs, (long long)s->n_queued, s->o.max_queue);
+    return -1;
+  }
+  if (s->qtail) s->qtail->next = j;
+  else s->qhead = j;
+  s->qtail = j;
+  s->n_queued++;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  *out = j;
+  return 0;
+oom_job:
+  job_free(j);
+oom:
+  snprintf(err, errlen, "out of memory");
+  return -1;
+}
+
+df_sched_stats df_sched_get_stats(df_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  df_sched_stats st = s->st;
+  st.queued = s->n_queued;
+  st.running = s->n_running;
+  st.drafting = s->draft != NULL;
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}

@@ -1,0 +1,146 @@
+/* coordinator/generate/sched.h — the serving scheduler: one thread owns the model and every
+ * sequence's state, and runs continuous batching over the requests it is given.
+ *
+ * Owns: the request queue and admission (at most max_seqs sequences decode together, at most
+ * max_queue more wait), one KV cache slot per running sequence (allocated on first use and
+ * reused), one sampler per request, the batched step (every running sequence's next rows —
+ * a prompt chunk or its last sampled token — in ONE df_model_forward_batch), detokenization
+ * (engine/text/tokenizer.h's stream decoder) and stop strings (sched_stop.h), cancellation, and
+ * the serving statistics.
+ * Does not own: HTTP, request parsing, tokenizing prompts (the caller gives token ids), the
+ * model and tokenizer (borrowed; they must outlive the scheduler).
+ *
+ * Exactness: each request's tokens are those `deltafin run --no-draft` produces for the same
+ * prompt ids and sampler settings. The batched forward gives every sequence bitwise the
+ * logits it would get alone (engine/model.h), the prompt is fed in chunks (also invariant),
+ * and each request's sampler is seeded from its own seed and draws once per generated token,
+ * exactly as the target-alone loop of coordinator/generate/spec.c does. Which other requests run at
+ * the same time has no effect on a request's output.
+ *
+ * Speculative decoding (with a draft model, while at most draft_max_seqs sequences run):
+ * greedy sequences get k draft tokens each (the draft's forwards batched across them like
+ * the target's), verified in the same batched target forward as everyone else's rows; a
+ * draft token is kept while it equals the target's argmax, then the target's own token
+ * follows, and both caches roll back (coordinator/generate/spec.h's greedy rule). The target's
+ * logits in a verify row are bitwise those of one-token decoding, so the output is identical
+ * to the target alone. Sampled sequences always run on the target alone: their draws must
+ * follow the request's seed exactly as `deltafin run --no-draft` consumes it. A sequence
+ * whose drafts are mostly rejected (acceptance < 1/4 after 8 rounds) stops drafting.
+ *
+ * Threads: df_sched_submit, the df_sched_job_* functions and df_sched_get_stats may be called
+ * from any thread; a job handle belongs to one caller thread.
+ */
+#ifndef DF_COORD_SCHED_H
+#define DF_COORD_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/text/tokenizer.h"
+
+typedef struct df_sched df_sched;
+typedef struct df_sched_job df_sched_job;
+
+typedef struct df_sched_opts {
+  int max_seqs;           /* sequences decoded together, 1..DF_MODEL_MAX_BATCH; 0 = 8 */
+  int max_queue;          /* requests that may wait for a slot beyond max_seqs (>= 0) */
+  int64_t ctx;            /* tokens per sequence (prompt + completion); 0 = the model's max_ctx;
+                             at most the model's max_ctx */
+  int64_t prefill_budget; /* prompt tokens fed per step over all sequences; 0 = 256 */
+  df_model *draft;        /* draft model for speculative decoding (borrowed), or NULL; one
+                             whose vocabulary or context does not fit is ignored (logged) */
+  int draft_k;            /* draft tokens per round, 1..DF_SCHED_K_MAX; 0 = 4 */
+  int draft_max_seqs;     /* draft only while at most this many sequences run; 0 = 1 */
+} df_sched_opts;
+
+/* Most draft tokens per round. */
+#define DF_SCHED_K_MAX 8
+
+/* Start the scheduler thread for model `m` and tokenizer `tok` (borrowed). Nothing per
+ * sequence is allocated yet. Errors (-1, message): options out of range, thread creation. */
+int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sched **out,
+                 char *err, size_t errlen);
+
+/* Stop the thread (the step in progress completes), finish every queued and running job with
+ * DF_SCHED_ERROR "server shutting down" and wait for the thread. Afterwards df_sched_submit
+ * answers 503; job handles stay valid until released. Idempotent. */
+void df_sched_shutdown(df_sched *s);
+
+/* df_sched_shutdown, then free everything the scheduler owns. Job handles still held stay
+ * valid until released. NULLs *s; NULL-safe. */
+void df_sched_destroy(df_sched **s);
+
+/* Tokens one sequence may hold (prompt + completion). */
+int64_t df_sched_ctx(const df_sched *s);
+
+/* One generation request. Everything is copied by df_sched_submit. */
+typedef struct df_sched_req {
+  const int32_t *prompt;  /* [n_prompt] ids, each in [0, vocab) */
+  int64_t n_prompt;       /* >= 1 */
+  int64_t max_tokens;     /* >= 1; n_prompt + max_tokens <= df_sched_ctx */
+  df_sampler_params sp;
+  bool ignore_eos;        /* do not stop at the model's end-of-sequence ids */
+  const char *const *stop; /* [n_stop] non-empty UTF-8 stop strings */
+  int n_stop;
+} df_sched_req;
+
+typedef enum df_sched_finish {
+  DF_SCHED_RUNNING = 0,   /* not finished */
+  DF_SCHED_STOP = 1,      /* an end-of-sequence id or a stop string */
+  DF_SCHED_LENGTH = 2,    /* max_tokens reached */
+  DF_SCHED_ERROR = 3,     /* engine error or shutdown; see the news' error */
+  DF_SCHED_CANCELLED = 4, /* df_sched_job_cancel */
+} df_sched_finish;
+
+/* Queue a request. Returns 0 with *job (release with df_sched_job_release), or -1 with
+ * *status and a message: 429 when max_seqs + max_queue requests are already held, 503 when
+ * shutting down, 400 for a request outside the limits above (the message gives the
+ * numbers), 500 out of memory. */
+int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **job, int *status,
+                    char *err, size_t errlen);
+
+/* A file descriptor that polls readable (POLLIN) when the job has news (text or its
+ * finish) not yet taken. Owned by the job. */
+int df_sched_job_fd(const df_sched_job *j);
+
+typedef struct df_sched_news {
+  df_sched_finish finish;    /* DF_SCHED_RUNNING until the job is over */
+  int64_t prompt_tokens;     /* ids of the prompt */
+  int64_t completion_tokens; /* ids generated so far (including an end-of-sequence id) */
+  char error[256];           /* DF_SCHED_ERROR: one line */
+} df_sched_news;
+
+/* Take the text released since the last take: *text is malloc'd (caller frees) with *len
+ * bytes of complete UTF-8 characters, or NULL with *len 0 when there is none. Fills *news.
+ * Never blocks. Returns 0, always. */
+int df_sched_job_take(df_sched_job *j, char **text, size_t *len, df_sched_news *news);
+
+/* Ask the scheduler to drop the job: a queued job never starts, a running one is removed
+ * before the next step (its slot is free for the next request). Idempotent. */
+void df_sched_job_cancel(df_sched_job *j);
+
+/* Give up the caller's handle (cancels the job if it is still running). NULLs *j; NULL-safe. */
+void df_sched_job_release(df_sched_job **j);
+
+typedef struct df_sched_stats {
+  int64_t queued;            /* waiting for a slot */
+  int64_t running;           /* in a slot */
+  int64_t max_seqs, max_queue;
+  int64_t prompt_tokens;     /* prompt ids fed, total */
+  int64_t completion_tokens; /* ids generated, total */
+  int64_t steps;             /* batched forwards */
+  int64_t step_rows;         /* rows over all steps */
+  int64_t finished[5];       /* jobs finished, by df_sched_finish */
+  double busy_s;             /* seconds spent in steps (draft and target forwards) */
+  int64_t draft_rounds;      /* verifications of drafted tokens */
+  int64_t drafted, accepted; /* draft tokens proposed / accepted */
+  bool drafting;             /* a draft model is in use */
+  double gen_tok_s;          /* generated ids per second over the last few seconds */
+} df_sched_stats;
+
+df_sched_stats df_sched_get_stats(df_sched *s);
+
+#endif

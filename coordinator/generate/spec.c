@@ -1,0 +1,522 @@
+/* coordinator/generate/spec.c — target-alone and speculative generation of one sequence; see
+ * spec.h.
+ *
+ * State invariant: `seq` holds the committed tokens. The target's KV cache holds
+ * seq[0 .. len-2] and seq[len-1] is "pending" (not yet fed), except right after a prefill
+ * that asked for every prompt logit: then the cache holds all of seq and `p_next` holds the
+ * target logits for position len. The draft's cache holds a prefix of seq of length <= len-1
+ * and catches up at the start of each round.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "coordinator/generate/spec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/text/tokenizer.h"
+
+struct df_spec {
+  df_model *t, *d;
+  df_kv_cache *tkv, *dkv;
+  df_sampler *smp;
+  df_spec_params pp;
+  int64_t V, ctx;
+  int32_t *seq;
+  int64_t len;
+  bool pending;     /* seq[len-1] not yet in the target cache */
+  float *p_next;    /* [V] target logits for position len when !pending */
+  float *tlogits;   /* [K_MAX + 1, V] verify logits */
+  float *q;         /* [K_MAX, V] draft distributions of d1..dk */
+  float *pbuf;      /* [V] target distribution scratch */
+  float *dlogits;   /* [V] */
+  bool greedy;
+  bool drafting;
+  int k;
+  double rate[DF_SPEC_K_MAX + 1]; /* EMA of emitted tokens per ms at each k (0 = target alone) */
+  int rate_n[DF_SPEC_K_MAX + 1];
+  int64_t since_choice;
+  df_spec_stats st;
+};
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Record that k takes value k from the next token on (stats.k_trace). */
+static void trace_k(df_spec *s, int k) {
+  df_spec_stats *st = &s->st;
+  if (st->n_k_trace > 0 && st->k_trace[st->n_k_trace - 1].k == k) return;
+  if (st->n_k_trace == DF_SPEC_K_TRACE) return;
+  st->k_trace[st->n_k_trace].at = st->emitted;
+  st->k_trace[st->n_k_trace].k = k;
+  st->n_k_trace++;
+}
+
+void df_spec_disable(df_spec *s, const char *reason) {
+  if (!s->drafting && s->st.off_reason[0]) return;
+  if (s->drafting) trace_k(s, 0);
+  s->drafting = false;
+  s->st.drafting = false;
+  snprintf(s->st.off_reason, sizeof s->st.off_reason, "%s", reason);
+  if (!s->pp.quiet) fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", reason);
+}
+
+void df_spec_set_quiet(df_spec *s, bool quiet) { s->pp.quiet = quiet; }
+
+uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx) {
+  if (ctx <= 0) ctx = df_model_max_ctx(draft);
+  df_model_bytes b = df_model_memory(draft);
+  uint64_t V = (uint64_t)df_model_cfg(draft)->vocab_size;
+  return df_model_kv_bytes_per_token(draft) * (uint64_t)ctx + b.buffers + (b.total - b.shared) +
+         (uint64_t)(DF_SPEC_K_MAX + 1) * V * sizeof(float);
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read. */
+static int64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+/* Why the draft does not fit (into why), or false when it does or cannot be judged. */
+static bool short_of_memory(const df_spec *s, const df_model *draft, char *why, size_t whylen) {
+  int64_t reserve = s->pp.mem_reserve;
+  if (reserve == 0) {
+    const char *e = getenv("DF_DRAFT_MEM_RESERVE");
+    char *end = NULL;
+    long long v = e && *e ? strtoll(e, &end, 10) : 0;
+    reserve = e && *e && end && *end == 0 ? (int64_t)v : DF_SPEC_MEM_RESERVE_DEFAULT;
+  }
+  if (reserve < 0) return false;
+  int64_t avail = mem_available();
+  if (avail < 0) return false;
+  uint64_t need = df_spec_draft_need_bytes(draft, s->ctx);
+  if ((double)avail - (double)need >= (double)reserve) return false;
+  snprintf(why, whylen, "memory headroom short (the draft needs %.1f MiB, MemAvailable %.1f MiB, "
+           "reserve %.1f MiB)", need / 1048576.0, avail / 1048576.0, reserve / 1048576.0);
+  return true;
+}
+
+df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params *sp,
+                     const df_spec_params *pp, int64_t ctx, char *err, size_t errlen) {
+  df_spec *s = calloc(1, sizeof *s);
+  if (!s) goto oom;
+  s->t = target;
+  s->V = df_model_cfg(target)->vocab_size;
+  s->ctx = ctx > 0 ? ctx : df_model_max_ctx(target);
+  if (pp) s->pp = *pp;
+  if (s->pp.k_min <= 0) s->pp.k_min = 1;
+  if (s->pp.k_max <= 0 || s->pp.k_max > DF_SPEC_K_MAX) s->pp.k_max = DF_SPEC_K_MAX;
+  if (s->pp.k_min > s->pp.k_max) s->pp.k_min = s->pp.k_max;
+  if (s->pp.k_init <= 0) s->pp.k_init = 4;
+  if (s->pp.k_init < s->pp.k_min) s->pp.k_init = s->pp.k_min;
+  if (s->pp.k_init > s->pp.k_max) s->pp.k_init = s->pp.k_max;
+  s->k = s->pp.k_init;
+  s->st.k = s->k;
+  s->greedy = sp->temperature == 0;
+  if (!(s->smp = df_sampler_new(sp, s->V, err, errlen))) goto fail;
+  if (!(s->tkv = df_model_kv_new(target, s->ctx, err, errlen))) goto fail;
+  s->seq = malloc((size_t)s->ctx * sizeof *s->seq);
+  s->p_next = malloc((size_t)s->V * sizeof(float));
+  s->tlogits = malloc((size_t)(DF_SPEC_K_MAX + 1) * (size_t)s->V * sizeof(float));
+  s->pbuf = malloc((size_t)s->V * sizeof(float));
+  if (!s->seq || !s->p_next || !s->tlogits || !s->pbuf) goto oom;
+  if (draft) {
+    char derr[256];
+    if (df_model_cfg(draft)->vocab_size != s->V) {
+      snprintf(derr, sizeof derr, "the draft's vocabulary (%lld tokens) differs from the target's "
+               "(%lld)", (long long)df_model_cfg(draft)->vocab_size, (long long)s->V);
+      df_spec_disable(s, derr);
+    } else if (short_of_memory(s, draft, derr, sizeof derr)) {
+      df_spec_disable(s, derr);
+    } else if (!(s->dkv = df_model_kv_new(draft, s->ctx, derr, sizeof derr))) {
+      char why[300];
+      snprintf(why, sizeof why, "draft KV cache: %s", derr);
+      df_spec_disable(s, why);
+    } else {
+      s->q = malloc((size_t)DF_SPEC_K_MAX * (size_t)s->V * sizeof(float));
+      s->dlogits = malloc((size_t)s->V * sizeof(float));
+      if (!s->q || !s->dlogits) goto oom;
+      s->d = draft;
+      s->drafting = true;
+      s->st.drafting = true;
+      trace_k(s, s->k);
+    }
+  }
+  return s;
+oom:
+  snprintf(err, errlen, "generator: out of memory");
+fail:
+  df_spec_destroy(&s);
+  return NULL;
+}
+
+void df_spec_destroy(df_spec **sp) {
+  if (!sp || !*sp) return;
+  df_spec *s = *sp;
+  df_kv_destroy(&s->tkv);
+  df_kv_destroy(&s->dkv);
+  df_sampler_destroy(&s->smp);
+  free(s->seq);
+  free(s->p_next);
+  free(s->tlogits);
+  free(s->q);
+  free(s->pbuf);
+  free(s->dlogits);
+  free(s);
+  *sp = NULL;
+}
+
+int64_t df_spec_len(const df_spec *s) { return s->len; }
+df_spec_stats df_spec_get_stats(const df_spec *s) { return s->st; }
+
+int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all, char *err,
+                    size_t errlen) {
+  if (n <= 0 || s->len != 0) {
+    snprintf(err, errlen, n <= 0 ? "empty prompt" : "prefill on a sequence already started");
+    return -1;
+  }
+  if (n >= s->ctx) {
+    snprintf(err, errlen, "prompt of %lld tokens leaves no room in a context of %lld",
+             (long long)n, (long long)s->ctx);
+    return -1;
+  }
+  /* the last prompt token is only fed at the first step: check every id now */
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= s->V) {
+      snprintf(err, errlen, "token id %d at index %lld out of range [0, %lld)", ids[i],
+               (long long)i, (long long)s->V);
+      return -1;
+    }
+  if (logits_all) {
+    if (df_model_forward(s->t, s->tkv, ids, n, DF_LOGITS_ALL, logits_all, err, errlen) != 0)
+      return -1;
+    memcpy(s->p_next, logits_all + (n - 1) * s->V, (size_t)s->V * sizeof(float));
+    s->pending = false;
+  } else {
+    if (n > 1 && df_model_forward(s->t, s->tkv, ids, n - 1, DF_LOGITS_NONE, NULL, err, errlen) != 0)
+      return -1;
+    s->pending = true;
+  }
+  memcpy(s->seq, ids, (size_t)n * sizeof *ids);
+  s->len = n;
+  return 0;
+}
+
+/* Draw from a distribution over V tokens (ascending-id cumulative scan). */
+static int32_t draw(df_spec *s, const float *probs) {
+  double u = df_sampler_uniform(s->smp), cum = 0;
+  int32_t last = 0;
+  for (int64_t i = 0; i < s->V; i++) {
+    if (probs[i] <= 0) continue;
+    last = (int32_t)i;
+    cum += probs[i];
+    if (u < cum) return (int32_t)i;
+  }
+  return last;
+}
+
+static int32_t choose(df_spec *s, const float *logits) {
+  if (s->greedy) return df_argmax_f32(logits, s->V);
+  df_sampler_probs(s->smp, logits, s->pbuf);
+  return draw(s, s->pbuf);
+}
+
+static void record_rate(df_spec *s, int k, int emitted, double ms) {
+  double r = emitted / (ms > 1e-3 ? ms : 1e-3);
+  s->rate[k] = s->rate_n[k] ? 0.7 * s->rate[k] + 0.3 * r : r;
+  s->rate_n[k]++;
+}
+
+/* Adaptive k: every few rounds, try an unmeasured neighbour (or target alone), else take
+ * the best measured rate; stop drafting when target alone is measurably faster. */
+static void adapt(df_spec *s) {
+  if (!s->pp.adaptive || !s->drafting || ++s->since_choice < 4) return;
+  s->since_choice = 0;
+  int cand[3] = {s->k - 1, s->k + 1, 0};
+  for (int i = 0; i < 3; i++) {
+    int c = cand[i];
+    if ((c == 0 || (c >= s->pp.k_min && c <= s->pp.k_max)) && s->rate_n[c] < 2) {
+      s->k = c;
+      trace_k(s, c);
+      return;
+    }
+  }
+  int best = -1;
+  for (int c = s->pp.k_min; c <= s->pp.k_max; c++)
+    if (s->rate_n[c] >= 2 && (best < 0 || s->rate[c] > s->rate[best])) best = c;
+  if (best < 0) return;
+  if (s->rate_n[0] >= 2 && s->rate[0] > 1.05 * s->rate[best]) {
+    char why[160];
+    snprintf(why, sizeof why, "it does not pay (%.2f tok/s with k=%d, %.2f tok/s target alone)",
+             s->rate[best] * 1e3, best, s->rate[0] * 1e3);
+    df_spec_disable(s, why);
+    return;
+  }
+  s->k = best;
+  trace_k(s, best);
+}
+
+static int step_target_alone(df_spec *s, int32_t *out, char *err, size_t errlen) {
+  double t0 = now_ms();
+  const float *logits = s->p_next;
+  if (s->pending) {
+    if (s->len >= s->ctx) {
+      snprintf(err, errlen, "context full: %lld tokens", (long long)s->ctx);
+      return -1;
+    }
+    if (df_model_forward(s->t, s->tkv, &s->seq[s->len - 1], 1, DF_LOGITS_LAST, s->tlogits, err,
+                         errlen) != 0)
+      return -1;
+    logits = s->tlogits;
+    s->st.target_forwards++;
+  }
+  if (s->len >= s->ctx) {
+    snprintf(err, errlen, "context full: %lld tokens", (long long)s->ctx);
+    return -1;
+  }
+  int32_t x = df_sampler_sample(s->smp, logits);
+  s->seq[s->len++] = x;
+  s->pending = true;
+  out[0] = x;
+  double ms = now_ms() - t0;
+  s->st.verify_ms += ms;
+  s->st.emitted++;
+  s->st.k_hist[0]++;
+  record_rate(s, 0, 1, ms);
+  return 1;
+}
+
+int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
+  if (s->len == 0) {
+    snprintf(err, errlen, "step before prefill");
+    return -1;
+  }
+  /* room: the verify writes pending + k tokens; the sequence grows by up to k + 1 */
+  int k = s->k;
+  while (k > 0 && s->len + k + 1 > s->ctx) k--;
+  if (!s->drafting || k == 0) {
+    int n = step_target_alone(s, out, err, errlen);
+    if (n > 0 && s->drafting) adapt(s);
+    return n;
+  }
+  int64_t L = s->len, V = s->V;
+  double t0 = now_ms();
+  /* draft: catch up to seq[0..L-1], then propose d1..dk */
+  int64_t D = s->dkv->len;
+  if (D > L - 1) D = L - 1;
+  df_kv_truncate(s->dkv, D);
+  if (df_model_forward(s->d, s->dkv, &s->seq[D], L - D, DF_LOGITS_LAST, s->dlogits, err,
+                       errlen) != 0)
+    goto draft_failed;
+  int32_t dtok[DF_SPEC_K_MAX];
+  for (int i = 0; i < k; i++) {
+    float *qi = s->q + (int64_t)i * V;
+    if (s->greedy) {
+      dtok[i] = df_argmax_f32(s->dlogits, V);
+    } else {
+      df_sampler_probs(s->smp, s->dlogits, qi);
+      dtok[i] = draw(s, qi);
+    }
+    if (i + 1 < k && df_model_forward(s->d, s->dkv, &dtok[i], 1, DF_LOGITS_LAST, s->dlogits, err,
+                                      errlen) != 0)
+      goto draft_failed;
+  }
+  double t1 = now_ms();
+  /* verify: one target forward over [pending?] + d1..dk -> p_0..p_k */
+  int32_t vt[DF_SPEC_K_MAX + 1];
+  int nv = 0;
+  if (s->pending) vt[nv++] = s->seq[L - 1];
+  memcpy(vt + nv, dtok, (size_t)k * sizeof *dtok);
+  nv += k;
+  float *rows = s->tlogits;
+  if (!s->pending) {
+    memcpy(rows, s->p_next, (size_t)V * sizeof(float));
+    rows += V;
+  }
+  if (df_model_forward(s->t, s->tkv, vt, nv, DF_LOGITS_ALL, rows, err, errlen) != 0) {
+    /* the target's cache is untouched on error; the sequence state is unchanged */
+    return -1;
+  }
+  s->st.target_forwards++;
+  /* accept */
+  int a = 0;
+  int32_t x = -1;
+  for (int i = 0; i < k; i++) {
+    const float *p = s->tlogits + (int64_t)i * V;
+    if (s->greedy) {
+      int32_t best = df_argmax_f32(p, V);
+      if (dtok[i] == best) {
+        a++;
+        continue;
+      }
+      x = best;
+      break;
+    }
+    df_sampler_probs(s->smp, p, s->pbuf);
+    const float *qi = s->q + (int64_t)i * V;
+    double pr = s->pbuf[dtok[i]], qr = qi[dtok[i]];
+    if (df_sampler_uniform(s->smp) < (qr > 0 ? pr / qr : 1.0)) {
+      a++;
+      continue;
+    }
+    if (s->pp.test_plain_resample) { /* TESTS ONLY (see spec.h): the wrong rule */
+      x = draw(s, s->pbuf);
+      break;
+    }
+    /* residual distribution normalise(max(0, p - q)) */
+    double z = 0;
+    for (int64_t j = 0; j < V; j++) {
+      float r = s->pbuf[j] - qi[j];
+      s->pbuf[j] = r > 0 ? r : 0;
+      z += s->pbuf[j];
+    }
+    if (z > 0) {
+      for (int64_t j = 0; j < V; j++) s->pbuf[j] = (float)(s->pbuf[j] / z);
+      x = draw(s, s->pbuf);
+    } else {
+      x = choose(s, p); /* p == q exactly: any rejection is impossible; keep a valid token */
+    }
+    break;
+  }
+  if (a == k) x = choose(s, s->tlogits + (int64_t)k * V);
+  /* commit d1..da, x; roll both caches back */
+  memcpy(s->seq + L, dtok, (size_t)a * sizeof *dtok);
+  s->seq[L + a] = x;
+  s->len = L + a + 1;
+  df_kv_truncate(s->tkv, L + a);
+  if (s->dkv->len > L + a) df_kv_truncate(s->dkv, L + a);
+  s->pending = true;
+  memcpy(out, s->seq + L, (size_t)(a + 1) * sizeof *out);
+  double t2 = now_ms();
+  s->st.rounds++;
+  s->st.drafted += k;
+  s->st.accepted += a;
+  s->st.emitted += a + 1;
+  s->st.draft_ms += t1 - t0;
+  s->st.verify_ms += t2 - t1;
+  s->st.k_hist[k]++;
+  record_rate(s, k, a + 1, t2 - t0);
+  adapt(s);
+  s->st.k = s->k;
+  return a + 1;
+draft_failed : {
+  char why[200];
+  snprintf(why, sizeof why, "draft forward failed: %s", err);
+  df_spec_disable(s, why);
+  return step_target_alone(s, out, err, errlen);
+}
+}
+
+/* ---- loading a draft ------------------------------------------------------------------- */
+
+/* Whole file into memory (NUL-terminated); NULL when absent or unreadable. */
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  for (;;) {
+    if (n + 65536 + 1 > cap) {
+      cap = cap ? 2 * cap : 1 << 20;
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, 65536, f);
+    n += got;
+    if (got < 65536) break;
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return NULL;
+  }
+  buf[n] = 0;
+  *len = n;
+  return buf;
+}
+
+/* 0 when the two folders' tokenizers map every id to the same bytes (or either folder has no
+ * tokenizer.json), else -1 with the difference in why. */
+static int same_tokenizer(const char *tdir, const char *ddir, char *why, size_t whylen) {
+  char tp[1100], dp[1100];
+  snprintf(tp, sizeof tp, "%s/tokenizer.json", tdir);
+  snprintf(dp, sizeof dp, "%s/tokenizer.json", ddir);
+  size_t tn = 0, dn = 0;
+  char *tb = slurp(tp, &tn), *db = tb ? slurp(dp, &dn) : NULL;
+  bool identical = tb && db && tn == dn && memcmp(tb, db, tn) == 0;
+  bool either_missing = !tb || !db;
+  free(tb);
+  free(db);
+  if (identical || either_missing) return 0;
+  /* different files: the ids must still mean the same bytes */
+  df_tok *tt = NULL, *dt = NULL;
+  char e[512];
+  int rc = -1;
+  if (df_tok_load(tdir, &tt, e, sizeof e) != 0 || df_tok_load(ddir, &dt, e, sizeof e) != 0) {
+    snprintf(why, whylen, "tokenizer: %s", e);
+    goto done;
+  }
+  size_t n = df_tok_vocab_size(tt);
+  if (df_tok_vocab_size(dt) != n) {
+    snprintf(why, whylen, "the draft's tokenizer has %zu tokens, the target's %zu",
+             df_tok_vocab_size(dt), n);
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) {
+    size_t la = 0, lb = 0;
+    const uint8_t *a = df_tok_id_to_bytes(tt, (int32_t)i, &la);
+    const uint8_t *b = df_tok_id_to_bytes(dt, (int32_t)i, &lb);
+    if ((!a) != (!b) || la != lb || (la && memcmp(a, b, la) != 0) ||
+        df_tok_is_special(tt, (int32_t)i) != df_tok_is_special(dt, (int32_t)i)) {
+      snprintf(why, whylen, "the draft's tokenizer differs from the target's (token id %zu)", i);
+      goto done;
+    }
+  }
+  rc = 0;
+done:
+  df_tok_destroy(&tt);
+  df_tok_destroy(&dt);
+  return rc;
+}
+
+int df_spec_draft_load(df_model *target, const char *target_dir, const char *draft_dir,
+                       const df_model_opts *opts, df_model **out, char *why, size_t whylen) {
+  *out = NULL;
+  df_model_opts o = {.max_ctx = df_model_max_ctx(target), .max_rows = DF_SPEC_K_MAX + 1};
+  if (opts) o = *opts;
+  o.share_from = target;
+  char err[1024];
+  df_model *d = NULL;
+  /* a draft with a shorter context than the target's loads at its own limit; df_spec_new
+   * then finds it cannot hold the sequence and switches drafting off with that reason */
+  df_model_config dc;
+  if (df_cfg_load(draft_dir, &dc, err, sizeof err) == 0 && o.max_ctx > dc.max_position_embeddings)
+    o.max_ctx = dc.max_position_embeddings;
+  if (df_model_load(draft_dir, &o, &d, err, sizeof err) != 0) {
+    snprintf(why, whylen, "draft %s: %s", draft_dir, err);
+    return -1;
+  }
+  if (target_dir && same_tokenizer(target_dir, draft_dir, why, whylen) != 0) {
+    df_model_destroy(&d);
+    return -1;
+  }
+  *out = d;
+  return 0;
+}

@@ -1,0 +1,130 @@
+/* coordinator/generate/spec.h — one sequence's generation: the target alone, or speculative
+ * decoding with a draft model (Leviathan et al. 2023, "Fast Inference from Transformers via
+ * Speculative Decoding"; Chen et al. 2023, "Accelerating LLM Decoding with Speculative
+ * Sampling").
+ *
+ * Owns: both models' KV caches for the sequence, the draft/verify/accept loop, rollback,
+ * the adaptive choice of k and the decision to stop drafting when it does not pay, and the
+ * statistics of all that. Does not own: the models (borrowed), tokenization, stop strings.
+ *
+ * Per round with draft length k: the draft proposes d1..dk (k single-token forwards of the
+ * draft, sampling from its filtered distribution q); the target scores the k+1 positions in
+ * ONE forward (the pending token followed by d1..dk), giving p_0..p_k. Greedy
+ * (temperature 0): accept d_i while d_i == argmax p_{i-1}; the first mismatch is replaced
+ * by argmax p_{i-1}; if all match, argmax p_k is added. Sampling: accept d_i with
+ * probability min(1, p(d_i)/q(d_i)); on rejection draw from normalise(max(0, p - q)); if all
+ * are accepted draw the bonus token from p_k — so every emitted token is distributed as the
+ * target alone would draw it. p and q are the sampler's filtered distributions
+ * (temperature, top-k, top-p applied to both). Both KV caches roll back to the accepted
+ * length. Because every kernel is batch-invariant, the target's logits in a verify batch
+ * are bitwise those of one-token decoding, so greedy output is identical with or without
+ * the draft.
+ */
+#ifndef DF_COORD_SPEC_H
+#define DF_COORD_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "engine/sampler.h"
+
+#define DF_SPEC_K_MAX 8
+#define DF_SPEC_K_TRACE 32 /* k changes kept in df_spec_stats.k_trace */
+
+typedef struct df_spec_params {
+  int k_init;    /* first draft length; 0 = 4 */
+  int k_min;     /* adaptive range, 1 <= k_min <= k_max <= DF_SPEC_K_MAX; 0 = 1 */
+  int k_max;     /* 0 = DF_SPEC_K_MAX */
+  bool adaptive; /* adapt k to measured acceptance and cost; stop drafting when it does not pay */
+  bool quiet;    /* no log line when drafting switches off */
+  /* Memory headroom, bytes: drafting stays off when MemAvailable (/proc/meminfo) minus the
+   * draft's needs (df_spec_draft_need_bytes) is below this. 0 = the environment variable
+   * DF_DRAFT_MEM_RESERVE (bytes) when set, else DF_SPEC_MEM_RESERVE_DEFAULT; < 0 = no check.
+   * Where /proc/meminfo cannot be read the check is skipped. */
+  int64_t mem_reserve;
+  /* TESTS ONLY, deliberately wrong: on a rejection draw the replacement from p instead of
+   * the residual normalise(max(0, p - q)). The output is then no longer distributed as the
+   * target's; tests/test_spec_sampling.c turns this on to show that its chi-square test
+   * detects the difference. Never set it elsewhere. */
+  bool test_plain_resample;
+} df_spec_params;
+
+/* Default memory reserve kept free when a draft is used (256 MiB). */
+#define DF_SPEC_MEM_RESERVE_DEFAULT ((int64_t)256 << 20)
+
+typedef struct df_spec_stats {
+  int64_t rounds;          /* verify forwards with a draft */
+  int64_t drafted;         /* draft tokens proposed */
+  int64_t accepted;        /* draft tokens accepted */
+  int64_t emitted;         /* tokens produced by df_spec_step */
+  int64_t target_forwards; /* all target forwards after prefill (verify + target-alone) */
+  double draft_ms;         /* total draft time */
+  double verify_ms;        /* total target time after prefill */
+  bool drafting;           /* drafting currently on */
+  int k;                   /* current draft length */
+  char off_reason[256];    /* why drafting is off ("" when on or never configured) */
+  int k_hist[DF_SPEC_K_MAX + 1]; /* rounds run at each k (0: target-alone steps while drafting) */
+  int n_k_trace;                 /* entries used in k_trace */
+  struct {
+    int64_t at; /* tokens emitted before the change */
+    int k;      /* draft length from then on; 0 = target alone (exploring, or drafting off) */
+  } k_trace[DF_SPEC_K_TRACE];    /* k over time: the first DF_SPEC_K_TRACE values it took */
+} df_spec_stats;
+
+typedef struct df_spec df_spec;
+
+/* A generator for one sequence of up to ctx tokens (0 = the target's max_ctx).
+ * `draft` may be NULL (target alone). A draft whose vocabulary size differs from the
+ * target's, that does not fit in memory (MemAvailable - df_spec_draft_need_bytes(draft, ctx)
+ * < the reserve, see df_spec_params.mem_reserve) or whose KV cache cannot be allocated is not
+ * an error: drafting is switched off with the reason in stats.off_reason and one log line on
+ * stderr (unless quiet); the output is then the target's alone.
+ * Errors (NULL + message): bad sampler parameters, target KV allocation failure. */
+df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params *sp,
+                     const df_spec_params *pp, int64_t ctx, char *err, size_t errlen);
+void df_spec_destroy(df_spec **s);
+
+/* Feed the prompt (n >= 1 tokens). With logits_all non-NULL, the target's fp32 logits of
+ * every prompt position are written to it ([n, vocab]). Errors: as df_model_forward. */
+int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all, char *err,
+                    size_t errlen);
+
+/* Generate the next tokens: writes 1..DF_SPEC_K_MAX+1 ids to out (capacity
+ * DF_SPEC_K_MAX + 1) and returns how many, or -1 with a message (context full, backend
+ * error). Tokens past an end-of-sequence id are still returned; the caller cuts. */
+int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen);
+
+/* Tokens committed so far (prompt + generated). */
+int64_t df_spec_len(const df_spec *s);
+
+df_spec_stats df_spec_get_stats(const df_spec *s);
+
+/* Turn drafting off for the rest of the sequence (reason is logged once unless quiet). */
+void df_spec_disable(df_spec *s, const char *reason);
+
+/* Whether a later switch-off logs its line at once (quiet = false, the default of
+ * df_spec_params) or only records it in df_spec_get_stats(s).off_reason (quiet = true), for
+ * a caller that is streaming text to the terminal and reports the reason after it. */
+void df_spec_set_quiet(df_spec *s, bool quiet);
+
+/* Bytes a draft still needs to run a sequence of ctx tokens (0 = its max_ctx): its KV cache
+ * (df_model_kv_bytes_per_token x ctx), its planned buffers, its weights not shared with the
+ * target (df_model_bytes.total - .shared) and the generator's per-draft scratch
+ * ((DF_SPEC_K_MAX + 1) x vocab fp32). */
+uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx);
+
+/* Load the draft model in draft_dir for `target` (loaded from target_dir), the way
+ * `deltafin run --draft` does: opts as given (NULL: max_ctx = the target's, max_rows =
+ * DF_SPEC_K_MAX + 1, threads 0) with share_from set to target, so an embedding / lm_head
+ * byte-identical to the target's is mapped once (the target must outlive the draft); then
+ * the tokenizers are compared: when both folders have a tokenizer.json, the files must be
+ * byte-identical or, failing that, give every id the same bytes and special flag.
+ * Returns 0 with *out set, or -1 with *out NULL and why the draft cannot be used in `why`
+ * (one line: the load error naming the file, or the tokenizer difference). A -1 is not a
+ * failure of the run: the caller logs `why` once and runs the target alone. */
+int df_spec_draft_load(df_model *target, const char *target_dir, const char *draft_dir,
+                       const df_model_opts *opts, df_model **out, char *why, size_t whylen);
+
+#endif

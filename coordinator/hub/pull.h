@@ -1,0 +1,70 @@
+/* coordinator/hub/pull.h — `deltafin pull`: fetch a model folder from the Hugging Face hub.
+ *
+ * Owns: listing a repo at a revision through the hub API (one commit for every file),
+ * include/exclude filtering, the free-disk check, parallel downloads with resume
+ * (DIR/.deltafin/partial/<oid>.incomplete, continued with HTTP Range across retries and
+ * across runs), SHA-256 of each LFS file against the hub's oid (git blob SHA-1 for the small
+ * files), atomic publication (fsync + rename), the manifest (pull_manifest.h) and progress
+ * output (a redrawn bar on a TTY, plain lines otherwise, JSON lines with --json).
+ * Stream mode (--stream) writes each *.safetensors shard at full size with its header and
+ * every non-expert tensor in place and leaves the routed-expert byte ranges as sparse holes;
+ * coordinator/hub/stream.h fetches those on first use.
+ * Does not own: HTTP mechanics (pull_http.h), the manifest format (pull_manifest.h),
+ * checking a folder afterwards (verify.h).
+ *
+ * Layout of a pulled folder DIR:
+ *   DIR/<files as published>           only complete, verified files ever appear here
+ *   DIR/.deltafin-manifest.json        sizes, hashes, origin
+ *   DIR/.deltafin/partial/             resumable partial downloads (named by the hub's oid)
+ *   DIR/.deltafin/experts/             stream mode's expert cache (stream.h)
+ *   DIR/.deltafin/lock                 held (flock) while a pull runs
+ */
+#ifndef DF_COORD_PULL_H
+#define DF_COORD_PULL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coordinator/hub/pull_http.h"
+
+#define DF_PULL_MAX_GLOBS 32
+
+typedef struct df_pull_opts {
+  const char *repo;                        /* "ORG/NAME" (required) */
+  const char *revision;                    /* branch, tag or commit; NULL = "main" */
+  const char *dir;                         /* destination; NULL = df_pull_default_dir */
+  const char *include[DF_PULL_MAX_GLOBS];  /* fnmatch globs on the repo path ('*' crosses '/') */
+  int n_include;                           /* 0 = every file */
+  const char *exclude[DF_PULL_MAX_GLOBS];  /* applied after include */
+  int n_exclude;
+  bool stream;                             /* leave routed experts to be fetched on use */
+  uint64_t cache_budget;                   /* stream: expert cache bytes; 0 = keep / default */
+  int jobs;                                /* parallel file downloads, 1..64; 0 = 4 */
+  bool quiet;                              /* errors only */
+  bool json;                               /* JSON lines on stdout instead of progress */
+  double progress_interval_s;              /* plain (non-TTY) progress period; 0 = 10 s */
+  df_pull_net net;                         /* endpoint, token, timeouts, retries */
+} df_pull_opts;
+
+/* Defaults for everything but repo (net from the environment, see df_pull_net_defaults). */
+void df_pull_opts_init(df_pull_opts *o);
+
+/* Default expert cache budget of stream mode, bytes. */
+#define DF_PULL_DEFAULT_CACHE_BUDGET ((uint64_t)32 << 30)
+
+/* Pull o->repo into the folder (created as needed; its path is copied to dir_out when not
+ * NULL). Files already present with the listed size and hash are kept.
+ * Returns 0 when every selected file is published and verified; -1 + one-line message
+ * otherwise: a bad repo id / revision / glob, the hub refusing (401/403 with a hint about
+ * HF_TOKEN, 404 naming repo, revision or file), too little free disk (bytes needed and
+ * free), another pull holding the folder, or files that failed (the first error; every
+ * failure was printed as it happened). After a failure, nothing partial is at a final
+ * path: partial downloads stay under DIR/.deltafin/partial for the next run to resume, and
+ * the manifest lists what was published and what is pending. */
+int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err, size_t errlen);
+
+/* True for a routed-expert tensor name: "...layers.<L>.mlp.experts.<E>.<rest>". */
+bool df_pull_is_expert_tensor(const char *name);
+
+#endif

@@ -1,0 +1,220 @@
+/* coordinator/hub/verify.c — offline folder check against the pull manifest; see verify.h. */
+#define _GNU_SOURCE
+#include "coordinator/hub/verify.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/model_config.h"
+#include "coordinator/hub/pull_manifest.h"
+#include "coordinator/hub/pull_util.h"
+#include "engine/model.h"
+#include "engine/safetensors.h"
+#include "engine/text/tokenizer.h"
+
+typedef struct vctx {
+  const char *dir;
+  const df_verify_opts *o;
+  df_verify_result *res;
+  const df_pull_manifest *man;
+} vctx;
+
+static void report(vctx *v, df_verify_level lvl, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void report(vctx *v, df_verify_level lvl, const char *path, const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (lvl == DF_VERIFY_PROBLEM) v->res->problems++;
+  if (lvl == DF_VERIFY_NOTE) v->res->notes++;
+  if (v->o->report) v->o->report(v->o->ud, lvl, path, msg);
+}
+
+static void check_file(vctx *v, const df_pull_mfile *f) {
+  char path[4400], err[1024];
+  snprintf(path, sizeof path, "%s/%s", v->dir, f->path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  v->res->files_checked++;
+  if (fd < 0) {
+    report(v, DF_VERIFY_PROBLEM, f->path, "missing (%s)", strerror(errno));
+    return;
+  }
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    report(v, DF_VERIFY_PROBLEM, f->path, "not a regular file");
+    close(fd);
+    return;
+  }
+  if ((uint64_t)st.st_size != f->size) {
+    report(v, DF_VERIFY_PROBLEM, f->path, "size %llu bytes, the manifest says %llu",
+           (unsigned long long)st.st_size, (unsigned long long)f->size);
+    close(fd);
+    return;
+  }
+  if (v->o->skip_hashes) {
+    report(v, DF_VERIFY_OK, f->path, "size ok (hash not checked)");
+    close(fd);
+    return;
+  }
+  char hex[DF_PULL_SHA256_HEX];
+  if (!f->sparse) {
+    if (df_pull_hash_fd(fd, 0, f->size, f->path, hex, NULL, err, sizeof err) != 0) {
+      report(v, DF_VERIFY_PROBLEM, f->path, "%s", err);
+    } else if (strcmp(hex, f->sha256) != 0) {
+      report(v, DF_VERIFY_PROBLEM, f->path, "SHA-256 %s, the manifest says %s (file changed or "
+             "corrupt)", hex, f->sha256);
+    } else {
+      v->res->bytes_hashed += f->size;
+      report(v, DF_VERIFY_OK, f->path, "size and SHA-256 ok");
+    }
+    close(fd);
+    return;
+  }
+  int bad = 0;
+  for (int i = 0; i < f->n_ranges; i++) {
+    const df_pull_range *r = &f->ranges[i];
+    if (df_pull_hash_fd(fd, r->off, r->len, f->path, hex, NULL, err, sizeof err) != 0) {
+      report(v, DF_VERIFY_PROBLEM, f->path, "%s", err);
+      bad++;
+      break;
+    }
+    v->res->bytes_hashed += r->len;
+    if (strcmp(hex, r->sha256) != 0) {
+      report(v, DF_VERIFY_PROBLEM, f->path, "bytes %llu..%llu: SHA-256 %s, the manifest says %s",
+             (unsigned long long)r->off, (unsigned long long)(r->off + r->len), hex, r->sha256);
+      bad++;
+    }
+  }
+  if (!bad)
+    report(v, DF_VERIFY_OK, f->path, "stream-mode shard: size and %d written ranges ok, "
+           "%llu bytes of routed experts fetched on use", f->n_ranges,
+           (unsigned long long)f->omitted);
+  close(fd);
+}
+
+/* Files in the folder (recursively) that the manifest does not list. */
+static void list_extra(vctx *v, const char *rel) {
+  char path[4400];
+  snprintf(path, sizeof path, "%s%s%s", v->dir, *rel ? "/" : "", rel);
+  DIR *d = opendir(path);
+  if (!d) return;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (!*rel && (!strcmp(de->d_name, ".deltafin") || !strcmp(de->d_name, DF_PULL_MANIFEST_NAME)))
+      continue;
+    char r[4400], full[8800];
+    snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
+    snprintf(full, sizeof full, "%s/%s", v->dir, r);
+    struct stat st;
+    if (stat(full, &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      list_extra(v, r);
+    } else if (!df_pull_manifest_find(v->man, r)) {
+      report(v, DF_VERIFY_NOTE, r, "not in the manifest (not checked)");
+    }
+  }
+  closedir(d);
+}
+
+static bool exists(const char *dir, const char *name) {
+  char p[4400];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+static bool has_safetensors(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  struct dirent *de;
+  bool found = false;
+  while (!found && (de = readdir(d))) {
+    size_t n = strlen(de->d_name);
+    found = n > 12 && !strcmp(de->d_name + n - 12, ".safetensors");
+  }
+  closedir(d);
+  return found;
+}
+
+int df_verify_dir(const char *dir, const df_verify_opts *o, df_verify_result *res, char *err,
+                  size_t errlen) {
+  df_verify_opts dflt = {0};
+  if (!o) o = &dflt;
+  memset(res, 0, sizeof *res);
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "%s: not a folder", dir);
+    return -1;
+  }
+  df_pull_manifest man = {0};
+  vctx v = {.dir = dir, .o = o, .res = res, .man = &man};
+  char merr[1024];
+  int mr = df_pull_manifest_read(dir, &man, merr, sizeof merr);
+  if (mr < 0) {
+    report(&v, DF_VERIFY_PROBLEM, DF_PULL_MANIFEST_NAME, "%s", merr);
+  } else if (mr == 1) {
+    report(&v, DF_VERIFY_NOTE, "", "no %s (not pulled by deltafin): file hashes not checked",
+           DF_PULL_MANIFEST_NAME);
+  } else {
+    res->has_manifest = true;
+    for (int i = 0; i < man.n_files; i++) check_file(&v, &man.files[i]);
+    if (!man.complete || man.n_pending)
+      for (int i = 0; i < man.n_pending; i++)
+        report(&v, DF_VERIFY_PROBLEM, man.pending[i], "listed by %s@%.12s but not downloaded "
+               "(the pull did not finish; run deltafin pull again)", man.repo, man.commit);
+    list_extra(&v, "");
+  }
+
+  /* structure: config, safetensors headers vs config, tokenizer */
+  char e2[1024];
+  bool have_st = exists(dir, "model.safetensors.index.json") || has_safetensors(dir);
+  if (!exists(dir, "config.json")) {
+    report(&v, DF_VERIFY_PROBLEM, "config.json", "missing");
+  } else {
+    df_model_config cfg;
+    if (df_cfg_load(dir, &cfg, e2, sizeof e2) != 0) {
+      report(&v, DF_VERIFY_PROBLEM, "config.json", "%s", e2);
+    } else {
+      report(&v, DF_VERIFY_OK, "config.json", "parses");
+      if (!have_st) {
+        report(&v, DF_VERIFY_PROBLEM, "", "no *.safetensors weights");
+      } else {
+        df_st_model *stm = NULL;
+        if (df_st_open(dir, &stm, e2, sizeof e2) != 0) {
+          report(&v, DF_VERIFY_PROBLEM, "", "safetensors: %s", e2);
+        } else {
+          size_t nt = df_st_count(stm);
+          int nf = df_st_file_count(stm);
+          df_st_close(&stm);
+          df_model *m = NULL;
+          df_model_opts mo = {.max_ctx = 8, .max_rows = 1, .threads = 1};
+          if (df_model_load(dir, &mo, &m, e2, sizeof e2) != 0)
+            report(&v, DF_VERIFY_PROBLEM, "", "weights do not match config.json: %s", e2);
+          else
+            report(&v, DF_VERIFY_OK, "", "%zu tensors in %d safetensors files match config.json "
+                   "(names, dtypes, shapes)", nt, nf);
+          df_model_destroy(&m);
+        }
+      }
+    }
+  }
+  if (exists(dir, "tokenizer.json")) {
+    df_tok *tok = NULL;
+    if (df_tok_load(dir, &tok, e2, sizeof e2) != 0)
+      report(&v, DF_VERIFY_PROBLEM, "tokenizer.json", "%s", e2);
+    else
+      report(&v, DF_VERIFY_OK, "tokenizer.json", "loads (%zu ids)", df_tok_vocab_size(tok));
+    df_tok_destroy(&tok);
+  }
+  df_pull_manifest_free(&man);
+  return 0;
+}

@@ -1,0 +1,137 @@
+/* coordinator/server/api.h — the OpenAI-compatible bodies of /v1: strict request parsing and
+ * validation, OpenAI-shaped errors, and the JSON / server-sent-event responses.
+ *
+ * Owns: turning a request body into a validated df_api_request (every field known, typed and
+ * in range; anything we do not implement is an error naming the field), and writing the
+ * response bodies byte-exactly as OpenAI frames them. Depends on jansson and libc only (the
+ * request parser is fuzzed on its own: tests/fuzz/fuzz_api_request.c).
+ * Does not own: tokenization, limits that need the model (prompt tokens, context), HTTP
+ * (coordinator/server/server.c), generation (coordinator/generate/sched.c).
+ *
+ * Accepted fields (null is the same as absent everywhere):
+ *   both:  model (string, required), max_tokens (integer >= 1), temperature (number in
+ *          [0, 2]), top_p (number in (0, 1]), seed (integer in [0, 2^63-1]), stop (string or
+ *          array of 1..4 non-empty strings), stream (bool), stream_options ({include_usage:
+ *          bool}, only with stream=true), n (1), presence_penalty / frequency_penalty (0),
+ *          logit_bias ({}), user (string; an end-user id, has no effect on the output).
+ *          Extensions (as vLLM names them): top_k (integer >= -1; -1 and 0 = off),
+ *          ignore_eos (bool).
+ *   chat:  messages (required, 1.. of {role: system|user|assistant, content: string or array
+ *          of {type: "text", text}, reasoning_content: string (assistant)}),
+ *          max_completion_tokens (as max_tokens; both given must agree), logprobs (false),
+ *          top_logprobs (null), tools ([]), tool_choice ("none"), response_format
+ *          ({type: "text"}), chat_template_kwargs ({enable_thinking: bool}).
+ *   completions: prompt (required: a string, an array of one string, or an array of token
+ *          ids), logprobs (null), echo (false), best_of (1), suffix (null).
+ */
+#ifndef DF_COORD_API_H
+#define DF_COORD_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum df_api_kind {
+  DF_API_CHAT = 1,       /* POST /v1/chat/completions */
+  DF_API_COMPLETION = 2, /* POST /v1/completions */
+} df_api_kind;
+
+/* An error reply: HTTP status plus the OpenAI body {"error": {message, type, param, code}}. */
+typedef struct df_api_error {
+  int status;        /* HTTP status (400, 401, 404, 405, 413, 429, 500, 503) */
+  char message[512]; /* one line, UTF-8 */
+  const char *type;  /* static string: "invalid_request_error", "server_error", ... */
+  char param[128];   /* the offending field, e.g. "messages[1].content"; "" = null */
+  const char *code;  /* static string or NULL (= null) */
+} df_api_error;
+
+/* Most stop strings a request may give (OpenAI's limit). */
+#define DF_API_MAX_STOP 4
+
+typedef struct df_api_msg {
+  char *role;      /* "system", "user" or "assistant" */
+  char *content;   /* UTF-8 without NUL; text parts joined with "\n" */
+  char *reasoning; /* assistant reasoning_content, or NULL */
+} df_api_msg;
+
+/* A validated request. Strings are malloc'd, NUL-terminated, valid UTF-8 without NUL bytes;
+ * freed by df_api_request_free. "Not given" values are as documented per field. */
+typedef struct df_api_request {
+  df_api_kind kind;
+  char *model;
+  df_api_msg *msgs;     /* [n_msgs] (chat) */
+  size_t n_msgs;
+  char *prompt;         /* completion prompt text, or NULL when given as token ids */
+  int32_t *prompt_ids;  /* [n_prompt_ids] completion prompt as token ids (each >= 0) */
+  size_t n_prompt_ids;
+  int64_t max_tokens;   /* >= 1, or -1 = not given */
+  double temperature;   /* [0, 2], or -1 = not given */
+  double top_p;         /* (0, 1], or -1 = not given */
+  int64_t top_k;        /* >= 0 (0 = off), or -1 = not given */
+  bool has_seed;
+  uint64_t seed;        /* [0, 2^63-1] when has_seed */
+  char *stop[DF_API_MAX_STOP]; /* [n_stop] non-empty */
+  int n_stop;
+  bool stream;
+  bool include_usage;   /* stream_options.include_usage */
+  bool ignore_eos;
+  int enable_thinking;  /* chat_template_kwargs.enable_thinking: -1 not given, 0, 1 */
+} df_api_request;
+
+/* Parse and validate a request body of `len` bytes (need not be NUL-terminated).
+ * Returns 0 and fills *out (free with df_api_request_free), or -1 with *out zeroed and *err
+ * set: status 400 for malformed JSON (message gives line and column), a non-object body,
+ * duplicate keys, unknown or unsupported fields, wrong types and out-of-range values (param
+ * names the field). Never allocates more than a small multiple of len. */
+int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request *out,
+                 df_api_error *err);
+
+/* Free the strings and arrays of a request and zero it. Accepts a zeroed struct. */
+void df_api_request_free(df_api_request *r);
+
+/* Fill *e (printf-style message). type NULL = "invalid_request_error"; param NULL = null;
+ * code NULL = null. Returns -1 (so callers can `return df_api_error_set(...)`). */
+int df_api_error_set(df_api_error *e, int status, const char *type, const char *param,
+                     const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* The JSON body of an error, malloc'd and NUL-terminated (*len bytes); NULL when out of
+ * memory. */
+char *df_api_error_body(const df_api_error *e, size_t *len);
+
+/* What every response of one request shares. */
+typedef struct df_api_meta {
+  df_api_kind kind;
+  const char *id;      /* "chatcmpl-..." / "cmpl-..." */
+  int64_t created;     /* Unix seconds */
+  const char *model;   /* the model id as served */
+  bool include_usage;  /* streaming: "usage": null in every chunk, then a usage chunk */
+} df_api_meta;
+
+typedef struct df_api_usage {
+  int64_t prompt_tokens;
+  int64_t completion_tokens;
+} df_api_usage;
+
+/* Server-sent events. Each returns one complete event "data: {json}\n\n", malloc'd,
+ * NUL-terminated, *len bytes; NULL when out of memory or `text` is not valid UTF-8.
+ *   chunk: a chat chunk (delta {role?, content?}) or a completion chunk (text);
+ *          role (chat only) may be NULL; text may be NULL (chat: no content key;
+ *          completion: ""); finish NULL = null, else "stop" / "length".
+ *   usage: the final usage chunk (choices []).
+ *   error: {"error": {...}} as an event, for failures after the stream started. */
+char *df_api_sse_chunk(const df_api_meta *m, const char *role, const char *text, size_t text_len,
+                       const char *finish, size_t *len);
+char *df_api_sse_usage(const df_api_meta *m, const df_api_usage *u, size_t *len);
+char *df_api_sse_error(const df_api_error *e, size_t *len);
+#define DF_API_SSE_DONE "data: [DONE]\n\n"
+/* The SSE comment a stream sends while it waits for the model (no event; every SSE client
+ * ignores lines that start with ':'), so the connection never falls silent. */
+#define DF_API_SSE_KEEPALIVE ": keep-alive\n\n"
+
+/* A whole non-streaming response (chat.completion / text_completion) with usage. Same
+ * ownership and errors as the SSE builders. */
+char *df_api_response(const df_api_meta *m, const char *text, size_t text_len,
+                      const char *finish, const df_api_usage *u, size_t *len);
+
+#endif

@@ -1,0 +1,932 @@
+/* coordinator/server/server.c — the /v1 HTTP server on libmicrohttpd; see server.h.
+ *
+ * Threads: libmicrohttpd runs one thread per connection. A generation request is parsed,
+ * tokenized and submitted in its connection thread, which then waits on the job's file
+ * descriptor and on the client socket (POLLRDHUP) at once: news from the scheduler wakes it,
+ * and a client that closes its connection is seen at once and its job cancelled. Streaming
+ * responses are written from the content-reader callback (same thread), one server-sent
+ * event per HTTP chunk.
+ *
+ * Timeouts: a connection that stays silent for --idle-timeout seconds is closed — before it
+ * has sent a complete request, between keep-alive requests, and while it does not read a
+ * response being sent — so idle sockets cannot hold connection threads. While a generation is
+ * producing the response (the access handler or the stream reader waiting on the scheduler)
+ * the connection has no timeout: libmicrohttpd measures silence from its last socket I/O, and
+ * a long prefill or queue wait must not cut a stream. Setting the timeout back after each
+ * produced piece restarts the silence clock (libmicrohttpd restarts it when a zero timeout is
+ * replaced).
+ */
+#define _GNU_SOURCE
+#include "coordinator/server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coordinator/server/api.h"
+
+enum route { R_CHAT, R_COMPL, R_MODELS, R_MODEL_ONE, R_HEALTH, R_METRICS, R_OTHER, R_N };
+static const char *const route_name[R_N] = {"/v1/chat/completions", "/v1/completions",
+                                            "/v1/models", "/v1/models/{id}", "/health",
+                                            "/metrics", "other"};
+
+#define MAX_CODES 16
+typedef struct code_count {
+  int code;
+  int64_t n;
+} code_count;
+
+struct df_srv {
+  df_srv_opts o;
+  char *model_id, *api_key;
+  df_sched *sched;
+  const df_model *m;
+  const df_tok *tok;
+  const df_chat_template *tmpl;
+  struct MHD_Daemon *d;
+  int port;
+  int64_t created;
+  pthread_mutex_t mu; /* guards the counters and the id generator */
+  code_count counts[R_N][MAX_CODES];
+  int64_t streams_open, disconnects;
+  uint64_t rng;
+};
+
+/* One HTTP request's state (MHD's con_cls). */
+typedef struct conn {
+  df_srv *srv;
+  enum route route;
+  bool post;
+  char *body;
+  size_t len, cap;
+  bool too_big;
+  bool have_err;
+  df_api_error err; /* decided before the body was read (auth, route, size) */
+  int fd;           /* client socket */
+  /* generation */
+  df_sched_job *job;
+  df_api_meta meta;
+  char id[64];
+  int64_t prompt_tokens;
+  df_sched_news news;
+  char *text;       /* taken text not yet sent (stream) or the whole text (non-stream) */
+  size_t text_len, text_off;
+  int stage;        /* stream: 0 role, 1 content, 2 usage, 3 [DONE], 4 end */
+  char *ev;         /* the event being written */
+  size_t ev_len, ev_off;
+  int status;       /* HTTP status answered (0 = none yet) */
+  bool streaming;   /* the answer is a stream (its reader manages the timeout) */
+  struct MHD_Connection *mc; /* valid while the request and its response are in flight */
+  struct timespec t0; /* when the request arrived */
+  atomic_int refs;  /* MHD's request (until on_completed) + a streaming response (until its
+                       free callback, which libmicrohttpd may call after on_completed) */
+} conn;
+
+static void conn_unref(conn *c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  df_sched_job_release(&c->job); /* cancels a generation still running */
+  free(c->body);
+  free(c->text);
+  free(c->ev);
+  free(c);
+}
+
+/* ---- small helpers ------------------------------------------------------------------- */
+
+static uint64_t next_rand(df_srv *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t z = (s->rng += 0x9E3779B97F4A7C15ull);
+  pthread_mutex_unlock(&s->mu);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static void count(df_srv *s, enum route r, int code) {
+  pthread_mutex_lock(&s->mu);
+  code_count *c = s->counts[r];
+  for (int i = 0; i < MAX_CODES; i++) {
+    if (c[i].code == code || c[i].code == 0) {
+      c[i].code = code;
+      c[i].n++;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void logf_(df_srv *s, bool always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void logf_(df_srv *s, bool always, const char *fmt, ...) {
+  if (s->o.quiet && !always) return;
+  char line[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "deltafin serve: %s\n", line);
+}
+
+static enum MHD_Result send_body(conn *c, struct MHD_Connection *mc, int status,
+                                 const char *ctype, char *body, size_t len) {
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(len, body, body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (!r) {
+    free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", ctype);
+  if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
+  if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+  if (status == 405)
+    MHD_add_response_header(r, "Allow", c->route == R_CHAT || c->route == R_COMPL ? "POST" : "GET");
+  enum MHD_Result ret = MHD_queue_response(mc, (unsigned)status, r);
+  MHD_destroy_response(r);
+  count(c->srv, c->route, status);
+  c->status = status;
+  return ret;
+}
+
+static enum MHD_Result send_error(conn *c, struct MHD_Connection *mc, const df_api_error *e) {
+  size_t n = 0;
+  char *b = df_api_error_body(e, &n);
+  if (e->status >= 500) logf_(c->srv, true, "%s: %d %s", route_name[c->route], e->status, e->message);
+  return send_body(c, mc, e->status, "application/json", b, n);
+}
+
+static enum MHD_Result send_json(conn *c, struct MHD_Connection *mc, int status, char *json) {
+  if (!json) {
+    df_api_error e;
+    df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+    return send_error(c, mc, &e);
+  }
+  return send_body(c, mc, status, "application/json", json, strlen(json));
+}
+
+/* Constant-time comparison of the Authorization header with "Bearer KEY". */
+static bool key_ok(const df_srv *s, const char *hdr) {
+  if (!hdr || strncmp(hdr, "Bearer ", 7)) return false;
+  const char *k = hdr + 7;
+  size_t a = strlen(k), b = strlen(s->api_key);
+  unsigned char diff = (unsigned char)(a != b);
+  for (size_t i = 0; i < b; i++) diff |= (unsigned char)(k[i < a ? i : 0] ^ s->api_key[i]);
+  return diff == 0;
+}
+
+/* Wait up to timeout_ms for news of the job or the client going away. Returns -1 when the
+ * client is gone. */
+static int wait_news(conn *c, int timeout_ms) {
+  struct pollfd p[2] = {{.fd = df_sched_job_fd(c->job), .events = POLLIN},
+                        {.fd = c->fd, .events = POLLRDHUP}};
+  int n = poll(p, c->fd >= 0 ? 2 : 1, timeout_ms);
+  if (n < 0 && errno != EINTR) return -1;
+  if (c->fd >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) return -1;
+  return 0;
+}
+
+/* The connection's inactivity timeout: 0 while this thread waits on the scheduler, the idle
+ * timeout otherwise (replacing 0 restarts the silence clock). libmicrohttpd 1.0 ignores this
+ * for thread-per-connection daemons (the timeout stays the daemon's), so a stream waiting for
+ * the model also sends keep-alive comments (stream_keepalive_ms). */
+static void conn_timeout(conn *c, bool generating) {
+  MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
+                            generating ? 0u : c->srv->o.idle_timeout_s);
+}
+
+/* A stream that has waited this long for the model sends an SSE comment line (ignored by
+ * clients, WHATWG HTML "server-sent events"), so the connection is never silent for
+ * --idle-timeout while the generation is queued or slow: half the idle timeout, in ms. */
+static int stream_keepalive_ms(const conn *c) {
+  return (int)(c->srv->o.idle_timeout_s * 500u);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void client_gone(conn *c) {
+  df_sched_job_cancel(c->job);
+  pthread_mutex_lock(&c->srv->mu);
+  c->srv->disconnects++;
+  pthread_mutex_unlock(&c->srv->mu);
+}
+
+static const char *finish_name(df_sched_finish f) {
+  return f == DF_SCHED_LENGTH ? "length" : "stop";
+}
+
+/* ---- streaming ----------------------------------------------------------------------- */
+
+/* Longest prefix of text[0..n) of at most max bytes that ends on a UTF-8 character boundary
+ * (text is valid UTF-8). */
+static size_t utf8_cut(const char *text, size_t n, size_t max) {
+  if (n <= max) return n;
+  size_t k = max;
+  while (k > 0 && ((unsigned char)text[k] & 0xC0) == 0x80) k--;
+  return k ? k : n; /* cannot happen with max >= 4 */
+}
+
+#define TEXT_PER_EVENT 2048
+
+/* The next event of the stream into c->ev; returns 1 when one was made, 0 at the end, -1 on
+ * a client disconnect or out of memory. */
+static int next_event(conn *c) {
+  free(c->ev);
+  c->ev = NULL;
+  c->ev_len = c->ev_off = 0;
+  const int64_t keepalive_at = now_ms() + stream_keepalive_ms(c);
+  for (;;) {
+    switch (c->stage) {
+    case 0:
+      c->stage = 1;
+      if (c->meta.kind == DF_API_CHAT) {
+        c->ev = df_api_sse_chunk(&c->meta, "assistant", "", 0, NULL, &c->ev_len);
+        return c->ev ? 1 : -1;
+      }
+      continue;
+    case 1:
+      if (c->text_off < c->text_len) {
+        size_t n = utf8_cut(c->text + c->text_off, c->text_len - c->text_off, TEXT_PER_EVENT);
+        c->ev = df_api_sse_chunk(&c->meta, NULL, c->text + c->text_off, n, NULL, &c->ev_len);
+        c->text_off += n;
+        return c->ev ? 1 : -1;
+      }
+      free(c->text);
+      c->text = NULL;
+      c->text_len = c->text_off = 0;
+      if (c->news.finish != DF_SCHED_RUNNING) {
+        if (c->news.finish == DF_SCHED_ERROR || c->news.finish == DF_SCHED_CANCELLED) {
+          df_api_error e;
+          df_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed: %s",
+                           c->news.error[0] ? c->news.error : "cancelled");
+          logf_(c->srv, true, "%s: stream ended by an error: %s", route_name[c->route], e.message);
+          c->ev = df_api_sse_error(&e, &c->ev_len);
+          c->stage = 4;
+          return c->ev ? 1 : -1;
+        }
+        c->ev = df_api_sse_chunk(&c->meta, NULL, c->meta.kind == DF_API_CHAT ? NULL : "", 0,
+                                 finish_name(c->news.finish), &c->ev_len);
+        c->stage = c->meta.include_usage ? 2 : 3;
+        return c->ev ? 1 : -1;
+      }
+      df_sched_job_take(c->job, &c->text, &c->text_len, &c->news);
+      if (c->text || c->news.finish != DF_SCHED_RUNNING) continue;
+      int64_t left = keepalive_at - now_ms();
+      if (left <= 0) {
+        c->ev = strdup(DF_API_SSE_KEEPALIVE);
+        c->ev_len = strlen(DF_API_SSE_KEEPALIVE);
+        return c->ev ? 1 : -1;
+      }
+      if (wait_news(c, left < 1000 ? (int)left : 1000) != 0) {
+        client_gone(c);
+        return -1;
+      }
+      continue;
+    case 2: {
+      df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens};
+      c->ev = df_api_sse_usage(&c->meta, &u, &c->ev_len);
+      c->stage = 3;
+      return c->ev ? 1 : -1;
+    }
+    case 3:
+      c->ev = strdup(DF_API_SSE_DONE);
+      c->ev_len = strlen(DF_API_SSE_DONE);
+      c->stage = 4;
+      return c->ev ? 1 : -1;
+    default:
+      return 0;
+    }
+  }
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+  conn *c = cls;
+  (void)pos;
+  if (c->ev_off >= c->ev_len) {
+    conn_timeout(c, true); /* next_event may wait for the model */
+    int r = next_event(c);
+    conn_timeout(c, false); /* from here the client has to read what was produced */
+    if (r == 0) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (r < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  size_t n = c->ev_len - c->ev_off;
+  if (n > max) n = max;
+  memcpy(buf, c->ev + c->ev_off, n);
+  c->ev_off += n;
+  return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+  conn_unref(cls);
+}
+
+/* ---- generation requests ------------------------------------------------------------- */
+
+/* The prompt's ids. A request that cannot fit in max_prompt tokens by a cheap lower bound
+ * (token ids counted, the chat template's per-message minimum) is refused before anything is
+ * encoded: encoding a body of many thousand messages costs seconds. */
+static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32_t **ids,
+                    size_t *n, df_api_error *e) {
+  df_srv *s = c->srv;
+  char err[512];
+  int64_t ctx = df_sched_ctx(s->sched);
+  *ids = NULL;
+  *n = 0;
+  if (rq->kind == DF_API_CHAT) {
+    if (!s->tmpl)
+      return df_api_error_set(e, 400, NULL, "messages", NULL,
+                              "this model has no chat template; use /v1/completions");
+    df_chat_msg *msgs = calloc(rq->n_msgs, sizeof *msgs);
+    if (!msgs) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < rq->n_msgs; i++) {
+      msgs[i].role = rq->msgs[i].role;
+      msgs[i].content = rq->msgs[i].content;
+      msgs[i].reasoning_content = rq->msgs[i].reasoning;
+    }
+    size_t lb = df_chat_min_tokens(s->tmpl, s->tok, msgs, rq->n_msgs);
+    if ((int64_t)lb > max_prompt) {
+      free(msgs);
+      return df_api_error_set(e, 400, NULL, "messages", "context_length_exceeded",
+                              "The %zu messages encode to at least %zu tokens, more than the "
+                              "%lld this server accepts (context of %lld tokens).", rq->n_msgs,
+                              lb, (long long)max_prompt, (long long)ctx);
+    }
+    df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = rq->enable_thinking};
+    int rc = df_chat_encode(s->tmpl, s->tok, msgs, rq->n_msgs, &co, ids, n, err, sizeof err);
+    free(msgs);
+    if (rc != 0) return df_api_error_set(e, 400, NULL, "messages", NULL, "messages: %s", err);
+    return 0;
+  }
+  if (rq->prompt_ids) {
+    if ((int64_t)rq->n_prompt_ids > max_prompt)
+      return df_api_error_set(e, 400, NULL, "prompt", "context_length_exceeded",
+                              "The prompt has %zu tokens, more than the %lld this server accepts "
+                              "(context of %lld tokens).", rq->n_prompt_ids, (long long)max_prompt,
+                              (long long)ctx);
+    *ids = malloc(rq->n_prompt_ids * sizeof **ids);
+    if (!*ids) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    memcpy(*ids, rq->prompt_ids, rq->n_prompt_ids * sizeof **ids);
+    *n = rq->n_prompt_ids;
+    return 0;
+  }
+  if (df_tok_encode(s->tok, rq->prompt, strlen(rq->prompt), DF_TOK_ADD_SPECIAL, ids, n, err,
+                    sizeof err) != 0)
+    return df_api_error_set(e, 400, NULL, "prompt", NULL, "prompt: %s", err);
+  return 0;
+}
+
+static enum MHD_Result handle_generate(conn *c, struct MHD_Connection *mc) {
+  df_srv *s = c->srv;
+  df_api_request rq;
+  df_api_error e;
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  enum MHD_Result ret;
+  df_api_kind kind = c->route == R_CHAT ? DF_API_CHAT : DF_API_COMPLETION;
+  if (df_api_parse(kind, c->body ? c->body : "", c->len, &rq, &e) != 0) return send_error(c, mc, &e);
+  if (strcmp(rq.model, s->model_id)) {
+    df_api_error_set(&e, 404, NULL, "model", "model_not_found",
+                     "The model `%s` does not exist or you do not have access to it (this "
+                     "server serves `%s`).", rq.model, s->model_id);
+    goto fail;
+  }
+  int64_t ctx = df_sched_ctx(s->sched);
+  int64_t max_prompt = s->o.max_prompt > 0 && s->o.max_prompt < ctx - 1 ? s->o.max_prompt : ctx - 1;
+  if (tokenize(c, &rq, max_prompt, &ids, &n_ids, &e) != 0) goto fail;
+  int64_t np = (int64_t)n_ids;
+  if (np == 0) {
+    df_api_error_set(&e, 400, NULL, kind == DF_API_CHAT ? "messages" : "prompt", NULL,
+                     "the prompt encodes to no tokens");
+    goto fail;
+  }
+  if (np > max_prompt) {
+    df_api_error_set(&e, 400, NULL, kind == DF_API_CHAT ? "messages" : "prompt",
+                     "context_length_exceeded",
+                     "The prompt has %lld tokens, more than the %lld this server accepts "
+                     "(context of %lld tokens).", (long long)np, (long long)max_prompt, (long long)ctx);
+    goto fail;
+  }
+  int64_t max_tokens = rq.max_tokens;
+  if (max_tokens < 0) max_tokens = kind == DF_API_CHAT ? ctx - np : (ctx - np < 16 ? ctx - np : 16);
+  if (np + max_tokens > ctx) {
+    df_api_error_set(&e, 400, NULL, rq.max_tokens >= 0 ? "max_tokens" : kind == DF_API_CHAT ? "messages" : "prompt",
+                     "context_length_exceeded",
+                     "This model's maximum context length is %lld tokens. However, you requested "
+                     "%lld tokens (%lld in the prompt, %lld for the completion). Please reduce the "
+                     "prompt or max_tokens.", (long long)ctx, (long long)(np + max_tokens),
+                     (long long)np, (long long)max_tokens);
+    goto fail;
+  }
+  const df_gen_config *g = df_model_gen_cfg(s->m);
+  df_sched_req sr = {
+      .prompt = ids,
+      .n_prompt = np,
+      .max_tokens = max_tokens,
+      .sp = {.temperature = rq.temperature >= 0 ? rq.temperature : (g->do_sample ? g->temperature : 0.0),
+             .top_p = rq.top_p > 0 ? rq.top_p : (g->do_sample ? g->top_p : 1.0),
+             .top_k = rq.top_k >= 0 ? rq.top_k : (g->do_sample ? g->top_k : 0),
+             .seed = rq.has_seed ? rq.seed : next_rand(s) >> 1},
+      .ignore_eos = rq.ignore_eos,
+      .stop = (const char *const *)rq.stop,
+      .n_stop = rq.n_stop};
+  int status;
+  char err[512];
+  if (df_sched_submit(s->sched, &sr, &c->job, &status, err, sizeof err) != 0) {
+    df_api_error_set(&e, status, status == 429 ? "requests" : status >= 500 ? "server_error" : NULL,
+                     status == 400 ? "prompt" : NULL,
+                     status == 429 ? "rate_limit_exceeded" : NULL, "%s", err);
+    goto fail;
+  }
+  free(ids);
+  ids = NULL;
+  c->prompt_tokens = np;
+  snprintf(c->id, sizeof c->id, "%s%016llx%08llx", kind == DF_API_CHAT ? "chatcmpl-" : "cmpl-",
+           (unsigned long long)next_rand(s), (unsigned long long)(next_rand(s) & 0xffffffffu));
+  c->meta = (df_api_meta){.kind = kind, .id = c->id, .created = (int64_t)time(NULL),
+                          .model = s->model_id, .include_usage = rq.include_usage};
+  if (rq.stream) {
+    c->streaming = true;
+    df_api_request_free(&rq);
+    atomic_fetch_add(&c->refs, 1);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, c, stream_free);
+    if (!r) {
+      atomic_fetch_sub(&c->refs, 1);
+      return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream; charset=utf-8");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    ret = MHD_queue_response(mc, 200, r);
+    MHD_destroy_response(r);
+    count(s, c->route, 200);
+    c->status = 200;
+    return ret;
+  }
+  df_api_request_free(&rq);
+  /* non-streaming: collect everything */
+  size_t cap = 0;
+  for (;;) {
+    char *t;
+    size_t tl;
+    df_sched_job_take(c->job, &t, &tl, &c->news);
+    if (t) {
+      if (c->text_len + tl + 1 > cap) {
+        size_t nc = cap ? cap : 1024;
+        while (nc < c->text_len + tl + 1) nc *= 2;
+        char *b = realloc(c->text, nc);
+        if (!b) {
+          free(t);
+          df_sched_job_cancel(c->job);
+          df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+          return send_error(c, mc, &e);
+        }
+        c->text = b;
+        cap = nc;
+      }
+      memcpy(c->text + c->text_len, t, tl);
+      c->text_len += tl;
+      free(t);
+    }
+    if (c->news.finish != DF_SCHED_RUNNING) break;
+    if (!t && wait_news(c, 1000) != 0) {
+      client_gone(c);
+      return MHD_NO;
+    }
+  }
+  if (c->news.finish == DF_SCHED_ERROR || c->news.finish == DF_SCHED_CANCELLED) {
+    bool down = strstr(c->news.error, "shutting down") != NULL;
+    df_api_error_set(&e, down ? 503 : 500, "server_error", NULL, NULL, "generation failed: %s",
+                     c->news.error[0] ? c->news.error : "cancelled");
+    return send_error(c, mc, &e);
+  }
+  df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens};
+  size_t len = 0;
+  char *body = df_api_response(&c->meta, c->text ? c->text : "", c->text_len,
+                               finish_name(c->news.finish), &u, &len);
+  return send_json(c, mc, 200, body);
+fail:
+  free(ids);
+  df_api_request_free(&rq);
+  return send_error(c, mc, &e);
+}
+
+/* ---- other endpoints ----------------------------------------------------------------- */
+
+static char *model_json(const df_srv *s) {
+  /* the id as a JSON string (it came from the command line: escape quotes and controls) */
+  size_t n = strlen(s->model_id);
+  char *id = malloc(n * 6 + 3);
+  if (!id) return NULL;
+  char *w = id;
+  *w++ = '"';
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s->model_id[i];
+    if (ch == '"' || ch == '\\') {
+      *w++ = '\\';
+      *w++ = (char)ch;
+    } else if (ch < 0x20) {
+      w += sprintf(w, "\\u%04x", ch);
+    } else {
+      *w++ = (char)ch;
+    }
+  }
+  *w++ = '"';
+  *w = 0;
+  char *out = NULL;
+  if (asprintf(&out, "{\"id\":%s,\"object\":\"model\",\"created\":%lld,\"owned_by\":\"deltafin\","
+               "\"max_model_len\":%lld}", id, (long long)s->created,
+               (long long)df_sched_ctx(s->sched)) < 0)
+    out = NULL;
+  free(id);
+  return out;
+}
+
+static void appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void appendf(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+  if (!*buf && *cap) return; /* an earlier allocation failed */
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (*buf && *len + (size_t)n < *cap) {
+      *len += (size_t)n;
+      return;
+    }
+    size_t nc = *cap ? *cap * 2 : 4096;
+    while (nc < *len + (size_t)n + 1) nc *= 2;
+    char *b = realloc(*buf, nc);
+    if (!b) {
+      free(*buf);
+      *buf = NULL;
+      *cap = 1;
+      return;
+    }
+    *buf = b;
+    *cap = nc;
+  }
+}
+
+char *df_srv_metrics(df_srv *s, size_t *len) {
+  char *b = NULL;
+  size_t n = 0, cap = 0;
+  df_sched_stats st = df_sched_get_stats(s->sched);
+#define HDR(name, type, help) appendf(&b, &n, &cap, "# HELP " name " " help "\n# TYPE " name " " type "\n")
+  HDR("deltafin_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
+  pthread_mutex_lock(&s->mu);
+  for (int r = 0; r < R_N; r++)
+    for (int i = 0; i < MAX_CODES && s->counts[r][i].code; i++)
+      appendf(&b, &n, &cap, "deltafin_requests_total{endpoint=\"%s\",code=\"%d\"} %lld\n",
+              route_name[r], s->counts[r][i].code, (long long)s->counts[r][i].n);
+  int64_t disconnects = s->disconnects;
+  pthread_mutex_unlock(&s->mu);
+  HDR("deltafin_client_disconnects_total", "counter", "Generations cancelled because the client went away.");
+  appendf(&b, &n, &cap, "deltafin_client_disconnects_total %lld\n", (long long)disconnects);
+  HDR("deltafin_prompt_tokens_total", "counter", "Prompt tokens fed to the model.");
+  appendf(&b, &n, &cap, "deltafin_prompt_tokens_total %lld\n", (long long)st.prompt_tokens);
+  HDR("deltafin_completion_tokens_total", "counter", "Tokens generated.");
+  appendf(&b, &n, &cap, "deltafin_completion_tokens_total %lld\n", (long long)st.completion_tokens);
+  HDR("deltafin_generation_tokens_per_second", "gauge", "Tokens generated per second over the last few seconds of work.");
+  appendf(&b, &n, &cap, "deltafin_generation_tokens_per_second %.3f\n", st.gen_tok_s);
+  HDR("deltafin_queue_depth", "gauge", "Requests waiting for a sequence slot.");
+  appendf(&b, &n, &cap, "deltafin_queue_depth %lld\n", (long long)st.queued);
+  HDR("deltafin_queue_limit", "gauge", "Requests that may wait (--max-queue).");
+  appendf(&b, &n, &cap, "deltafin_queue_limit %lld\n", (long long)st.max_queue);
+  HDR("deltafin_running_sequences", "gauge", "Sequences decoding together.");
+  appendf(&b, &n, &cap, "deltafin_running_sequences %lld\n", (long long)st.running);
+  HDR("deltafin_sequence_slots", "gauge", "Sequences that may decode together (--parallel).");
+  appendf(&b, &n, &cap, "deltafin_sequence_slots %lld\n", (long long)st.max_seqs);
+  HDR("deltafin_batch_steps_total", "counter", "Batched target forwards.");
+  appendf(&b, &n, &cap, "deltafin_batch_steps_total %lld\n", (long long)st.steps);
+  HDR("deltafin_batch_rows_total", "counter", "Token rows over all batched forwards.");
+  appendf(&b, &n, &cap, "deltafin_batch_rows_total %lld\n", (long long)st.step_rows);
+  HDR("deltafin_step_seconds_total", "counter", "Seconds spent in batched forwards.");
+  appendf(&b, &n, &cap, "deltafin_step_seconds_total %.6f\n", st.busy_s);
+  HDR("deltafin_generations_total", "counter", "Generations finished, by reason.");
+  static const char *const why[5] = {"running", "stop", "length", "error", "cancelled"};
+  for (int i = 1; i < 5; i++)
+    appendf(&b, &n, &cap, "deltafin_generations_total{reason=\"%s\"} %lld\n", why[i],
+            (long long)st.finished[i]);
+  HDR("deltafin_draft_enabled", "gauge", "1 when a draft model is used for speculative decoding.");
+  appendf(&b, &n, &cap, "deltafin_draft_enabled %d\n", st.drafting ? 1 : 0);
+  HDR("deltafin_draft_tokens_total", "counter", "Draft tokens proposed and accepted.");
+  appendf(&b, &n, &cap, "deltafin_draft_tokens_total{result=\"proposed\"} %lld\n", (long long)st.drafted);
+  appendf(&b, &n, &cap, "deltafin_draft_tokens_total{result=\"accepted\"} %lld\n", (long long)st.accepted);
+  HDR("deltafin_draft_acceptance_ratio", "gauge", "Draft tokens accepted / proposed so far (0 before any draft).");
+  appendf(&b, &n, &cap, "deltafin_draft_acceptance_ratio %.4f\n",
+          st.drafted ? (double)st.accepted / (double)st.drafted : 0.0);
+  HDR("deltafin_expert_backend_info", "gauge", "Where routed experts run: local (the mapped checkpoint) or cluster (df-node agents, the coordinator covering what no node holds).");
+  appendf(&b, &n, &cap, "deltafin_expert_backend_info{backend=\"%s\"} 1\n",
+          s->o.cluster ? "cluster" : "local");
+#undef HDR
+  if (b && len) *len = n;
+  return b;
+}
+
+/* ---- the access handler -------------------------------------------------------------- */
+
+static enum route route_of(const char *url) {
+  if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
+  if (!strcmp(url, "/v1/completions")) return R_COMPL;
+  if (!strcmp(url, "/v1/models")) return R_MODELS;
+  if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL_ONE;
+  if (!strcmp(url, "/health")) return R_HEALTH;
+  if (!strcmp(url, "/metrics")) return R_METRICS;
+  return R_OTHER;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls) {
+  df_srv *s = cls;
+  (void)version;
+  conn *c = *con_cls;
+  if (!c) {
+    if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+    c->srv = s;
+    c->fd = -1;
+    atomic_init(&c->refs, 1);
+    clock_gettime(CLOCK_MONOTONIC, &c->t0);
+    *con_cls = c;
+    c->mc = mc;
+    c->route = route_of(url);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) c->fd = ci->connect_fd;
+    bool is_post = !strcmp(method, MHD_HTTP_METHOD_POST), is_get = !strcmp(method, MHD_HTTP_METHOD_GET);
+    c->post = is_post;
+    bool v1 = c->route == R_CHAT || c->route == R_COMPL || c->route == R_MODELS || c->route == R_MODEL_ONE;
+    if (c->route == R_OTHER) {
+      df_api_error_set(&c->err, 404, NULL, NULL, "unknown_url", "Unknown request URL: %s %s. "
+                       "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET "
+                       "/v1/models, GET /health, GET /metrics.", method, url);
+      c->have_err = true;
+    } else if ((c->route == R_CHAT || c->route == R_COMPL) ? !is_post : !is_get) {
+      df_api_error_set(&c->err, 405, NULL, NULL, "method_not_allowed",
+                       "Method %s is not allowed on %s (use %s).", method, url,
+                       c->route == R_CHAT || c->route == R_COMPL ? "POST" : "GET");
+      c->have_err = true;
+    } else if (v1 && s->api_key && !key_ok(s, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization"))) {
+      const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
+      if (!h)
+        df_api_error_set(&c->err, 401, NULL, NULL, NULL,
+                         "You didn't provide an API key. You need to provide your API key in an "
+                         "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).");
+      else
+        df_api_error_set(&c->err, 401, NULL, NULL, "invalid_api_key", "Incorrect API key provided.");
+      c->have_err = true;
+    } else if (is_post) {
+      const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
+      if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(cl, &end, 10);
+        if (errno || *end || v > s->o.max_body) {
+          df_api_error_set(&c->err, 413, NULL, NULL, "request_too_large",
+                           "The request body of %s bytes is larger than the limit of %zu bytes.",
+                           cl, s->o.max_body);
+          c->have_err = true;
+        }
+      }
+    }
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    if (!c->have_err && !c->too_big) {
+      if (c->len + *upload_size > s->o.max_body) {
+        c->too_big = true;
+        free(c->body);
+        c->body = NULL;
+        c->len = c->cap = 0;
+      } else {
+        if (c->len + *upload_size + 1 > c->cap) {
+          size_t nc = c->cap ? c->cap : 4096;
+          while (nc < c->len + *upload_size + 1) nc *= 2;
+          char *b = realloc(c->body, nc);
+          if (!b) return MHD_NO;
+          c->body = b;
+          c->cap = nc;
+        }
+        memcpy(c->body + c->len, upload_data, *upload_size);
+        c->len += *upload_size;
+        c->body[c->len] = 0;
+      }
+    }
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  if (c->have_err) return send_error(c, mc, &c->err);
+  if (c->too_big) {
+    df_api_error e;
+    df_api_error_set(&e, 413, NULL, NULL, "request_too_large",
+                     "The request body is larger than the limit of %zu bytes.", s->o.max_body);
+    return send_error(c, mc, &e);
+  }
+  switch (c->route) {
+  case R_CHAT:
+  case R_COMPL: {
+    conn_timeout(c, true); /* tokenizing, queueing and generating are our time, not silence */
+    enum MHD_Result r = handle_generate(c, mc);
+    if (!c->streaming) conn_timeout(c, false); /* the answer is queued: the client must read it */
+    return r;
+  }
+  case R_MODELS: {
+    char *m = model_json(s), *out = NULL;
+    if (m && asprintf(&out, "{\"object\":\"list\",\"data\":[%s]}", m) < 0) out = NULL;
+    free(m);
+    return send_json(c, mc, 200, out);
+  }
+  case R_MODEL_ONE:
+    if (strcmp(url + 11, s->model_id)) {
+      df_api_error e;
+      df_api_error_set(&e, 404, NULL, "model", "model_not_found",
+                       "The model `%s` does not exist or you do not have access to it.", url + 11);
+      return send_error(c, mc, &e);
+    }
+    return send_json(c, mc, 200, model_json(s));
+  case R_HEALTH:
+    return send_json(c, mc, 200, strdup("{\"status\":\"ok\"}"));
+  case R_METRICS: {
+    size_t n = 0;
+    char *b = df_srv_metrics(s, &n);
+    if (!b) return MHD_NO;
+    return send_body(c, mc, 200, "text/plain; version=0.0.4; charset=utf-8", b, n);
+  }
+  default:
+    return MHD_NO;
+  }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)cls;
+  (void)mc;
+  conn *c = *con_cls;
+  if (!c) return;
+  if (c->job) df_sched_job_cancel(c->job); /* the request is over: nothing more to generate */
+  if (!c->srv->o.quiet && c->route != R_HEALTH && c->route != R_METRICS) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - c->t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - c->t0.tv_nsec);
+    if (c->meta.id)
+      logf_(c->srv, false, "%s %d %s, %lld prompt + %lld completion tokens, %.3f s",
+            route_name[c->route], c->status, c->meta.id, (long long)c->news.prompt_tokens,
+            (long long)c->news.completion_tokens, dt);
+    else
+      logf_(c->srv, false, "%s %d, %.3f s", route_name[c->route], c->status, dt);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->job)
+      logf_(c->srv, false, "%s %s: the client went away", route_name[c->route], c->meta.id);
+  }
+  *con_cls = NULL;
+  conn_unref(c);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  char line[512];
+  vsnprintf(line, sizeof line, fmt, ap);
+  size_t n = strlen(line);
+  while (n && line[n - 1] == '\n') line[--n] = 0;
+  fprintf(stderr, "deltafin serve: http: %s\n", line);
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------- */
+
+#define FD_RESERVE 128 /* descriptors kept for everything but HTTP connections */
+_Static_assert(DF_SRV_MAX_CONNS + FD_RESERVE <= FD_SETSIZE, "connection sockets must fit select()");
+
+/* Fit the connection limit to the open-file limit: raise the soft RLIMIT_NOFILE toward the
+ * hard one when the connections need it, and lower the limit when even that is too few. */
+static void fit_conn_limit(df_srv *s) {
+  unsigned want = s->o.max_conns;
+  if (want > DF_SRV_MAX_CONNS) want = DF_SRV_MAX_CONNS;
+  rlim_t need = (rlim_t)want + FD_RESERVE;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+    struct rlimit nl = rl;
+    nl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &nl) == 0) rl = nl;
+    if (rl.rlim_cur < need)
+      want = rl.rlim_cur > FD_RESERVE + 16 ? (unsigned)(rl.rlim_cur - FD_RESERVE) : 16;
+  }
+  if (want != s->o.max_conns)
+    logf_(s, true, "at most %u connections (asked for %u): the open-file limit (ulimit -n) "
+          "allows no more", want, s->o.max_conns);
+  s->o.max_conns = want;
+}
+
+int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const df_tok *tok,
+                 const df_chat_template *tmpl, df_srv **out, char *err, size_t errlen) {
+  *out = NULL;
+  df_srv *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  s->o = *o;
+  if (!s->o.host) s->o.host = "127.0.0.1";
+  if (!s->o.max_body) s->o.max_body = 4u << 20;
+  if (!s->o.max_conns) s->o.max_conns = DF_SRV_DEFAULT_CONNS;
+  if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 10;
+  s->model_id = strdup(o->model_id ? o->model_id : "deltafin");
+  s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
+  s->o.host = NULL;
+  s->sched = sched;
+  s->m = m;
+  s->tok = tok;
+  s->tmpl = tmpl;
+  s->created = (int64_t)time(NULL);
+  pthread_mutex_init(&s->mu, NULL);
+  {
+    uint64_t seed = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      if (read(fd, &seed, sizeof seed) != (ssize_t)sizeof seed) seed = 0;
+      close(fd);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->rng = seed ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)getpid();
+  }
+  if (!s->model_id || (o->api_key && o->api_key[0] && !s->api_key)) {
+    snprintf(err, errlen, "out of memory");
+    goto fail;
+  }
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                  *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", o->port);
+  const char *host = o->host ? o->host : "127.0.0.1";
+  int gai = getaddrinfo(host, port, &hints, &ai);
+  if (gai != 0 || !ai) {
+    snprintf(err, errlen, "--host %s: cannot resolve: %s", host, gai_strerror(gai));
+    goto fail;
+  }
+  struct sockaddr_storage addr;
+  memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+  bool v6 = ai->ai_family == AF_INET6;
+  freeaddrinfo(ai);
+  /* select(), not poll(): at the connection limit libmicrohttpd's select() loop stops
+   * accepting, so further clients wait in the listen backlog until an idle connection is
+   * closed (its poll() loop accepts and resets them) */
+  fit_conn_limit(s);
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                   MHD_USE_ERROR_LOG | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
+  s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                          MHD_OPTION_CONNECTION_LIMIT, s->o.max_conns,
+                          MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
+                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                          MHD_OPTION_END);
+  if (!s->d) {
+    snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address of this "
+             "machine?)", host, o->port);
+    goto fail;
+  }
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = di ? di->port : o->port;
+  *out = s;
+  return 0;
+fail:
+  pthread_mutex_destroy(&s->mu);
+  free(s->model_id);
+  free(s->api_key);
+  free(s);
+  return -1;
+}
+
+int df_srv_port(const df_srv *s) { return s->port; }
+
+void df_srv_stop(df_srv **sp) {
+  if (!sp || !*sp) return;
+  df_srv *s = *sp;
+  if (s->d) {
+    MHD_quiesce_daemon(s->d);
+    MHD_stop_daemon(s->d);
+  }
+  pthread_mutex_destroy(&s->mu);
+  free(s->model_id);
+  free(s->api_key);
+  free(s);
+  *sp = NULL;
+}

@@ -1,0 +1,76 @@
+/* coordinator/server/server.h — the OpenAI-compatible HTTP server of `deltafin serve`.
+ *
+ * Owns: the libmicrohttpd daemon (one thread per connection), routing, API-key checks,
+ * body limits, turning requests into prompt ids (chat template / tokenizer), handing them to
+ * the scheduler, streaming its text back as server-sent events or one JSON body, noticing
+ * clients that go away (their generation is cancelled before the next step), and /health,
+ * /v1/models, /metrics.
+ * Does not own: request parsing (coordinator/server/api.h), generation
+ * (coordinator/generate/sched.h), the model, tokenizer, chat template and scheduler
+ * (borrowed; they must outlive the server).
+ *
+ * Endpoints:
+ *   POST /v1/chat/completions, POST /v1/completions   (API key when configured)
+ *   GET  /v1/models, GET /v1/models/{id}                (API key when configured)
+ *   GET  /health  -> 200 {"status":"ok"}                (no key)
+ *   GET  /metrics -> Prometheus text format 0.0.4       (no key)
+ * Errors are OpenAI-shaped JSON bodies (coordinator/server/api.h) with 400 (validation, limits,
+ * context overflow), 401 (key), 404 (path, model), 405 (method), 413 (body size), 429
+ * (queue full; Retry-After: 1), 500 (engine), 503 (shutting down).
+ */
+#ifndef DF_COORD_SERVER_H
+#define DF_COORD_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coordinator/generate/sched.h"
+#include "engine/text/chat_template.h"
+#include "engine/model.h"
+#include "engine/text/tokenizer.h"
+
+typedef struct df_srv df_srv;
+
+/* Connection limits. Every connection has its own thread and a socket below FD_SETSIZE (1024,
+ * libmicrohttpd's select() loop), 128 descriptors being kept for everything else. */
+#define DF_SRV_DEFAULT_CONNS 768
+#define DF_SRV_MAX_CONNS 896
+
+typedef struct df_srv_opts {
+  const char *host;      /* address to bind (numeric or a name); NULL = "127.0.0.1" */
+  int port;              /* TCP port; 0 = any free port (see df_srv_port) */
+  const char *api_key;   /* required "Authorization: Bearer KEY" on /v1; NULL/"" = none */
+  const char *model_id;  /* the id clients name in "model" and /v1/models lists */
+  size_t max_body;       /* bytes of a request body; 0 = 4 MiB */
+  int64_t max_prompt;    /* prompt tokens; 0 = the context size - 1 */
+  unsigned max_conns;    /* simultaneous connections; 0 = DF_SRV_DEFAULT_CONNS; at most
+                            DF_SRV_MAX_CONNS. Lowered (one log line) to what the open-file limit
+                            allows after raising its soft value toward the hard one. Clients
+                            past it wait in the listen backlog until a connection closes. */
+  unsigned idle_timeout_s; /* seconds a connection may stay silent before it is closed: while it
+                            has not sent a complete request, between keep-alive requests, and
+                            while it does not read a response being sent; not counted while a
+                            generation is producing that response. 0 = 10 */
+  int quiet;             /* no per-request log lines on stderr (errors are still logged) */
+  int cluster;           /* routed experts run on df-node agents (reported in /metrics) */
+} df_srv_opts;
+
+/* Start serving. `tmpl` may be NULL (then /v1/chat/completions answers 400: the model has no
+ * chat template). May raise the process's RLIMIT_NOFILE soft limit (see max_conns). On success
+ * *out owns the running server (stop with df_srv_stop). Errors (-1, *out NULL, one line in
+ * err): the host does not resolve, the port cannot be bound, out of memory. */
+int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const df_tok *tok,
+                 const df_chat_template *tmpl, df_srv **out, char *err, size_t errlen);
+
+/* The TCP port actually bound. */
+int df_srv_port(const df_srv *s);
+
+/* Stop accepting connections, then wait for the connection threads (call df_sched_shutdown
+ * first so that requests in flight finish at once), and free the server. NULLs *s; NULL-safe. */
+void df_srv_stop(df_srv **s);
+
+/* The /metrics text (Prometheus text format), malloc'd, NUL-terminated; NULL when out of
+ * memory. */
+char *df_srv_metrics(df_srv *s, size_t *len);
+
+#endif
