@@ -11,6 +11,9 @@
  * coordinator/hub/stream.h fetches those on first use.
  * Does not own: HTTP mechanics (pull_http.h), the manifest format (pull_manifest.h),
  * checking a folder afterwards (verify.h).
+ * Files: pull.c lists, plans, runs the workers and writes the manifest; pull_fetch.c
+ * transfers and publishes each file; pull_progress.c holds the state they share and the
+ * output.
  *
  * Layout of a pulled folder DIR:
  *   DIR/<files as published>           only complete, verified files ever appear here

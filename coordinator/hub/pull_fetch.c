@@ -1,0 +1,465 @@
+/* coordinator/hub/pull_fetch.c — the transfers of a pull: one file downloaded with resume,
+ * retries and hash verification, then published; stream mode's sparse shards (planned from
+ * their safetensors header, only the non-expert ranges downloaded); the worker loop that
+ * takes files from the shared cursor. See pull_fetch.h. */
+#define _GNU_SOURCE
+#include "coordinator/hub/pull_fetch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/safetensors.h"
+
+bool df_pull_is_expert_tensor(const char *name) {
+  const char *p = strstr(name, ".mlp.experts.");
+  if (!p || !strstr(name, "layers.")) return false;
+  p += strlen(".mlp.experts.");
+  if (*p < '0' || *p > '9') return false;
+  while (*p >= '0' && *p <= '9') p++;
+  return *p == '.';
+}
+
+typedef struct fdsink {
+  int fd;
+  uint64_t pos;        /* next file offset expected */
+  uint64_t limit;      /* one past the last byte allowed */
+  bool allow_restart;  /* a 200 at offset 0 restarts the file (full downloads) */
+  df_pull_sha256 *sha;
+  df_pull_gitsha *git;
+  uint64_t git_size;
+  bool hashing_reset;  /* set when a restart re-initialised the hashes */
+  entry *e;
+  pull *p;
+  char *err;
+  size_t errlen;
+} fdsink;
+
+static int fd_sink(void *ud, uint64_t at, const void *data, size_t n) {
+  fdsink *s = ud;
+  if (at != s->pos) {
+    if (at == 0 && s->allow_restart) {
+      /* the server ignored Range: start the file over */
+      if (ftruncate(s->fd, 0) != 0) {
+        snprintf(s->err, s->errlen, "%s: cannot truncate: %s", s->e->partial, strerror(errno));
+        return -1;
+      }
+      atomic_fetch_sub(&s->p->total_done, atomic_load(&s->e->done));
+      atomic_store(&s->e->done, 0);
+      s->e->need = s->e->size;
+      s->pos = 0;
+      df_pull_sha256_init(s->sha);
+      if (s->git) df_pull_gitsha_init(s->git, s->git_size);
+      s->hashing_reset = true;
+    } else {
+      snprintf(s->err, s->errlen, "server sent bytes from offset %llu, expected %llu",
+               (unsigned long long)at, (unsigned long long)s->pos);
+      return -1;
+    }
+  }
+  if (n > s->limit - s->pos) {
+    snprintf(s->err, s->errlen, "server sent more than the %llu bytes listed",
+             (unsigned long long)s->limit);
+    return -1;
+  }
+  const uint8_t *b = data;
+  size_t left = n;
+  uint64_t off = s->pos;
+  while (left) {
+    ssize_t w = pwrite(s->fd, b, left, (off_t)off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      snprintf(s->err, s->errlen, "%s: write failed: %s", s->e->partial, strerror(errno));
+      return -1;
+    }
+    b += w;
+    off += (uint64_t)w;
+    left -= (size_t)w;
+  }
+  df_pull_sha256_update(s->sha, data, n);
+  if (s->git) df_pull_gitsha_update(s->git, data, n);
+  s->pos += n;
+  atomic_fetch_add(&s->e->done, n);
+  atomic_fetch_add(&s->p->total_done, n);
+  return 0;
+}
+
+/* Download bytes [s->pos, end) of url into s->fd with retries (resuming after what arrived).
+ * end == e->size for full files. */
+static int fetch_span(pull *p, void *h, const char *url, fdsink *s, uint64_t end, long *status,
+                      char *err, size_t errlen) {
+  const df_pull_net *net = &p->o->net;
+  df_pull_resp resp;
+  *status = 0;
+  for (int attempt = 0;; attempt++) {
+    if (s->pos >= end) return 0;
+    err[0] = 0;
+    int rc = df_pull_http_get(net, h, url, s->pos, s->allow_restart ? 0 : end, fd_sink, s,
+                              &resp, err, errlen);
+    *status = resp.status;
+    if (rc == 0) {
+      if (s->pos == end) return 0;
+      snprintf(err, errlen, "%s: the server sent %llu bytes, the listing says %llu", url,
+               (unsigned long long)s->pos, (unsigned long long)end);
+      if (s->pos > end || (resp.total_size && resp.total_size != end)) return -1;
+      resp.retryable = true;
+    }
+    if (!resp.retryable || attempt >= net->retries) return -1;
+    df_pull__note(p, false, "pull: %s: %s; retry %d of %d from byte %llu", s->e->path, err,
+                  attempt + 1, net->retries, (unsigned long long)s->pos);
+    df_pull_http_backoff(net, attempt, resp.retry_after_s);
+  }
+}
+
+static void http_refusal_hint(const entry *e, long status, const df_pull_opts *o, char *err,
+                              size_t errlen) {
+  char tmp[768];
+  snprintf(tmp, sizeof tmp, "%s", err);
+  if (status == 401 || status == 403)
+    snprintf(err, errlen, "%.300s: %.400s (%s)", e->path, tmp,
+             o->net.token[0] ? "the token in HF_TOKEN was not accepted"
+                             : "the repository needs a token: set HF_TOKEN");
+  else if (status == 404)
+    snprintf(err, errlen, "%.300s: not found on the hub: %.400s", e->path, tmp);
+  else
+    snprintf(err, errlen, "%.300s: %.400s", e->path, tmp);
+}
+
+static int download_full(pull *p, void *h, entry *e) {
+  const df_pull_opts *o = p->o;
+  char url[4400], final[4400], err[768];
+  int fd = -1, rc = -1;
+  df_pull_sha256 sha;
+  df_pull_gitsha git;
+  bool use_git = !e->lfs[0] && e->git[0];
+  bool fresh_retry = false;
+  snprintf(final, sizeof final, "%.2048s/%.1100s", p->dir, e->path);
+  if (df_pull_resolve_url(o->net.endpoint, o->repo, p->commit, e->path, url, sizeof url) != 0) {
+    snprintf(e->err, sizeof e->err, "%s: URL too long", e->path);
+    return -1;
+  }
+restart:
+  fd = open(e->partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    snprintf(e->err, sizeof e->err, "%.200s: cannot open %.300s: %s", e->path, e->partial, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) goto io_fail;
+  uint64_t have = (uint64_t)st.st_size;
+  if (have > e->size) {
+    if (ftruncate(fd, 0) != 0) goto io_fail;
+    have = 0;
+  }
+  df_pull_sha256_init(&sha);
+  if (use_git) df_pull_gitsha_init(&git, e->size);
+  if (have > 0) {
+    /* hash what an earlier run left, then continue from there */
+    char tmp[DF_PULL_SHA256_HEX];
+    uint8_t *buf = malloc(1 << 20);
+    uint64_t off = 0;
+    if (!buf) goto io_fail;
+    while (off < have) {
+      size_t want = have - off < (1 << 20) ? (size_t)(have - off) : (1 << 20);
+      ssize_t r = pread(fd, buf, want, (off_t)off);
+      if (r <= 0) {
+        free(buf);
+        goto io_fail;
+      }
+      df_pull_sha256_update(&sha, buf, (size_t)r);
+      if (use_git) df_pull_gitsha_update(&git, buf, (size_t)r);
+      off += (uint64_t)r;
+    }
+    free(buf);
+    (void)tmp;
+  }
+  e->resumed = have;
+  e->need = e->size - have;
+  atomic_store(&e->done, 0);
+  if (have > 0 && !fresh_retry)
+    df_pull__note(p, false, "pull: %s: resuming at byte %llu of %llu", e->path,
+                  (unsigned long long)have, (unsigned long long)e->size);
+  fdsink s = {.fd = fd, .pos = have, .limit = e->size, .allow_restart = true, .sha = &sha,
+              .git = use_git ? &git : NULL, .git_size = e->size, .e = e, .p = p, .err = err,
+              .errlen = sizeof err};
+  long status = 0;
+  if (fetch_span(p, h, url, &s, e->size, &status, err, sizeof err) != 0) {
+    if (status == 416 && have > 0 && !fresh_retry) {
+      /* the partial file does not fit the remote file: start over once */
+      close(fd);
+      unlink(e->partial);
+      fresh_retry = true;
+      goto restart;
+    }
+    http_refusal_hint(e, status, o, err, sizeof err);
+    snprintf(e->err, sizeof e->err, "%s", err);
+    close(fd);
+    if (status >= 400 && status < 500) unlink(e->partial); /* refused: nothing to resume */
+    return -1;
+  }
+  char got[DF_PULL_SHA256_HEX], got_git[DF_PULL_SHA1_HEX] = "";
+  df_pull_sha256_final(&sha, got);
+  if (use_git) df_pull_gitsha_final(&git, got_git);
+  const char *want = e->lfs[0] ? e->lfs : e->git;
+  const char *have_hash = e->lfs[0] ? got : got_git;
+  if (want[0] && strcmp(want, have_hash) != 0) {
+    close(fd);
+    unlink(e->partial);
+    atomic_fetch_sub(&p->total_done, atomic_load(&e->done));
+    if (e->resumed > 0 && !s.hashing_reset && !fresh_retry) {
+      df_pull__note(p, false,
+                    "pull: %s: the resumed download does not verify; downloading it again",
+                    e->path);
+      fresh_retry = true;
+      goto restart;
+    }
+    snprintf(e->err, sizeof e->err,
+             "%s: %s mismatch: the hub lists %s, the download has %s; corrupt download, not "
+             "published",
+             e->path, e->lfs[0] ? "SHA-256" : "git blob SHA-1", want, have_hash);
+    return -1;
+  }
+  if (fchmod(fd, 0644) != 0) goto io_fail;
+  if (df_fs_publish(fd, e->partial, final, err, sizeof err) != 0) {
+    fd = -1;
+    snprintf(e->err, sizeof e->err, "%.300s: %.400s", e->path, err);
+    return -1;
+  }
+  fd = -1;
+  e->out.path = e->path;
+  e->out.size = e->size;
+  snprintf(e->out.sha256, sizeof e->out.sha256, "%s", got);
+  snprintf(e->out.lfs_sha256, sizeof e->out.lfs_sha256, "%s", e->lfs);
+  snprintf(e->out.git_oid, sizeof e->out.git_oid, "%s", e->git);
+  rc = 0;
+  return rc;
+io_fail:
+  snprintf(e->err, sizeof e->err, "%.200s: I/O error on %.300s: %s", e->path, e->partial, strerror(errno));
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+int df_pull__plan_sparse(pull *p, void *h, entry *e, char *err, size_t errlen) {
+  const df_pull_opts *o = p->o;
+  char url[4400], herr[768];
+  uint8_t len8[8];
+  int fd = -1, rc = -1;
+  df_st_model *st = NULL;
+  if (df_pull_resolve_url(o->net.endpoint, o->repo, p->commit, e->path, url, sizeof url) != 0) {
+    snprintf(err, errlen, "%s: URL too long", e->path);
+    return -1;
+  }
+  if (e->size < 8) {
+    snprintf(err, errlen, "%s: %llu bytes is too short for a safetensors file", e->path,
+             (unsigned long long)e->size);
+    return -1;
+  }
+  if (df_pull_http_get_range(&o->net, h, url, 0, 8, len8, herr, sizeof herr) != 0) {
+    snprintf(err, errlen, "%s: reading the safetensors header: %s", e->path, herr);
+    return -1;
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | len8[i];
+  if (n > (100u << 20) || 8 + n > e->size) {
+    snprintf(err, errlen, "%s: safetensors header length %llu is invalid for a %llu-byte file",
+             e->path, (unsigned long long)n, (unsigned long long)e->size);
+    return -1;
+  }
+  e->head_len = 8 + n;
+  e->head = malloc(e->head_len);
+  if (!e->head) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  memcpy(e->head, len8, 8);
+  if (df_pull_http_get_range(&o->net, h, url, 8, n, e->head + 8, herr, sizeof herr) != 0) {
+    snprintf(err, errlen, "%s: reading the safetensors header: %s", e->path, herr);
+    return -1;
+  }
+  /* validate through the engine's own parser on a sparse image of the file */
+  unlink(e->partial);
+  fd = open(e->partial, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || ftruncate(fd, (off_t)e->size) != 0 ||
+      pwrite(fd, e->head, e->head_len, 0) != (ssize_t)e->head_len) {
+    snprintf(err, errlen, "%s: cannot write %s: %s", e->path, e->partial, strerror(errno));
+    goto done;
+  }
+  if (df_st_open_file(e->partial, &st, herr, sizeof herr) != 0) {
+    snprintf(err, errlen, "%s: %s", e->path, herr);
+    goto done;
+  }
+  size_t nt = df_st_count(st);
+  span *sp = calloc(nt ? nt : 1, sizeof *sp);
+  if (!sp) {
+    snprintf(err, errlen, "out of memory");
+    goto done;
+  }
+  int ns = 0;
+  uint64_t omitted = 0, need = 0;
+  for (size_t i = 0; i < nt; i++) {
+    const df_st_tensor *t = df_st_at(st, i);
+    if (t->nbytes == 0) continue;
+    if (df_pull_is_expert_tensor(t->name)) {
+      omitted += t->nbytes;
+      continue;
+    }
+    sp[ns++] = (span){t->file_offset, t->nbytes};
+    need += t->nbytes;
+  }
+  /* ascending offsets, adjacent spans merged into one request */
+  for (int i = 1; i < ns; i++)
+    for (int j = i; j > 0 && sp[j].off < sp[j - 1].off; j--) {
+      span t = sp[j];
+      sp[j] = sp[j - 1];
+      sp[j - 1] = t;
+    }
+  int m = 0;
+  for (int i = 0; i < ns; i++) {
+    if (m > 0 && sp[m - 1].off + sp[m - 1].len == sp[i].off)
+      sp[m - 1].len += sp[i].len;
+    else
+      sp[m++] = sp[i];
+  }
+  e->spans = sp;
+  e->n_spans = m;
+  e->omitted = omitted;
+  if (omitted == 0) {
+    /* nothing to leave out: an ordinary verified download */
+    e->sparse = false;
+    free(e->spans);
+    e->spans = NULL;
+    e->n_spans = 0;
+    close(fd);
+    fd = -1;
+    unlink(e->partial);
+    size_t pl = strlen(e->partial);
+    e->partial[pl - strlen("sparse")] = 0;
+    strcat(e->partial, "incomplete");
+    e->need = e->size;
+    rc = 0;
+    goto done;
+  }
+  e->need = need;
+  rc = 0;
+done:
+  df_st_close(&st);
+  if (fd >= 0) close(fd);
+  return rc;
+}
+
+static int download_sparse(pull *p, void *h, entry *e) {
+  const df_pull_opts *o = p->o;
+  char url[4400], final[4400], err[768];
+  int fd = -1;
+  df_pull_resolve_url(o->net.endpoint, o->repo, p->commit, e->path, url, sizeof url);
+  snprintf(final, sizeof final, "%.2048s/%.1100s", p->dir, e->path);
+  fd = open(e->partial, O_RDWR | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size != e->size) {
+    snprintf(e->err, sizeof e->err, "%.200s: %.300s vanished or changed size", e->path, e->partial);
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  df_pull_range *rs = calloc((size_t)e->n_spans + 1, sizeof *rs);
+  if (!rs) {
+    snprintf(e->err, sizeof e->err, "out of memory");
+    close(fd);
+    return -1;
+  }
+  rs[0].off = 0;
+  rs[0].len = e->head_len;
+  df_pull_sha256_buf(e->head, e->head_len, rs[0].sha256);
+  int nr = 1;
+  e->need = 0;
+  for (int i = 0; i < e->n_spans; i++) e->need += e->spans[i].len;
+  for (int i = 0; i < e->n_spans; i++) {
+    df_pull_sha256 sha;
+    df_pull_sha256_init(&sha);
+    fdsink s = {.fd = fd, .pos = e->spans[i].off, .limit = e->spans[i].off + e->spans[i].len,
+                .sha = &sha, .e = e, .p = p, .err = err, .errlen = sizeof err};
+    long status = 0;
+    if (fetch_span(p, h, url, &s, s.limit, &status, err, sizeof err) != 0) {
+      http_refusal_hint(e, status, o, err, sizeof err);
+      snprintf(e->err, sizeof e->err, "%s", err);
+      df_pull_sha256_final(&sha, rs[nr].sha256);
+      free(rs);
+      close(fd);
+      unlink(e->partial);
+      return -1;
+    }
+    rs[nr].off = e->spans[i].off;
+    rs[nr].len = e->spans[i].len;
+    df_pull_sha256_final(&sha, rs[nr].sha256);
+    /* the header range and the first span may touch: keep them separate records */
+    nr++;
+  }
+  if (df_fs_publish(fd, e->partial, final, err, sizeof err) != 0) {
+    snprintf(e->err, sizeof e->err, "%.300s: %.400s", e->path, err);
+    free(rs);
+    return -1;
+  }
+  e->out.path = e->path;
+  e->out.size = e->size;
+  e->out.sparse = true;
+  e->out.omitted = e->omitted;
+  e->out.ranges = rs;
+  e->out.n_ranges = nr;
+  snprintf(e->out.lfs_sha256, sizeof e->out.lfs_sha256, "%s", e->lfs);
+  snprintf(e->out.git_oid, sizeof e->out.git_oid, "%s", e->git);
+  return 0;
+}
+
+void *df_pull__worker(void *arg) {
+  pull *p = arg;
+  void *h = df_pull_http_handle_new();
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    int i = p->next;
+    while (i < p->n && p->e[i].state != E_TODO) i++;
+    p->next = i + 1;
+    pthread_mutex_unlock(&p->mu);
+    if (i >= p->n) break;
+    entry *e = &p->e[i];
+    e->t0 = df_pull__now();
+    atomic_store(&e->active, 1);
+    int rc;
+    if (!h) {
+      snprintf(e->err, sizeof e->err, "%s: cannot create an HTTP handle", e->path);
+      rc = -1;
+    } else {
+      rc = e->sparse ? download_sparse(p, h, e) : download_full(p, h, e);
+    }
+    atomic_store(&e->active, 0);
+    pthread_mutex_lock(&p->mu);
+    e->state = rc == 0 ? E_DONE : E_FAILED;
+    pthread_mutex_unlock(&p->mu);
+    char sz[32];
+    if (rc == 0) {
+      if (p->o->json)
+        df_pull__json_event(json_pack("{s:s, s:s, s:s, s:I, s:s, s:b}", "event", "file", "path",
+                                      e->path, "status", "ok", "size", (json_int_t)e->size,
+                                      "sha256", e->out.sha256, "sparse", e->sparse));
+      else if (e->sparse)
+        df_pull__note(p, false, "pull: %s: header and non-expert tensors written, %s of routed "
+                      "experts left to stream", e->path,
+                      df_pull_fmt_bytes(e->omitted, sz, sizeof sz));
+      else
+        df_pull__note(p, false, "pull: %s: %s, %s verified", e->path,
+                      df_pull_fmt_bytes(e->size, sz, sizeof sz),
+                      e->lfs[0] ? "SHA-256" : e->git[0] ? "git blob id" : "size");
+    } else {
+      if (p->o->json)
+        df_pull__json_event(json_pack("{s:s, s:s, s:s, s:s}", "event", "file", "path", e->path,
+                                      "status", "error", "message", e->err));
+      else
+        df_pull__note(p, true, "deltafin pull: %s", e->err);
+    }
+  }
+  df_pull_http_handle_destroy(&h);
+  atomic_fetch_add(&p->workers_done, 1);
+  return NULL;
+}
