@@ -31,16 +31,21 @@
 #include <sys/stat.h>
 
 #define CFG_MAX_FILE (16u * 1024 * 1024) /* config files are a few KiB */
-#define CFG_SUPPORTED_TYPES "qwen3_moe, qwen3, deepseek_v3, kimi_k2"
-#define CFG_QWEN_TYPES "qwen3_moe, qwen3"
 #define CFG_SUPPORTED_ROPE "default, linear, yarn"
-#define CFG_MAX_DIM INT32_MAX /* sizes stay < 2^31 so products of two fit in int64 */
+#define CFG_MAX_DIM DF_CFG_MAX_DIM
 
 typedef struct {
   const char *file; /* name used in messages */
   char *err;
   size_t errlen;
+  char no_mscale_types[128]; /* model types whose rope_scaling refuses mscale (messages) */
 } ctx;
+
+/* What a family's parser reads through (model_config.h df_cfg_reader). */
+struct df_cfg_reader {
+  ctx *c;
+  json_t *root;
+};
 
 static void fail(ctx *c, const char *fmt, ...) {
   if (!c->err || c->errlen == 0) return;
@@ -187,7 +192,8 @@ static int get_eos(ctx *c, json_t *o, const char *key, int64_t vocab, int64_t *i
 }
 
 /* rope_scaling (or transformers >= 5's rope_parameters), `key` names it in messages.
- * allow_mscale: YaRN mscale / mscale_all_dim are read (deepseek_v3) instead of refused. */
+ * allow_mscale: YaRN mscale / mscale_all_dim are read (the family's rope_mscale) instead of
+ * refused. */
 static int parse_rope(ctx *c, json_t *rs, const char *key, bool allow_mscale,
                       df_rope_scaling *r) {
   memset(r, 0, sizeof *r);
@@ -243,7 +249,8 @@ static int parse_rope(ctx *c, json_t *rs, const char *key, bool allow_mscale,
     json_t *v = get(rs, mscales[i]);
     if (!v) continue;
     if (!allow_mscale) {
-      fail(c, "key '%s.%s': not supported for model types " CFG_QWEN_TYPES, key, mscales[i]);
+      fail(c, "key '%s.%s': not supported for model types %s", key, mscales[i],
+           c->no_mscale_types);
       return -1;
     }
     if (!json_is_number(v) || json_number_value(v) < 0.0) {
@@ -320,7 +327,7 @@ static void copy_str(char *dst, size_t cap, const char *src) {
   dst[n] = '\0';
 }
 
-/* quantization_config of a deepseek_v3 folder (null or absent: unquantised). */
+/* quantization_config (null or absent: unquantised): FP8 E4M3 with block scales. */
 static int parse_quant(ctx *c, json_t *root, df_model_config *m) {
   json_t *q = get(root, "quantization_config");
   m->quant = DF_QUANT_NONE;
@@ -359,107 +366,100 @@ static int parse_quant(ctx *c, json_t *root, df_model_config *m) {
   return 0;
 }
 
-/* deepseek_v3 / kimi_k2 keys (DeepseekV3Config; moe_layer_freq, topk_method and scoring_func
- * as the checkpoints' own modeling_deepseek.py reads them). */
-static int parse_deepseek(ctx *c, json_t *root, df_model_config *m) {
-  int64_t n_layers = m->num_hidden_layers;
-  if (m->attention_bias) {
-    fail(c, "key 'attention_bias': true is not supported for model type %s", m->model_type);
-    return -1;
-  }
-  if (get_int(c, root, "q_lora_rank", false, 0, 1, CFG_MAX_DIM, &m->q_lora_rank) ||
-      get_int(c, root, "kv_lora_rank", true, 0, 1, CFG_MAX_DIM, &m->kv_lora_rank) ||
-      get_int(c, root, "qk_nope_head_dim", true, 0, 1, CFG_MAX_DIM, &m->qk_nope_head_dim) ||
-      get_int(c, root, "qk_rope_head_dim", true, 0, 1, CFG_MAX_DIM, &m->qk_rope_head_dim) ||
-      get_int(c, root, "v_head_dim", true, 0, 1, CFG_MAX_DIM, &m->v_head_dim) ||
-      get_int(c, root, "n_routed_experts", true, 0, 0, CFG_MAX_DIM, &m->num_experts) ||
-      get_int(c, root, "n_shared_experts", false, 1, 0, CFG_MAX_DIM, &m->n_shared_experts) ||
-      get_num(c, root, "routed_scaling_factor", 2.5, &m->routed_scaling_factor) ||
-      get_int(c, root, "n_group", false, 8, 1, CFG_MAX_DIM, &m->n_group) ||
-      get_int(c, root, "topk_group", false, 4, 1, CFG_MAX_DIM, &m->topk_group) ||
-      get_int(c, root, "first_k_dense_replace", false, 3, 0, CFG_MAX_DIM,
-              &m->first_k_dense_replace) ||
-      get_int(c, root, "moe_layer_freq", false, 1, 1, CFG_MAX_DIM, &m->moe_layer_freq) ||
-      get_bool(c, root, "norm_topk_prob", true, &m->norm_topk_prob) ||
-      get_bool(c, root, "rope_interleave", true, &m->rope_interleave))
-    return -1;
-  if (m->qk_rope_head_dim % 2 != 0) {
-    fail(c, "key 'qk_rope_head_dim': %lld must be even (RoPE pairs)",
-         (long long)m->qk_rope_head_dim);
-    return -1;
-  }
-  if (!(m->routed_scaling_factor > 0.0)) {
-    fail(c, "key 'routed_scaling_factor': %g is out of range (expected > 0)",
-         m->routed_scaling_factor);
-    return -1;
-  }
-  const char *method, *scoring;
-  if (get_str(c, root, "topk_method", "noaux_tc", &method) ||
-      get_str(c, root, "scoring_func", "sigmoid", &scoring))
-    return -1;
-  if (strcmp(method, "noaux_tc") != 0) {
-    fail(c, "key 'topk_method': unsupported routing '%.64s' (supported: noaux_tc)", method);
-    return -1;
-  }
-  if (strcmp(scoring, "sigmoid") != 0) {
-    fail(c, "key 'scoring_func': unsupported scoring '%.64s' (supported: sigmoid)", scoring);
-    return -1;
-  }
-  m->router = DF_ROUTER_SIGMOID_NOAUX;
-  m->head_dim = m->qk_rope_head_dim; /* DeepseekV3Config.head_dim: the RoPE width */
-  m->decoder_sparse_step = 1;
-  int64_t n_dense = 0;
-  for (int64_t i = 0; i < n_layers; i++) {
-    m->is_moe_layer[i] = m->num_experts > 0 && i >= m->first_k_dense_replace &&
-                         i % m->moe_layer_freq == 0;
-    if (!m->is_moe_layer[i]) n_dense++;
-  }
-  if (m->num_experts > 0) {
-    if (get_int(c, root, "num_experts_per_tok", true, 0, 1, CFG_MAX_DIM,
-                &m->num_experts_per_tok) ||
-        get_int(c, root, "moe_intermediate_size", true, 0, 1, CFG_MAX_DIM,
-                &m->moe_intermediate_size))
-      return -1;
-    if (m->num_experts % m->n_group != 0 || m->num_experts / m->n_group < 2) {
-      fail(c, "key 'n_group': %lld groups do not split %lld experts into equal groups of at "
-              "least 2", (long long)m->n_group, (long long)m->num_experts);
-      return -1;
-    }
-    if (m->topk_group > m->n_group) {
-      fail(c, "key 'topk_group': %lld exceeds n_group %lld", (long long)m->topk_group,
-           (long long)m->n_group);
-      return -1;
-    }
-    if (m->num_experts_per_tok > m->topk_group * (m->num_experts / m->n_group)) {
-      fail(c, "key 'num_experts_per_tok': top-k %lld exceeds the %lld experts of topk_group %lld "
-              "groups", (long long)m->num_experts_per_tok,
-           (long long)(m->topk_group * (m->num_experts / m->n_group)), (long long)m->topk_group);
-      return -1;
-    }
-  }
-  if (parse_quant(c, root, m)) return -1;
-  return get_int(c, root, "intermediate_size", n_dense > 0, 0, 1, CFG_MAX_DIM,
-                 &m->intermediate_size);
+/* ---- what family parsers read through (model_config.h) -------------------------------- */
+
+void df_cfg_fail(df_cfg_reader *r, const char *fmt, ...) {
+  ctx *c = r->c;
+  if (!c->err || c->errlen == 0) return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fail(c, "%s", msg);
 }
 
-static int parse_model(ctx *c, json_t *root, df_model_config *m) {
+bool df_cfg_has(df_cfg_reader *r, const char *key) { return get(r->root, key) != NULL; }
+
+int df_cfg_int(df_cfg_reader *r, const char *key, bool required, int64_t def, int64_t lo,
+               int64_t hi, int64_t *out) {
+  return get_int(r->c, r->root, key, required, def, lo, hi, out);
+}
+
+int df_cfg_num(df_cfg_reader *r, const char *key, double def, double *out) {
+  return get_num(r->c, r->root, key, def, out);
+}
+
+int df_cfg_bool(df_cfg_reader *r, const char *key, bool def, bool *out) {
+  return get_bool(r->c, r->root, key, def, out);
+}
+
+int df_cfg_str(df_cfg_reader *r, const char *key, const char *def, const char **out) {
+  return get_str(r->c, r->root, key, def, out);
+}
+
+int df_cfg_layer_list(df_cfg_reader *r, const char *key, int64_t n_layers, bool *in_list) {
+  ctx *c = r->c;
+  for (int64_t i = 0; i < n_layers; i++) in_list[i] = false;
+  json_t *mo = get(r->root, key);
+  if (!mo) return 0;
+  if (!json_is_array(mo)) {
+    fail(c, "key '%s': expected a list of layer indices, got %s", key, type_name(mo));
+    return -1;
+  }
+  for (size_t i = 0; i < json_array_size(mo); i++) {
+    json_t *e = json_array_get(mo, i);
+    if (!json_is_integer(e)) {
+      fail(c, "key '%s[%zu]': expected an integer, got %s", key, i, type_name(e));
+      return -1;
+    }
+    json_int_t x = json_integer_value(e);
+    if (x < 0 || x >= n_layers) {
+      fail(c, "key '%s[%zu]': layer %lld is out of range (expected 0..%lld)", key, i,
+           (long long)x, (long long)(n_layers - 1));
+      return -1;
+    }
+    in_list[x] = true;
+  }
+  return 0;
+}
+
+int df_cfg_quant_fp8(df_cfg_reader *r, df_model_config *m) { return parse_quant(r->c, r->root, m); }
+
+/* The model_type values of families[0..n) joined by ", "; rope_mscale 0/1 keeps only the
+ * families with that rope_mscale, -1 keeps all. */
+static void type_list(const df_cfg_family *const *families, size_t n, int rope_mscale,
+                      char *buf, size_t cap) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (size_t f = 0; f < n; f++) {
+    if (rope_mscale >= 0 && families[f]->rope_mscale != (rope_mscale == 1)) continue;
+    for (const char *const *t = families[f]->model_types; *t && o < cap; t++)
+      o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", *t);
+  }
+}
+
+static int parse_model(ctx *c, json_t *root, const df_cfg_family *const *families, size_t n_fam,
+                       df_model_config *m) {
   const char *mt;
+  char supported[256];
+  type_list(families, n_fam, -1, supported, sizeof supported);
   if (get_str(c, root, "model_type", NULL, &mt) != 0) return -1;
   if (!mt) {
-    fail(c, "missing required key 'model_type' (supported: " CFG_SUPPORTED_TYPES ")");
+    fail(c, "missing required key 'model_type' (supported: %s)", supported);
     return -1;
   }
-  if (strcmp(mt, "qwen3_moe") == 0) m->arch = DF_ARCH_QWEN3_MOE;
-  else if (strcmp(mt, "qwen3") == 0) m->arch = DF_ARCH_QWEN3;
-  else if (strcmp(mt, "deepseek_v3") == 0 || strcmp(mt, "kimi_k2") == 0)
-    m->arch = DF_ARCH_DEEPSEEK_V3;
-  else {
-    fail(c, "key 'model_type': unsupported model type '%.64s' (supported: " CFG_SUPPORTED_TYPES
-            ")",
-         mt);
+  const df_cfg_family *fam = NULL;
+  for (size_t f = 0; f < n_fam && !fam; f++)
+    for (const char *const *t = families[f]->model_types; *t && !fam; t++)
+      if (strcmp(mt, *t) == 0) fam = families[f];
+  if (!fam) {
+    fail(c, "key 'model_type': unsupported model type '%.64s' (supported: %s)", mt, supported);
     return -1;
   }
+  type_list(families, n_fam, 0, c->no_mscale_types, sizeof c->no_mscale_types);
   copy_str(m->model_type, sizeof m->model_type, mt);
+  m->family = fam;
 
   if (get_int(c, root, "vocab_size", true, 0, 1, CFG_MAX_DIM, &m->vocab_size) ||
       get_int(c, root, "hidden_size", true, 0, 1, CFG_MAX_DIM, &m->hidden_size) ||
@@ -527,9 +527,8 @@ static int parse_model(ctx *c, json_t *root, df_model_config *m) {
   }
   json_t *rs = get(root, "rope_scaling");
   if (!rs && rp && !get(rp, "rope_type") && !get(rp, "type")) rp = NULL; /* theta only */
-  bool ds = m->arch == DF_ARCH_DEEPSEEK_V3;
-  if (rs ? parse_rope(c, rs, "rope_scaling", ds, &m->rope_scaling)
-         : parse_rope(c, rp, "rope_parameters", ds, &m->rope_scaling))
+  if (rs ? parse_rope(c, rs, "rope_scaling", fam->rope_mscale, &m->rope_scaling)
+         : parse_rope(c, rp, "rope_parameters", fam->rope_mscale, &m->rope_scaling))
     return -1;
   if (get_int(c, root, "max_position_embeddings", false, 32768, 1, CFG_MAX_DIM,
               &m->max_position_embeddings) ||
@@ -544,72 +543,13 @@ static int parse_model(ctx *c, json_t *root, df_model_config *m) {
       get_eos(c, root, "eos_token_id", m->vocab_size, m->eos_token_ids, &m->n_eos, NULL))
     return -1;
 
-  int64_t n_layers = m->num_hidden_layers;
-  if (m->arch == DF_ARCH_DEEPSEEK_V3) return parse_deepseek(c, root, m);
-  if (m->arch == DF_ARCH_QWEN3) {
-    m->decoder_sparse_step = 1;
-    return get_int(c, root, "intermediate_size", true, 0, 1, CFG_MAX_DIM, &m->intermediate_size);
-  }
-
-  /* qwen3_moe */
-  const char *ne_key = get(root, "num_experts") ? "num_experts" : "num_local_experts";
-  if (get_int(c, root, ne_key, false, -1, 0, CFG_MAX_DIM, &m->num_experts)) return -1;
-  if (m->num_experts < 0) {
-    fail(c, "missing required key 'num_experts'");
-    return -1;
-  }
-  if (get_int(c, root, "decoder_sparse_step", false, 1, 1, CFG_MAX_DIM,
-              &m->decoder_sparse_step) ||
-      get_bool(c, root, "norm_topk_prob", false, &m->norm_topk_prob))
-    return -1;
-  bool mlp_only[DF_CFG_MAX_LAYERS] = {false};
-  json_t *mo = get(root, "mlp_only_layers");
-  if (mo) {
-    if (!json_is_array(mo)) {
-      fail(c, "key 'mlp_only_layers': expected a list of layer indices, got %s", type_name(mo));
-      return -1;
-    }
-    for (size_t i = 0; i < json_array_size(mo); i++) {
-      json_t *e = json_array_get(mo, i);
-      if (!json_is_integer(e)) {
-        fail(c, "key 'mlp_only_layers[%zu]': expected an integer, got %s", i, type_name(e));
-        return -1;
-      }
-      json_int_t x = json_integer_value(e);
-      if (x < 0 || x >= n_layers) {
-        fail(c, "key 'mlp_only_layers[%zu]': layer %lld is out of range (expected 0..%lld)", i,
-             (long long)x, (long long)(n_layers - 1));
-        return -1;
-      }
-      mlp_only[x] = true;
-    }
-  }
-  int64_t n_dense = 0;
-  for (int64_t i = 0; i < n_layers; i++) {
-    m->is_moe_layer[i] =
-        m->num_experts > 0 && !mlp_only[i] && (i + 1) % m->decoder_sparse_step == 0;
-    if (!m->is_moe_layer[i]) n_dense++;
-  }
-  if (m->num_experts > 0) {
-    if (get_int(c, root, "num_experts_per_tok", true, 0, 1, CFG_MAX_DIM,
-                &m->num_experts_per_tok) ||
-        get_int(c, root, "moe_intermediate_size", true, 0, 1, CFG_MAX_DIM,
-                &m->moe_intermediate_size))
-      return -1;
-    if (m->num_experts_per_tok > m->num_experts) {
-      fail(c, "key 'num_experts_per_tok': top-k %lld exceeds num_experts %lld",
-           (long long)m->num_experts_per_tok, (long long)m->num_experts);
-      return -1;
-    }
-  }
-  /* The dense MLP width matters only when some layer is dense; then it is required. */
-  return get_int(c, root, "intermediate_size", n_dense > 0, 0, 1, CFG_MAX_DIM,
-                 &m->intermediate_size);
+  return fam->parse(&(df_cfg_reader){c, root}, mt, m);
 }
 
-int df_cfg_parse(const char *json, size_t len, const char *name, df_model_config *out,
-                 char *err, size_t errlen) {
-  ctx c = {name ? name : "config.json", err, errlen};
+int df_cfg_parse_for(const char *json, size_t len, const char *name,
+                     const df_cfg_family *const *families, size_t n_families,
+                     df_model_config *out, char *err, size_t errlen) {
+  ctx c = {name ? name : "config.json", err, errlen, ""};
   json_t *root = NULL;
   int rc = -1;
   df_model_config *m = NULL;
@@ -628,7 +568,7 @@ int df_cfg_parse(const char *json, size_t len, const char *name, df_model_config
     goto done;
   }
   if (load_json(&c, json, len, &root) != 0) goto done;
-  if (parse_model(&c, root, m) != 0) goto done;
+  if (parse_model(&c, root, families, n_families, m) != 0) goto done;
   *out = *m;
   rc = 0;
 done:
@@ -646,7 +586,7 @@ static int read_file(const char *dir, const char *name, bool optional, char **pa
   char *b = NULL;
   *buf = NULL;
   *path_out = NULL;
-  ctx c = {name, err, errlen};
+  ctx c = {name, err, errlen, ""};
   if (!dir) {
     fail(&c, "NULL model folder");
     goto done;
@@ -699,12 +639,13 @@ done:
   return rc;
 }
 
-int df_cfg_load(const char *dir, df_model_config *out, char *err, size_t errlen) {
+int df_cfg_load_for(const char *dir, const df_cfg_family *const *families, size_t n_families,
+                    df_model_config *out, char *err, size_t errlen) {
   char *path = NULL, *text = NULL;
   size_t len = 0;
   if (out) memset(out, 0, sizeof *out);
   int rc = read_file(dir, "config.json", false, &path, &text, &len, err, errlen);
-  if (rc == 0) rc = df_cfg_parse(text, len, path, out, err, errlen);
+  if (rc == 0) rc = df_cfg_parse_for(text, len, path, families, n_families, out, err, errlen);
   free(text);
   free(path);
   return rc == 0 ? 0 : -1;
@@ -725,7 +666,7 @@ static void gen_defaults(const df_model_config *mc, df_gen_config *g) {
 
 int df_gen_cfg_parse(const char *json, size_t len, const char *name, const df_model_config *mc,
                      df_gen_config *out, char *err, size_t errlen) {
-  ctx c = {name ? name : "generation_config.json", err, errlen};
+  ctx c = {name ? name : "generation_config.json", err, errlen, ""};
   json_t *root = NULL;
   int rc = -1;
   if (!out) {
@@ -783,13 +724,4 @@ int df_gen_cfg_load(const char *dir, const df_model_config *mc, df_gen_config *o
   free(text);
   free(path);
   return rc;
-}
-
-const char *df_cfg_arch_name(df_arch a) {
-  switch (a) {
-  case DF_ARCH_QWEN3: return "qwen3";
-  case DF_ARCH_QWEN3_MOE: return "qwen3_moe";
-  case DF_ARCH_DEEPSEEK_V3: return "deepseek_v3";
-  }
-  return "unknown";
 }

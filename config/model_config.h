@@ -1,16 +1,10 @@
 /* config/model_config.h — a model folder's config.json and generation_config.json.
  *
- * Owns: parsing and validating the Hugging Face config files of the supported families
- * into plain structs. Does not own: tensors (engine/safetensors.h) or the forward pass
- * (engine/model.h).
- *
- * Supported model_type values: "qwen3_moe" (the MoE target), "qwen3" (dense; the draft),
- * "deepseek_v3" and "kimi_k2" (Kimi K2 publishes the DeepSeek-V3 architecture under its own
- * model_type). Key semantics follow transformers' Qwen3MoeConfig / Qwen3Config /
- * DeepseekV3Config and modeling files (transformers/models/qwen3_moe/modeling_qwen3_moe.py,
- * qwen3/modeling_qwen3.py, deepseek_v3/modeling_deepseek_v3.py) and, where transformers
- * drops a key the published checkpoints carry (moe_layer_freq, topk_method, scoring_func),
- * the checkpoints' own modeling_deepseek.py.
+ * Owns: strict parsing and validation of the Hugging Face config files into plain structs:
+ * the keys every family shares, generation_config.json, and the reader family parsers read
+ * their own keys through. Does not own: which families exist or their keys (each family's
+ * file in engine/models/, listed by engine/models/families.c, which offers df_cfg_load),
+ * tensors (engine/safetensors.h) or the forward pass (engine/model.h).
  */
 #ifndef DF_CONFIG_MODEL_CONFIG_H
 #define DF_CONFIG_MODEL_CONFIG_H
@@ -65,7 +59,10 @@ typedef struct df_rope_scaling {
                                                get_mscale(s, m) = s <= 1 ? 1 : 0.1*m*ln(s)+1 */
 } df_rope_scaling;
 
+typedef struct df_cfg_family df_cfg_family;
+
 typedef struct df_model_config {
+  const df_cfg_family *family;       /* the family whose parser read it (engine/models/) */
   df_arch arch;
   char model_type[32];               /* as in config.json */
   int64_t vocab_size;                /* tokens */
@@ -125,45 +122,74 @@ typedef struct df_gen_config {
   int n_eos;
 } df_gen_config;
 
-/* Parse DIR/config.json into *out.
- * Required keys: model_type, vocab_size, hidden_size, num_hidden_layers,
- * num_attention_heads; qwen3: intermediate_size; qwen3_moe: num_experts (or
- * num_local_experts), and when num_experts > 0 num_experts_per_tok and
- * moe_intermediate_size; intermediate_size whenever some layer is dense (else 0 when absent).
- * Defaults for absent (or null) keys: num_key_value_heads = num_attention_heads,
- * head_dim = hidden_size / num_attention_heads (integer division), decoder_sparse_step 1,
- * mlp_only_layers [], norm_topk_prob false, rms_norm_eps 1e-6, rope_theta 10000,
- * rope_scaling null, max_position_embeddings 32768, tie_word_embeddings false,
- * attention_bias false, hidden_act "silu", use_sliding_window false, bos -1, no eos.
- * qwen3 leaves the MoE fields 0, decoder_sparse_step 1 and is_moe_layer all false.
- * Sizes must lie in 1..2^31-1; token ids in 0..vocab_size-1; mlp_only_layers entries in
- * 0..num_hidden_layers-1; rope factor >= 1; YaRN beta_fast >= beta_slow (an absent or 0
- * beta takes its default, as in transformers); YaRN mscale / mscale_all_dim (qwen3 families
- * only) and truncate=false are refused. transformers >= 5's rope_parameters object
- * (rope_type, rope_theta, ...) is read when rope_scaling / rope_theta are absent; "dtype" is
- * read when "torch_dtype" is absent. Keys not listed here are ignored.
- * deepseek_v3 / kimi_k2 (DeepseekV3Config): required kv_lora_rank, qk_nope_head_dim,
- * qk_rope_head_dim (even), v_head_dim, n_routed_experts, and when it is > 0
- * num_experts_per_tok and moe_intermediate_size; intermediate_size when a layer is dense.
- * Defaults (DeepseekV3Config's): q_lora_rank null (= 0, q_proj), n_shared_experts 1,
- * routed_scaling_factor 2.5, n_group 8, topk_group 4, first_k_dense_replace 3,
- * moe_layer_freq 1, norm_topk_prob true, rope_interleave true, topk_method "noaux_tc", scoring_func "sigmoid" (other values are
- * refused by name), quantization_config null. n_group must divide n_routed_experts into
- * groups of >= 2 experts, 1 <= topk_group <= n_group and top-k <= topk_group * group size.
- * quantization_config: quant_method "fp8" with fmt "e4m3" (or absent) and weight_block_size
- * [n, k] of positive integers; other methods or formats are refused. attention_bias true is
- * refused for this family. num_nextn_predict_layers (the MTP head) is ignored.
- * Errors (-1, one line in err naming the file and key): missing/unreadable file, JSON
- * syntax (with line:column), unknown model_type (message lists the supported ones),
- * missing required key, wrong JSON type, out-of-range value (non-positive sizes, heads not
- * divisible by kv heads, top-k > num_experts, more than DF_CFG_MAX_LAYERS layers),
- * unsupported rope_scaling type (lists supported ones), hidden_act other than "silu",
- * use_sliding_window true. On error *out is zeroed. */
-int df_cfg_load(const char *dir, df_model_config *out, char *err, size_t errlen);
+/* ---- families -----------------------------------------------------------------------
+ * Each model family (engine/models/<family>.c) reads its own keys through a df_cfg_reader,
+ * after the keys every family shares; the family table (engine/models/families.c) holds
+ * them and offers df_cfg_load / df_cfg_parse over all of them. */
 
-/* Same as df_cfg_load but from a JSON text in memory; `name` is used in messages. */
-int df_cfg_parse(const char *json, size_t len, const char *name, df_model_config *out,
-                 char *err, size_t errlen);
+/* A config.json being read by a family's parser; its functions below report one line
+ * naming the file and key (as every error here does) and return -1 on a fault. */
+typedef struct df_cfg_reader df_cfg_reader;
+
+/* Largest size a config key may give: products of two sizes stay within int64. */
+#define DF_CFG_MAX_DIM INT32_MAX
+
+/* The config half of a model family. */
+struct df_cfg_family {
+  const char *const *model_types; /* NULL-terminated model_type values it reads, in the
+                                     order error messages list them */
+  bool rope_mscale;               /* YaRN rope_scaling may carry mscale / mscale_all_dim */
+  /* Read the family's own keys into *m (arch, MoE map, router, ...) after the shared ones
+   * are in *m; model_type is the one that matched. 0, or -1 with the message set. */
+  int (*parse)(df_cfg_reader *r, const char *model_type, df_model_config *m);
+};
+
+/* Parse a config.json text (`name` in messages) for the first of families[0..n) whose
+ * model_types holds its model_type: first the keys every family shares, then the family's.
+ * Shared keys: required vocab_size, hidden_size, num_hidden_layers, num_attention_heads.
+ * Defaults for absent (or null) keys: num_key_value_heads = num_attention_heads, head_dim =
+ * hidden_size / num_attention_heads (integer division), rms_norm_eps 1e-6, rope_theta
+ * 10000, rope_scaling null, max_position_embeddings 32768, tie_word_embeddings false,
+ * attention_bias false, hidden_act "silu", use_sliding_window false, bos -1, no eos.
+ * Sizes must lie in 1..2^31-1; token ids in 0..vocab_size-1; rope factor >= 1; YaRN
+ * beta_fast >= beta_slow (an absent or 0 beta takes its default, as in transformers); YaRN
+ * mscale / mscale_all_dim (unless the family's rope_mscale) and truncate=false are refused.
+ * transformers >= 5's rope_parameters object (rope_type, rope_theta, ...) is read when
+ * rope_scaling / rope_theta are absent; "dtype" is read when "torch_dtype" is absent. Keys
+ * not read are ignored. Errors (-1, one line in err naming the file and key): JSON syntax
+ * (with line:column), model_type absent or of no family (the message lists the supported
+ * ones), missing required key, wrong JSON type, out-of-range value (non-positive sizes,
+ * heads not divisible by kv heads, more than DF_CFG_MAX_LAYERS layers), unsupported
+ * rope_scaling type (lists supported ones), hidden_act other than "silu", use_sliding_window
+ * true, and the family's own. On error *out is zeroed. */
+int df_cfg_parse_for(const char *json, size_t len, const char *name,
+                     const df_cfg_family *const *families, size_t n_families,
+                     df_model_config *out, char *err, size_t errlen);
+
+/* df_cfg_parse_for over DIR/config.json; also: missing or unreadable file. */
+int df_cfg_load_for(const char *dir, const df_cfg_family *const *families, size_t n_families,
+                    df_model_config *out, char *err, size_t errlen);
+
+/* Report a fault: "<file>: <printf text>". */
+void df_cfg_fail(df_cfg_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* True when key is present and not null. */
+bool df_cfg_has(df_cfg_reader *r, const char *key);
+/* Integer key in [lo, hi]; absent: an error when required, else *out = def. */
+int df_cfg_int(df_cfg_reader *r, const char *key, bool required, int64_t def, int64_t lo,
+               int64_t hi, int64_t *out);
+/* Number (integer or real) key; absent: *out = def. */
+int df_cfg_num(df_cfg_reader *r, const char *key, double def, double *out);
+/* true / false key; absent: *out = def. */
+int df_cfg_bool(df_cfg_reader *r, const char *key, bool def, bool *out);
+/* String key; absent: *out = def (may be NULL). The string lives as long as the reader. */
+int df_cfg_str(df_cfg_reader *r, const char *key, const char *def, const char **out);
+/* A list of layer indices in 0..n_layers-1 (e.g. mlp_only_layers): in_list[i] = i listed;
+ * absent: none. */
+int df_cfg_layer_list(df_cfg_reader *r, const char *key, int64_t n_layers, bool *in_list);
+/* quantization_config: null or absent = DF_QUANT_NONE; quant_method "fp8" with fmt "e4m3"
+ * (or absent) and weight_block_size [n, k] of positive integers = DF_QUANT_FP8_BLOCK; other
+ * methods or formats are refused by name. */
+int df_cfg_quant_fp8(df_cfg_reader *r, df_model_config *m);
 
 /* Parse DIR/generation_config.json (optional: a missing file gives the defaults, with
  * eos/bos taken from `mc`). Errors (-1): malformed JSON or wrong key types; also
@@ -177,7 +203,5 @@ int df_gen_cfg_load(const char *dir, const df_model_config *mc, df_gen_config *o
 int df_gen_cfg_parse(const char *json, size_t len, const char *name, const df_model_config *mc,
                      df_gen_config *out, char *err, size_t errlen);
 
-/* Human-readable arch name ("qwen3_moe"). Never NULL. */
-const char *df_cfg_arch_name(df_arch a);
 
 #endif

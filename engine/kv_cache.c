@@ -3,12 +3,33 @@
 #include "engine/kv_cache.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 df_kv_cache *df_kv_new(int64_t n_layers, int64_t n_kv, int64_t head_dim, int64_t ctx, char *err,
                        size_t errlen) {
   return df_kv_new_on(NULL, n_layers, n_kv, head_dim, ctx, err, errlen);
+}
+
+/* Fill every layer slot of an empty cache with a zeroed k [k_shape] and v [v_shape] on
+ * dev; on failure the cache is destroyed and err says how many bytes the whole took. */
+static df_kv_cache *fill_layers(df_kv_cache *kv, const df_t_device *dev, int ndim,
+                                const int64_t *k_shape, const int64_t *v_shape,
+                                const char *what, char *err, size_t errlen) {
+  for (int64_t l = 0; l < kv->n_layers; l++) {
+    kv->k[l] = df_t_new_f32_on(dev, ndim, k_shape, err, errlen);
+    kv->v[l] = kv->k[l] ? df_t_new_f32_on(dev, ndim, v_shape, err, errlen) : NULL;
+    if (!kv->v[l]) {
+      char inner[256];
+      snprintf(inner, sizeof inner, "%s", err);
+      snprintf(err, errlen, "%s of %llu bytes (ctx %lld tokens): %s", what,
+               (unsigned long long)df_kv_bytes(kv), (long long)kv->ctx, inner);
+      df_kv_destroy(&kv);
+      return NULL;
+    }
+  }
+  return kv;
 }
 
 df_kv_cache *df_kv_new_on(const df_t_device *dev, int64_t n_layers, int64_t n_kv,
@@ -23,34 +44,13 @@ df_kv_cache *df_kv_new_on(const df_t_device *dev, int64_t n_layers, int64_t n_kv
     snprintf(err, errlen, "KV cache: size overflows");
     return NULL;
   }
-  df_kv_cache *kv = calloc(1, sizeof *kv);
-  if (!kv) goto oom;
-  kv->n_layers = n_layers;
+  df_kv_cache *kv = df_kv_new_layers(n_layers, ctx, (uint64_t)(2 * n_layers * n_kv * head_dim) * 4u,
+                                     0, err, errlen);
+  if (!kv) return NULL;
   kv->n_kv = n_kv;
   kv->head_dim = head_dim;
-  kv->ctx = ctx;
-  kv->k = calloc((size_t)n_layers, sizeof *kv->k);
-  kv->v = calloc((size_t)n_layers, sizeof *kv->v);
-  if (!kv->k || !kv->v) goto oom;
   int64_t shape[3] = {n_kv, ctx, head_dim};
-  for (int64_t l = 0; l < n_layers; l++) {
-    kv->k[l] = df_t_new_f32_on(dev, 3, shape, err, errlen);
-    kv->v[l] = kv->k[l] ? df_t_new_f32_on(dev, 3, shape, err, errlen) : NULL;
-    if (!kv->v[l]) {
-      char inner[256];
-      snprintf(inner, sizeof inner, "%s", err);
-      snprintf(err, errlen, "KV cache of %llu bytes (ctx %lld tokens): %s",
-               (unsigned long long)(2 * n_layers * n_kv * ctx * head_dim * 4), (long long)ctx,
-               inner);
-      df_kv_destroy(&kv);
-      return NULL;
-    }
-  }
-  return kv;
-oom:
-  snprintf(err, errlen, "KV cache: out of memory");
-  df_kv_destroy(&kv);
-  return NULL;
+  return fill_layers(kv, dev, 3, shape, shape, "KV cache", err, errlen);
 }
 
 df_kv_cache *df_kv_new_mla(int64_t n_layers, int64_t kv_lora_rank, int64_t rope_dim, int64_t ctx,
@@ -70,34 +70,13 @@ df_kv_cache *df_kv_new_mla_on(const df_t_device *dev, int64_t n_layers, int64_t 
     snprintf(err, errlen, "KV cache: size overflows");
     return NULL;
   }
-  df_kv_cache *kv = calloc(1, sizeof *kv);
-  if (!kv) goto oom;
-  kv->n_layers = n_layers;
+  df_kv_cache *kv = df_kv_new_layers(
+      n_layers, ctx, (uint64_t)(n_layers * (kv_lora_rank + rope_dim)) * 4u, 0, err, errlen);
+  if (!kv) return NULL;
   kv->head_dim = rope_dim;
   kv->kv_lora_rank = kv_lora_rank;
-  kv->ctx = ctx;
-  kv->k = calloc((size_t)n_layers, sizeof *kv->k);
-  kv->v = calloc((size_t)n_layers, sizeof *kv->v);
-  if (!kv->k || !kv->v) goto oom;
   int64_t sc[2] = {ctx, kv_lora_rank}, sr[2] = {ctx, rope_dim};
-  for (int64_t l = 0; l < n_layers; l++) {
-    kv->k[l] = df_t_new_f32_on(dev, 2, sc, err, errlen);
-    kv->v[l] = kv->k[l] ? df_t_new_f32_on(dev, 2, sr, err, errlen) : NULL;
-    if (!kv->v[l]) {
-      char inner[256];
-      snprintf(inner, sizeof inner, "%s", err);
-      snprintf(err, errlen, "MLA cache of %llu bytes (ctx %lld tokens): %s",
-               (unsigned long long)(n_layers * (kv_lora_rank + rope_dim) * ctx * 4),
-               (long long)ctx, inner);
-      df_kv_destroy(&kv);
-      return NULL;
-    }
-  }
-  return kv;
-oom:
-  snprintf(err, errlen, "KV cache: out of memory");
-  df_kv_destroy(&kv);
-  return NULL;
+  return fill_layers(kv, dev, 2, sc, sr, "MLA cache", err, errlen);
 }
 
 void df_kv_destroy(df_kv_cache **kvp) {
@@ -118,12 +97,36 @@ void df_kv_truncate(df_kv_cache *kv, int64_t n) {
   kv->len = n;
 }
 
-uint64_t df_kv_bytes_per_token(const df_kv_cache *kv) {
-  if (kv->kv_lora_rank > 0)
-    return (uint64_t)(kv->n_layers * (kv->kv_lora_rank + kv->head_dim)) * 4u;
-  return (uint64_t)(2 * kv->n_layers * kv->n_kv * kv->head_dim) * 4u;
-}
+uint64_t df_kv_bytes_per_token(const df_kv_cache *kv) { return kv->bytes_per_token; }
 
 uint64_t df_kv_bytes(const df_kv_cache *kv) {
-  return df_kv_bytes_per_token(kv) * (uint64_t)kv->ctx;
+  return kv->bytes_per_token * (uint64_t)kv->ctx + kv->bytes_per_seq;
+}
+
+df_kv_cache *df_kv_new_layers(int64_t n_layers, int64_t ctx, uint64_t bytes_per_token,
+                              uint64_t bytes_per_seq, char *err, size_t errlen) {
+  if (n_layers <= 0 || ctx <= 0) {
+    snprintf(err, errlen, "KV cache: sizes must be positive (layers %lld, ctx %lld)",
+             (long long)n_layers, (long long)ctx);
+    return NULL;
+  }
+  if (bytes_per_token > (uint64_t)INT64_MAX / (uint64_t)ctx ||
+      bytes_per_seq > (uint64_t)INT64_MAX - bytes_per_token * (uint64_t)ctx) {
+    snprintf(err, errlen, "KV cache: size overflows");
+    return NULL;
+  }
+  df_kv_cache *kv = calloc(1, sizeof *kv);
+  if (!kv) goto oom;
+  kv->n_layers = n_layers;
+  kv->ctx = ctx;
+  kv->bytes_per_token = bytes_per_token;
+  kv->bytes_per_seq = bytes_per_seq;
+  kv->k = calloc((size_t)n_layers, sizeof *kv->k);
+  kv->v = calloc((size_t)n_layers, sizeof *kv->v);
+  if (!kv->k || !kv->v) goto oom;
+  return kv;
+oom:
+  snprintf(err, errlen, "KV cache: out of memory");
+  df_kv_destroy(&kv);
+  return NULL;
 }

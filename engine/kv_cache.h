@@ -5,7 +5,7 @@
  * the RoPE key shared by all heads [ctx, rope_dim] per layer, never expanded per head — and
  * the number of positions filled. Truncation (speculative decoding's rollback) only moves the length:
  * positions past it are overwritten by the next forward. Does not own: how K/V are
- * computed (engine/model.c).
+ * computed (the token mixers, engine/layers/).
  */
 #ifndef DF_ENGINE_KV_CACHE_H
 #define DF_ENGINE_KV_CACHE_H
@@ -26,7 +26,16 @@ typedef struct df_kv_cache {
   df_t_tensor **v;  /* [n_layers] each [n_kv, ctx, head_dim] fp32;
                        MLA: the rotated shared key k_rope [ctx, rope_dim] fp32 */
   int64_t kv_lora_rank; /* > 0 marks an MLA cache */
+  uint64_t bytes_per_token; /* state bytes one position takes over all layers */
+  uint64_t bytes_per_seq;   /* state bytes independent of the length (recurrent states) */
 } df_kv_cache;
+
+/* A cache of n_layers empty slots (k[l] = v[l] = NULL) for ctx tokens, for a model whose
+ * layers allocate their own state into their slot (engine/layers/layer.h state_new);
+ * bytes_per_token / bytes_per_seq are what those states will take. Errors (NULL, message):
+ * non-positive sizes, size overflow, out of memory. Free with df_kv_destroy. */
+df_kv_cache *df_kv_new_layers(int64_t n_layers, int64_t ctx, uint64_t bytes_per_token,
+                              uint64_t bytes_per_seq, char *err, size_t errlen);
 
 /* Allocate a zeroed cache: n_layers * 2 * n_kv * ctx * head_dim * 4 bytes.
  * Errors (NULL, message in err): non-positive sizes, size overflow, allocation failure
@@ -58,11 +67,11 @@ void df_kv_destroy(df_kv_cache **kv);
  * at position n exactly as if the positions past n had never been computed. */
 void df_kv_truncate(df_kv_cache *kv, int64_t n);
 
-/* Bytes held by the cache. */
+/* Bytes held by the cache: bytes_per_token * ctx + bytes_per_seq. */
 uint64_t df_kv_bytes(const df_kv_cache *kv);
 
 /* Bytes one position takes over all layers (MHA: 2 * n_kv * head_dim * 4 per layer; MLA:
- * (kv_lora_rank + rope_dim) * 4 per layer). */
+ * (kv_lora_rank + rope_dim) * 4 per layer; a model's cache: the sum of its layers'). */
 uint64_t df_kv_bytes_per_token(const df_kv_cache *kv);
 
 #endif

@@ -1,9 +1,12 @@
-/* engine/model.h — the qwen3_moe / qwen3 and deepseek_v3 / kimi_k2 decoders: load a Hugging
- * Face folder, run forwards.
+/* engine/model.h — a model of any supported family (qwen3_moe / qwen3, deepseek_v3 / kimi_k2):
+ * load a Hugging Face folder, run forwards.
  *
- * Owns: binding the checkpoint's tensors to the config (names, dtypes, shapes), the planned
- * activation buffers, RoPE tables and the forward pass (chunked prefill, decode, verify
- * batches) following transformers' modeling_qwen3_moe.py / modeling_qwen3.py:
+ * Owns: the public face of a loaded model: loading (engine/model.c: the family file in
+ * engine/models/ binds the checkpoint's tensors to the config and composes each layer from
+ * the blocks of engine/layers/), the planned activation buffers, RoPE tables, each
+ * sequence's state, and the forward pass (engine/forward.c: chunked prefill, decode, verify
+ * batches). For qwen3_moe / qwen3 it follows transformers' modeling_qwen3_moe.py /
+ * modeling_qwen3.py:
  *   x = embed(ids)
  *   per layer: h = x + o_proj(attn(rope(q_norm(q_proj(n))), rope(k_norm(k_proj(n))), v_proj(n)))
  *              with n = input_layernorm(x);
@@ -14,7 +17,7 @@
  * in the router's order. Numerics: fp32 activations, weights in their stored dtype, every
  * kernel batch-invariant (engine/kernels/kernels.h), so a position's logits do not depend on how
  * the tokens were chunked.
- * deepseek_v3 / kimi_k2 (transformers' modeling_deepseek_v3.py; engine/model_deepseek.c):
+ * deepseek_v3 / kimi_k2 (transformers' modeling_deepseek_v3.py; engine/models/deepseek_v3.c):
  * the same layer loop with multi-head latent attention (low-rank q and kv projections with
  * their RMSNorms, decoupled RoPE, a latent KV cache of c_kv + k_rope per position, attention
  * in the absorbed form for every row so prefill and decode agree bitwise), dense MLPs on the
@@ -30,9 +33,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "config/model_config.h"
 #include "engine/device/admission.h"
+#include "engine/layers/profile.h"
 #include "engine/experts/expert_backend.h"
 #include "engine/kv_cache.h"
 #include "engine/safetensors.h"
@@ -131,6 +136,13 @@ const uint64_t *df_model_route_counts(const df_model *m);
  * on failure. Free with df_kv_destroy. */
 df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t errlen);
 
+/* The family's lines on the model's attention and MoE shape (`deltafin inspect`), to f. */
+void df_model_print_summary(const df_model *m, FILE *f);
+
+/* What a sequence's state holds per token, as its token mixers say (e.g. "fp32 K and V";
+ * layers of different kinds joined by " + "), written to buf (NUL-terminated). */
+void df_model_state_kind(const df_model *m, char *buf, size_t cap);
+
 /* KV-cache bytes one token takes over all layers: fp32 K and V per kv head (qwen3 families),
  * or the fp32 latent c_kv (kv_lora_rank) + shared RoPE key (qk_rope_head_dim) for MLA. */
 uint64_t df_model_kv_bytes_per_token(const df_model *m);
@@ -142,21 +154,14 @@ uint64_t df_model_kv_bytes_per_token(const df_model *m);
 int df_model_expert_weights(const df_model *m, int layer, int expert, const df_t_tensor **gate,
                             const df_t_tensor **up, const df_t_tensor **down);
 
+/* A new in-process backend over this model's own routed experts (engine/experts/
+ * expert_local.h; m borrowed: must outlive it), sized for a chunk of max_rows rows. The
+ * caller owns it. NULL + message on allocation failure. */
+df_expert_backend *df_model_local_experts(const df_model *m, char *err, size_t errlen);
+
 /* Replace the expert backend (the model takes ownership; the previous one is destroyed).
  * NULL restores the local backend. */
 void df_model_set_expert_backend(df_model *m, df_expert_backend *be);
-
-/* Wall time per part of the forward, accumulated while profiling is on (seconds). */
-typedef struct df_model_profile {
-  double attention; /* input norm, q/k/v/o projections, q/k norms, RoPE, attention */
-  double router;    /* post-attention norm, gate linear, softmax/top-k, grouping */
-  double experts;   /* routed experts through the expert backend */
-  double combine;   /* weighting and summing the expert outputs */
-  double dense_mlp; /* dense SwiGLU layers */
-  double lm_head;   /* final norm and lm_head */
-  double embed;     /* embedding lookup and residual adds */
-  int64_t forwards, tokens;
-} df_model_profile;
 
 /* Turn per-part timing on or off (off by default: it adds two clock reads per part) and
  * reset the counters. */

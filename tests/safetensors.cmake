@@ -1,8 +1,8 @@
-# Safetensors loader (dfst) and model config parser (dfconfig): unit tests, plus the libFuzzer
-# target for the safetensors header parser (helper in fuzz.cmake, gated by DF_FUZZ).
-# These tests link only dfst / dfconfig, never dfengine.
+# Safetensors loader (dfst) and model config parser (dfconfig, with the families' own keys
+# from engine/models/ in dfengine): unit tests, plus the libFuzzer target for the
+# safetensors header parser (helper in fuzz.cmake, gated by DF_FUZZ), which links only dfst.
 df_add_cmocka_test(test_safetensors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_safetensors.c LIBS dfst)
-df_add_cmocka_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c LIBS dfconfig)
+df_add_cmocka_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c LIBS dfengine)
 
 include(${CMAKE_CURRENT_LIST_DIR}/fuzz.cmake)
 df_add_fuzzer(fuzz_st_header

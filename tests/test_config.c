@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "config/model_config.h"
+#include "engine/models/family.h"
 
 /* ---- helpers -------------------------------------------------------------------------- */
 

@@ -32,33 +32,9 @@ int df_cmd_inspect(int argc, char **argv) {
   printf("type         %s\n", c->model_type);
   printf("layers       %lld (hidden %lld, vocab %lld)\n", (long long)c->num_hidden_layers,
          (long long)c->hidden_size, (long long)c->vocab_size);
-  const char *rope_kind = c->rope_scaling.type == DF_ROPE_YARN     ? " (yarn)"
-                          : c->rope_scaling.type == DF_ROPE_LINEAR ? " (linear)"
-                                                                   : "";
-  if (c->arch == DF_ARCH_DEEPSEEK_V3)
-    printf("attention    MLA, %lld heads, q_lora_rank %lld, kv_lora_rank %lld, qk_nope %lld + "
-           "qk_rope %lld, v_head %lld, rope_theta %g%s\n",
-           (long long)c->num_attention_heads, (long long)c->q_lora_rank,
-           (long long)c->kv_lora_rank, (long long)c->qk_nope_head_dim,
-           (long long)c->qk_rope_head_dim, (long long)c->v_head_dim, c->rope_theta, rope_kind);
-  else
-    printf("attention    %lld query heads, %lld kv heads, head_dim %lld, rope_theta %g%s\n",
-           (long long)c->num_attention_heads, (long long)c->num_key_value_heads,
-           (long long)c->head_dim, c->rope_theta, rope_kind);
+  df_model_print_summary(m, stdout);
   int64_t n_moe = 0;
   for (int64_t l = 0; l < c->num_hidden_layers; l++) n_moe += c->is_moe_layer[l];
-  if (c->arch == DF_ARCH_QWEN3_MOE)
-    printf("moe          %lld of %lld layers, %lld experts, top-%lld, expert width %lld, "
-           "norm_topk_prob %s\n", (long long)n_moe, (long long)c->num_hidden_layers,
-           (long long)c->num_experts, (long long)c->num_experts_per_tok,
-           (long long)c->moe_intermediate_size, c->norm_topk_prob ? "true" : "false");
-  if (c->arch == DF_ARCH_DEEPSEEK_V3 && n_moe > 0)
-    printf("moe          %lld of %lld layers, %lld experts in %lld groups (keep %lld), top-%lld, "
-           "sigmoid + correction bias, %lld shared, expert width %lld, scaling %g\n",
-           (long long)n_moe, (long long)c->num_hidden_layers, (long long)c->num_experts,
-           (long long)c->n_group, (long long)c->topk_group, (long long)c->num_experts_per_tok,
-           (long long)c->n_shared_experts, (long long)c->moe_intermediate_size,
-           c->routed_scaling_factor);
   if (c->quant == DF_QUANT_FP8_BLOCK)
     printf("weights      FP8 E4M3, %lldx%lld block scales (de-quantised inside the kernels)\n",
            (long long)c->quant_block_n, (long long)c->quant_block_k);
@@ -106,9 +82,10 @@ int df_cmd_inspect(int argc, char **argv) {
          gib(b.experts));
   printf("  weights read/token   %12llu bytes (%.3f GiB) at decode\n",
          (unsigned long long)b.active_per_token, gib(b.active_per_token));
+  char kind[256];
+  df_model_state_kind(m, kind, sizeof kind);
   printf("  KV cache per token   %12llu bytes (%s, all layers)\n", (unsigned long long)kv_tok,
-         c->arch == DF_ARCH_DEEPSEEK_V3 ? "fp32 latent c_kv + shared k_rope, MLA"
-                                        : "fp32 K and V");
+         kind);
   df_model_destroy(&m);
   return 0;
 }

@@ -97,7 +97,7 @@ df_expert_backend *df_expert_remote_new(const df_model *m, df_cluster *c, bool s
     const df_t_tensor *g, *u, *d;
     rb->moe_layers += cfg->num_experts > 0 && df_model_expert_weights(m, (int)l, 0, &g, &u, &d) == 0;
   }
-  if (!(rb->local = df_expert_local_new(m, err, errlen))) {
+  if (!(rb->local = df_model_local_experts(m, err, errlen))) {
     remote_destroy(&rb->base);
     return NULL;
   }

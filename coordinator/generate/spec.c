@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/models/family.h"
 #include "engine/text/tokenizer.h"
 
 struct df_spec {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config/model_config.h"
+#include "engine/models/family.h"
 #include "coordinator/hub/pull_manifest.h"
 #include "coordinator/hub/pull_util.h"
 #include "engine/model.h"

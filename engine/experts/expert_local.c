@@ -4,11 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/model.h"
 
 typedef struct local_be {
   df_expert_backend base;
-  const df_model *m;
+  df_expert_weights_fn weights;
+  const void *owner;
   df_t_tensor *g, *u; /* [max_rows * top_k, moe_intermediate] fp32 scratch */
 } local_be;
 
@@ -26,8 +26,8 @@ static int local_run(df_expert_backend *be, const df_expert_request *req, char *
     return -1;
   }
   for (int gi = 0; gi < req->n_groups; gi++)
-    if (df_model_expert_weights(lb->m, req->layer, req->experts[gi], &gate[gi], &up[gi],
-                                &down[gi]) != 0) {
+    if (lb->weights(lb->owner, req->layer, req->experts[gi], &gate[gi], &up[gi], &down[gi]) !=
+        0) {
       snprintf(err, errlen, "local experts: layer %d expert %d does not exist", req->layer,
                req->experts[gi]);
       return -1;
@@ -47,7 +47,8 @@ static void local_destroy(df_expert_backend *be) {
 
 static const df_expert_backend_ops local_ops = {"local", local_run, local_destroy};
 
-df_expert_backend *df_expert_local_new(const df_model *m, char *err, size_t errlen) {
+df_expert_backend *df_expert_local_new(df_expert_weights_fn weights, const void *owner,
+                                       int64_t max_rows, int64_t I, char *err, size_t errlen) {
   local_be *lb = calloc(1, sizeof *lb);
   if (!lb) {
     snprintf(err, errlen, "out of memory");
@@ -55,10 +56,9 @@ df_expert_backend *df_expert_local_new(const df_model *m, char *err, size_t errl
   }
   lb->base.ops = &local_ops;
   lb->base.impl = lb;
-  lb->m = m;
-  int64_t I = df_model_cfg(m)->moe_intermediate_size > 0 ? df_model_cfg(m)->moe_intermediate_size : 1;
-  int64_t k = df_model_cfg(m)->num_experts_per_tok > 0 ? df_model_cfg(m)->num_experts_per_tok : 1;
-  int64_t shape[2] = {df_model_max_rows(m) * k, I}; /* every routed row of a chunk */
+  lb->weights = weights;
+  lb->owner = owner;
+  int64_t shape[2] = {max_rows, I}; /* every routed row of a chunk */
   lb->g = df_t_new_f32(2, shape, err, errlen);
   lb->u = lb->g ? df_t_new_f32(2, shape, err, errlen) : NULL;
   if (!lb->u) {

@@ -6,7 +6,7 @@
 // budget, the rest run on the host kernels). Does not own: the df_t_tensor handle, the CPU
 // ops, the oracles and device parsing/resolution (engine/tensor/torch_shim.cpp, used here
 // through torch_internal.hpp and torch_shim.h; nothing there uses this file), the model's
-// configuration, buffer planning and which experts go on the device (engine/model.c with
+// configuration, buffer planning and which experts go on the device (engine/model_device.c with
 // engine/device/admission.c), the pinned uploader (engine/device/cuda_rt.c).
 //
 // Portability: the libtorch 1.13 / 2.x common API as in torch_shim.cpp. RMSNorm and attention
@@ -267,7 +267,7 @@ static at::Tensor tm_moe(df_tm *tm, int64_t l, const at::Tensor &xn, df_expert_b
     df_k_router_softmax_topk(logits.data_ptr<float>(), R, E, k, d.norm_topk, idx.data(),
                              w.data());
   }
-  // group (row, choice) pairs by expert id ascending, rows ascending (engine/model.c)
+  // group (row, choice) pairs by expert id ascending, rows ascending (engine/layers/moe.c)
   std::vector<int64_t> cnt((size_t)E + 1, 0), cur((size_t)E, 0), slot((size_t)(R * k)),
       src((size_t)(R * k));
   for (int64_t i = 0; i < R * k; i++) cnt[(size_t)idx[(size_t)i]]++;
@@ -341,7 +341,7 @@ static at::Tensor deinterleave(const at::Tensor &x) {
   return x.reshape(pairs).transpose(-1, -2).reshape(sz);
 }
 
-// DeepseekV3Attention in the absorbed form of engine/model_deepseek.c (df_ds_attention +
+// DeepseekV3Attention in the absorbed form of engine/layers/mla.c (mla_forward +
 // kernels.h df_k_mla_attention): x [R, H] fp32 -> o_proj output [R, H]. The latent c_kv
 // (after kv_a_layernorm) and the rotated shared RoPE key of each row go to its sequence's
 // MLA cache (k[l] [ctx, L], v[l] [ctx, dr]); per head, q_abs = q_nope W_uk, scores =

@@ -104,7 +104,7 @@ void df_t_rmsnorm(const df_t_tensor *x, int64_t n_vec, const df_t_tensor *w, flo
                   df_t_tensor *y);
 
 /* In-place RoPE on x viewed as [rows, n_heads, d]; pos [rows] positions;
- * cos_t, sin_t [n_pos, d/2] fp32 tables (df_rope_tables in engine/model.c builds them). */
+ * cos_t, sin_t [n_pos, d/2] fp32 tables (engine/layers/rope.h df_rope_tables_new builds them). */
 void df_t_rope(df_t_tensor *x, int64_t rows, int64_t n_heads, const int64_t *pos,
                const df_t_tensor *cos_t, const df_t_tensor *sin_t);
 
@@ -210,7 +210,7 @@ df_t_tensor *df_t_new_f32_on(const df_t_device *dev, int ndim, const int64_t *sh
                              size_t errlen);
 
 /* ---- the torch compute path ----------------------------------------------------------
- * The qwen3 / qwen3_moe forward of engine/model.c in libtorch operators on one at::Device,
+ * The qwen3 / qwen3_moe forward of engine/forward.c in libtorch operators on one at::Device,
  * for the GPU (and, as DF_T_DEV_TORCH_CPU, for tests on any machine). Numerics: the weights
  * are uploaded as stored (BF16 / F16 / F32 bytes, no re-encoding) and widened to fp32 per
  * op; activations, router, attention softmax, norms and logits are fp32 (DESIGN.md §4);
@@ -225,7 +225,7 @@ typedef struct df_tm df_tm;
 struct df_kv_cache;
 struct df_expert_backend;
 
-/* One decoder layer's weights, host handles of engine/model.c (stored dtype). */
+/* One decoder layer's weights, host handles the blocks of engine/layers/ describe (stored dtype). */
 typedef struct df_tm_layer {
   const df_t_tensor *in_norm, *post_norm;           /* [H] */
   const df_t_tensor *q, *k, *v, *o;                 /* [nh*hd, H], [nkv*hd, H] x2, [H, nh*hd] */
@@ -276,7 +276,7 @@ void df_tm_destroy(df_tm **tm);
 /* Bytes held on the device by uploaded weights. */
 uint64_t df_tm_device_bytes(const df_tm *tm);
 
-/* One forward chunk of R rows (engine/model.c's forward_chunk + lm_head on the device):
+/* One forward chunk of R rows (engine/forward.c's forward_chunk + lm_head on the device):
  *   ids     [R] token ids (checked by the caller), pos [R] positions, row_seq [R] sequence
  *           index of each row; rows of one sequence consecutive and in position order
  *   kvs     [n_seqs] caches made with df_t_new_f32_on(this device); K/V of row r are

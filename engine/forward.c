@@ -1,0 +1,160 @@
+/* engine/forward.c — the one layer loop: runs a model's plan of composed layers over a
+ * batch of sequences, in chunks of max_rows rows; see model.h (df_model_forward_batch).
+ *
+ * Owns: the chunking of a batch's rows, the embedding lookup, the loop over the plan
+ * (residual scheme around each layer's token and channel mixer, engine/layers/layer.h), the
+ * final norm and lm_head over the rows that want logits, the sequences' lengths, and the
+ * hand-off of a chunk to the torch compute path when the model runs on a device. It never
+ * asks which family a layer came from. Does not own: the blocks (engine/layers/), loading
+ * (engine/model.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/model_internal.h"
+
+/* One chunk of R <= max_rows rows. Row r belongs to sequence row_seq[r] and sits at
+ * position m->pos[r] of that sequence's cache; rows of one sequence are consecutive and in
+ * position order. -1 + message: a block's error (the expert backend's). */
+static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
+                         const int32_t *ids, int64_t R, char *err, size_t errlen) {
+  const df_model_config *c = &m->cfg;
+  df_residual *rs = m->residual;
+  df_rows rows = {.R = R, .pos = m->pos, .seq = row_seq, .kvs = kvs};
+  double t0 = m->profiling ? df_prof_now() : 0;
+  df_t_embed(ids, R, m->embed, m->x);
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+    const df_layer *L = &m->layers[l];
+    df_prof_lap(m->profiling, &m->prof.embed, &t0);
+    rs->ops->sublayer_in(rs, L, 0, R, m->x, m->xn);
+    L->attn->ops->forward(L->attn, &rows, m->xn, m->tmp);
+    rs->ops->sublayer_out(rs, L, 0, R, m->x, m->tmp);
+    df_prof_lap(m->profiling, &m->prof.attention, &t0);
+    rs->ops->sublayer_in(rs, L, 1, R, m->x, m->xn);
+    if (L->ffn->ops->forward(L->ffn, &rows, m->xn, m->tmp, err, errlen) != 0) return -1;
+    if (m->profiling) t0 = df_prof_now();
+    rs->ops->sublayer_out(rs, L, 1, R, m->x, m->tmp);
+  }
+  df_prof_lap(m->profiling, &m->prof.embed, &t0);
+  return 0;
+}
+
+int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *err,
+                           size_t errlen) {
+  const df_model_config *c = &m->cfg;
+  int64_t V = c->vocab_size, H = c->hidden_size, total = 0;
+  if (n_seqs <= 0 || n_seqs > DF_MODEL_MAX_BATCH) {
+    snprintf(err, errlen, "forward: %d sequences (expected 1..%d)", n_seqs, DF_MODEL_MAX_BATCH);
+    return -1;
+  }
+  for (int s = 0; s < n_seqs; s++) {
+    const df_batch_seq *q = &seqs[s];
+    if (q->n <= 0) {
+      snprintf(err, errlen, "forward: sequence %d has no tokens", s);
+      return -1;
+    }
+    if (q->kv->len + q->n > q->kv->ctx) {
+      snprintf(err, errlen, "context overflow: %lld cached + %lld new tokens > context %lld",
+               (long long)q->kv->len, (long long)q->n, (long long)q->kv->ctx);
+      return -1;
+    }
+    for (int t = 0; t < s; t++)
+      if (seqs[t].kv == q->kv) {
+        snprintf(err, errlen, "forward: sequences %d and %d share a KV cache", t, s);
+        return -1;
+      }
+    for (int64_t i = 0; i < q->n; i++)
+      if (q->ids[i] < 0 || q->ids[i] >= V) {
+        snprintf(err, errlen, "token id %d at index %lld out of range [0, %lld)", q->ids[i],
+                 (long long)i, (long long)V);
+        return -1;
+      }
+    total += q->n;
+  }
+  df_kv_cache *kvs[DF_MODEL_MAX_BATCH];
+  int64_t start[DF_MODEL_MAX_BATCH];
+  for (int s = 0; s < n_seqs; s++) {
+    kvs[s] = seqs[s].kv;
+    start[s] = seqs[s].kv->len;
+  }
+  /* walk the concatenated rows in chunks of max_rows; (s, i) = next token to place */
+  int s = 0;
+  int64_t i = 0;
+  for (int64_t done = 0; done < total;) {
+    int64_t R = total - done < m->max_rows ? total - done : m->max_rows;
+    int cs = s;
+    int64_t ci = i;
+    for (int64_t r = 0; r < R; r++) {
+      m->row_seq[r] = s;
+      m->row_ids[r] = seqs[s].ids[i];
+      m->pos[r] = start[s] + i;
+      if (++i == seqs[s].n) {
+        s++;
+        i = 0;
+      }
+    }
+    if (m->tm) { /* torch compute path: the whole chunk, lm_head included, on the device */
+      for (int64_t r = 0, ss = cs, ii = ci; r < R; r++) {
+        const df_batch_seq *q = &seqs[ss];
+        bool want = q->mode == DF_LOGITS_ALL || (q->mode == DF_LOGITS_LAST && ii == q->n - 1);
+        m->row_out[r] = !want ? NULL : q->mode == DF_LOGITS_ALL ? q->logits + ii * V : q->logits;
+        if (++ii == q->n) {
+          ss++;
+          ii = 0;
+        }
+      }
+      if (df_tm_forward(m->tm, R, m->row_ids, m->pos, m->row_seq, kvs, m->row_out, m->backend,
+                        m->xs, m->ys, m->route_counts, err, errlen) != 0) {
+        for (int t = 0; t < n_seqs; t++) kvs[t]->len = start[t];
+        return -1;
+      }
+      for (int64_t r = 0; r < R; r++)
+        if (m->pos[r] + 1 > kvs[m->row_seq[r]]->len) kvs[m->row_seq[r]]->len = m->pos[r] + 1;
+      done += R;
+      continue;
+    }
+    if (forward_chunk(m, kvs, m->row_seq, m->row_ids, R, err, errlen) != 0) {
+      for (int t = 0; t < n_seqs; t++) kvs[t]->len = start[t];
+      return -1;
+    }
+    /* rows that need logits, gathered so lm_head streams its weights once per chunk */
+    double t0 = m->profiling ? df_prof_now() : 0;
+    int64_t nl = 0;
+    const float *xr = df_t_f32(m->x);
+    float *g = df_t_f32(m->tmp);
+    for (int64_t r = 0, ss = cs, ii = ci; r < R; r++) {
+      const df_batch_seq *q = &seqs[ss];
+      bool want = q->mode == DF_LOGITS_ALL || (q->mode == DF_LOGITS_LAST && ii == q->n - 1);
+      if (want) {
+        memcpy(g + nl * H, xr + r * H, (size_t)H * sizeof(float));
+        m->row_out[nl++] = q->mode == DF_LOGITS_ALL ? q->logits + ii * V : q->logits;
+      }
+      if (++ii == q->n) {
+        ss++;
+        ii = 0;
+      }
+    }
+    if (nl > 0) {
+      df_t_rmsnorm(m->tmp, nl, m->final_norm, (float)c->rms_norm_eps, m->xn);
+      df_t_linear(m->xn, 0, nl, m->lm_head, NULL, m->logits);
+      for (int64_t j = 0; j < nl; j++)
+        memcpy(m->row_out[j], df_t_f32(m->logits) + j * V, (size_t)V * sizeof(float));
+    }
+    df_prof_lap(m->profiling, &m->prof.lm_head, &t0);
+    /* the chunk's rows are in the caches now */
+    for (int64_t r = 0; r < R; r++)
+      if (m->pos[r] + 1 > kvs[m->row_seq[r]]->len) kvs[m->row_seq[r]]->len = m->pos[r] + 1;
+    if (m->profiling) {
+      m->prof.forwards++;
+      m->prof.tokens += R;
+    }
+    done += R;
+  }
+  return 0;
+}
+
+int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n,
+                     df_logits_mode mode, float *logits, char *err, size_t errlen) {
+  df_batch_seq q = {.kv = kv, .ids = ids, .n = n, .mode = mode, .logits = logits};
+  return df_model_forward_batch(m, &q, 1, err, errlen);
+}
