@@ -1,6 +1,6 @@
 /* engine/model_internal.h — the model struct that engine/model.c (loading, state,
- * accessors), engine/forward.c (the layer loop) and engine/model_device.c (device placement)
- * share. Not a public header.
+ * accessors, device placement) and engine/forward.c (the layer loop) share. Not a public
+ * header.
  *
  * Owns: the layout of a loaded model: its config, the tensor binder (every weight handle),
  * embeddings and head, the per-layer plan of composed blocks (engine/layers/layer.h), the
@@ -51,10 +51,5 @@ struct df_model {
   bool profiling;
   df_model_profile prof;
 };
-
-/* engine/model_device.c: resolve opts->device, admit memory and upload for the torch
- * compute path. Any failure leaves the model on the CPU path with the reason in
- * m->device_note; only out-of-memory on the host is an error (-1 + message). */
-int df_model_device_attach(df_model *m, const df_model_opts *opts, char *err, size_t errlen);
 
 #endif

@@ -6,7 +6,7 @@
 // budget, the rest run on the host kernels). Does not own: the df_t_tensor handle, the CPU
 // ops, the oracles and device parsing/resolution (engine/tensor/torch_shim.cpp, used here
 // through torch_internal.hpp and torch_shim.h; nothing there uses this file), the model's
-// configuration, buffer planning and which experts go on the device (engine/model_device.c with
+// configuration, buffer planning and which experts go on the device (engine/model.c with
 // engine/device/admission.c), the pinned uploader (engine/device/cuda_rt.c).
 //
 // Portability: the libtorch 1.13 / 2.x common API as in torch_shim.cpp. RMSNorm and attention
