@@ -13,7 +13,9 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -705,16 +707,29 @@ static void mon_server_close(mon_server *s) {
 
 /* One plain-TCP peer that writes junk and hangs up: the handshake fails, the server drops
  * it (a handshake failure and a disconnect event). wait_close: read until the server has closed it (10 s bound); returns
- * 0 then, -1 if the server never did. */
+ * 0 then, -1 if the server never did. Without wait_close (a flood peer) the connect is
+ * bounded to 100 ms and the peer resets the connection (SO_LINGER 0) instead of leaving it
+ * in TIME_WAIT: a flood of thousands of peers a second would otherwise use up the
+ * machine's ephemeral ports within seconds, failing every later connect for a minute. */
 static int junk_peer(int port, bool wait_close) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | (wait_close ? 0 : SOCK_NONBLOCK), 0);
   if (fd < 0) return -1;
   struct timeval tv = {10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   int rc = -1;
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+  bool connected = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  if (!connected && !wait_close && errno == EINPROGRESS) {
+    /* a flood peer whose SYN goes unanswered (a listener between two rounds) gives up after
+     * 100 ms instead of waiting out the kernel's SYN retries (1 s, 3 s, ...) */
+    struct pollfd pf = {fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t el = sizeof err;
+    connected = poll(&pf, 1, 100) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
+                err == 0;
+  }
+  if (connected) {
     static const char junk[] = "\xff\x00\x00\x00\x00\x00\x00\x00\x01\x7fjunk junk junk";
     if (write(fd, junk, sizeof junk) == (ssize_t)sizeof junk && shutdown(fd, SHUT_WR) == 0) {
       rc = 0;
@@ -726,6 +741,10 @@ static int junk_peer(int port, bool wait_close) {
         rc = n == 0 ? 0 : -1; /* EOF: the server closed it; timeout: it never did */
       }
     }
+  }
+  if (!wait_close) {
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   }
   close(fd);
   return rc;
