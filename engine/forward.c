@@ -26,15 +26,16 @@ static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
   for (int64_t l = 0; l < c->num_hidden_layers; l++) {
     const df_layer *L = &m->layers[l];
     df_prof_lap(m->profiling, &m->prof.embed, &t0);
-    rs->ops->sublayer_in(rs, L, 0, R, m->x, m->xn);
+    rs->ops->sublayer_in(rs, l, L, 0, R, m->x, m->xn);
     L->attn->ops->forward(L->attn, &rows, m->xn, m->tmp);
-    rs->ops->sublayer_out(rs, L, 0, R, m->x, m->tmp);
+    rs->ops->sublayer_out(rs, l, L, 0, R, m->x, m->tmp);
     df_prof_lap(m->profiling, &m->prof.attention, &t0);
-    rs->ops->sublayer_in(rs, L, 1, R, m->x, m->xn);
+    rs->ops->sublayer_in(rs, l, L, 1, R, m->x, m->xn);
     if (L->ffn->ops->forward(L->ffn, &rows, m->xn, m->tmp, err, errlen) != 0) return -1;
     if (m->profiling) t0 = df_prof_now();
-    rs->ops->sublayer_out(rs, L, 1, R, m->x, m->tmp);
+    rs->ops->sublayer_out(rs, l, L, 1, R, m->x, m->tmp);
   }
+  if (rs->ops->final) rs->ops->final(rs, R, m->x);
   df_prof_lap(m->profiling, &m->prof.embed, &t0);
   return 0;
 }

@@ -128,12 +128,16 @@ typedef struct df_residual df_residual;
 
 typedef struct df_residual_ops {
   const char *name; /* "pre-norm" */
-  /* xn [R, hidden] = the input of sublayer s (0 token, 1 channel mixer) of layer L. */
-  void (*sublayer_in)(df_residual *rs, const df_layer *L, int s, int64_t R,
+  /* xn [R, hidden] = the input of sublayer s (0 token, 1 channel mixer) of layer l (L). */
+  void (*sublayer_in)(df_residual *rs, int64_t l, const df_layer *L, int s, int64_t R,
                       const df_t_tensor *x, df_t_tensor *xn);
   /* Fold sublayer s's output out [R, hidden] into the stream x [R, hidden]. */
-  void (*sublayer_out)(df_residual *rs, const df_layer *L, int s, int64_t R, df_t_tensor *x,
-                       const df_t_tensor *out);
+  void (*sublayer_out)(df_residual *rs, int64_t l, const df_layer *L, int s, int64_t R,
+                       df_t_tensor *x, const df_t_tensor *out);
+  /* After the last layer, before the final norm: x [R, hidden] becomes what the final norm
+   * reads (a scheme that mixes earlier states, such as Attention Residuals, does it here).
+   * NULL = x as it is. */
+  void (*final)(df_residual *rs, int64_t R, df_t_tensor *x);
   void (*destroy)(df_residual *rs);
 } df_residual_ops;
 

@@ -12,21 +12,21 @@ typedef struct prenorm {
   float eps;
 } prenorm;
 
-static void prenorm_in(df_residual *rs, const df_layer *L, int s, int64_t R,
+static void prenorm_in(df_residual *rs, int64_t l, const df_layer *L, int s, int64_t R,
                        const df_t_tensor *x, df_t_tensor *xn) {
   const prenorm *p = (const prenorm *)rs;
   df_t_rmsnorm(x, R, L->norm[s], p->eps, xn);
 }
 
-static void prenorm_out(df_residual *rs, const df_layer *L, int s, int64_t R, df_t_tensor *x,
-                        const df_t_tensor *out) {
+static void prenorm_out(df_residual *rs, int64_t l, const df_layer *L, int s, int64_t R,
+                        df_t_tensor *x, const df_t_tensor *out) {
   const prenorm *p = (const prenorm *)rs;
   df_k_add(df_t_f32(x), df_t_f32((df_t_tensor *)out), R * p->H);
 }
 
 static void prenorm_destroy(df_residual *rs) { free(rs); }
 
-static const df_residual_ops prenorm_ops = {"pre-norm", prenorm_in, prenorm_out,
+static const df_residual_ops prenorm_ops = {"pre-norm", prenorm_in, prenorm_out, NULL,
                                             prenorm_destroy};
 
 df_residual *df_residual_prenorm_new(int64_t hidden, float eps, char *err, size_t errlen) {
