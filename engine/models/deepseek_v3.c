@@ -39,8 +39,7 @@ static int parse_config(df_cfg_reader *r, const char *model_type, df_model_confi
   m->arch = DF_ARCH_DEEPSEEK_V3;
   int64_t n_layers = m->num_hidden_layers;
   if (m->attention_bias) {
-    df_cfg_fail(r, "key 'attention_bias': true is not supported for model type %s",
-                m->model_type);
+    df_cfg_fail(r, "key 'attention_bias': true is not supported for model type %s", m->model_type);
     return -1;
   }
   if (df_cfg_int(r, "q_lora_rank", false, 0, 1, DF_CFG_MAX_DIM, &m->q_lora_rank) ||
@@ -54,19 +53,19 @@ static int parse_config(df_cfg_reader *r, const char *model_type, df_model_confi
       df_cfg_int(r, "n_group", false, 8, 1, DF_CFG_MAX_DIM, &m->n_group) ||
       df_cfg_int(r, "topk_group", false, 4, 1, DF_CFG_MAX_DIM, &m->topk_group) ||
       df_cfg_int(r, "first_k_dense_replace", false, 3, 0, DF_CFG_MAX_DIM,
-              &m->first_k_dense_replace) ||
+                 &m->first_k_dense_replace) ||
       df_cfg_int(r, "moe_layer_freq", false, 1, 1, DF_CFG_MAX_DIM, &m->moe_layer_freq) ||
       df_cfg_bool(r, "norm_topk_prob", true, &m->norm_topk_prob) ||
       df_cfg_bool(r, "rope_interleave", true, &m->rope_interleave))
     return -1;
   if (m->qk_rope_head_dim % 2 != 0) {
     df_cfg_fail(r, "key 'qk_rope_head_dim': %lld must be even (RoPE pairs)",
-         (long long)m->qk_rope_head_dim);
+                (long long)m->qk_rope_head_dim);
     return -1;
   }
   if (!(m->routed_scaling_factor > 0.0)) {
     df_cfg_fail(r, "key 'routed_scaling_factor': %g is out of range (expected > 0)",
-         m->routed_scaling_factor);
+                m->routed_scaling_factor);
     return -1;
   }
   const char *method, *scoring;
@@ -86,38 +85,41 @@ static int parse_config(df_cfg_reader *r, const char *model_type, df_model_confi
   m->decoder_sparse_step = 1;
   int64_t n_dense = 0;
   for (int64_t i = 0; i < n_layers; i++) {
-    m->is_moe_layer[i] = m->num_experts > 0 && i >= m->first_k_dense_replace &&
-                         i % m->moe_layer_freq == 0;
+    m->is_moe_layer[i] =
+        m->num_experts > 0 && i >= m->first_k_dense_replace && i % m->moe_layer_freq == 0;
     if (!m->is_moe_layer[i]) n_dense++;
   }
   if (m->num_experts > 0) {
-    if (df_cfg_int(r, "num_experts_per_tok", true, 0, 1, DF_CFG_MAX_DIM,
-                &m->num_experts_per_tok) ||
+    if (df_cfg_int(r, "num_experts_per_tok", true, 0, 1, DF_CFG_MAX_DIM, &m->num_experts_per_tok) ||
         df_cfg_int(r, "moe_intermediate_size", true, 0, 1, DF_CFG_MAX_DIM,
-                &m->moe_intermediate_size))
+                   &m->moe_intermediate_size))
       return -1;
     if (m->num_experts % m->n_group != 0 || m->num_experts / m->n_group < 2) {
-      df_cfg_fail(r, "key 'n_group': %lld groups do not split %lld experts into equal groups of at "
-              "least 2", (long long)m->n_group, (long long)m->num_experts);
+      df_cfg_fail(r,
+                  "key 'n_group': %lld groups do not split %lld experts into equal groups of at "
+                  "least 2",
+                  (long long)m->n_group, (long long)m->num_experts);
       return -1;
     }
     if (m->topk_group > m->n_group) {
       df_cfg_fail(r, "key 'topk_group': %lld exceeds n_group %lld", (long long)m->topk_group,
-           (long long)m->n_group);
+                  (long long)m->n_group);
       return -1;
     }
     if (m->num_experts_per_tok > m->topk_group * (m->num_experts / m->n_group)) {
-      df_cfg_fail(r, "key 'num_experts_per_tok': top-k %lld exceeds the %lld experts of topk_group %lld "
-              "groups", (long long)m->num_experts_per_tok,
-           (long long)(m->topk_group * (m->num_experts / m->n_group)), (long long)m->topk_group);
+      df_cfg_fail(
+          r,
+          "key 'num_experts_per_tok': top-k %lld exceeds the %lld experts of topk_group %lld "
+          "groups",
+          (long long)m->num_experts_per_tok,
+          (long long)(m->topk_group * (m->num_experts / m->n_group)), (long long)m->topk_group);
       return -1;
     }
   }
   if (df_cfg_quant_fp8(r, m)) return -1;
   return df_cfg_int(r, "intermediate_size", n_dense > 0, 0, 1, DF_CFG_MAX_DIM,
-                 &m->intermediate_size);
+                    &m->intermediate_size);
 }
-
 #define NM(fmt, ...) (snprintf(nm, sizeof nm, "model.layers.%lld." fmt, (long long)l, ##__VA_ARGS__), nm)
 #define VEC(dst, name, n)                                                                     \
   do {                                                                                        \
