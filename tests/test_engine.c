@@ -1,6 +1,7 @@
 /* tests/test_engine.c — the forward pass against the PyTorch reference's golden fixtures,
  * batch invariance, KV rollback, kernel ISA agreement, the libtorch oracles, and thread counts
- * (1, 3, the default) on a generating thread other than the loading one.
+ * (1, 3, the default) on a generating thread other than the loading one, and each layer's
+ * share of a sequence's state.
  *
  * Fixtures: tests/fixtures/tiny-NAME/ (checkpoint + golden.json + golden_logits.f32), made by
  * tests/reference/make_fixtures.sh with tests/reference/qwen3_ref.py in fp32 mode.
@@ -396,12 +397,41 @@ static void test_thread_counts(void **state) {
   }
 }
 
+/* Each layer's token mixer allocates its own state: every layer's K and V slots exist with
+ * shape [n_kv, ctx, head_dim], the cache costs exactly 2 * n_kv * head_dim * 4 bytes per
+ * token and layer, as the model and the cache both say. */
+static void test_sequence_state(void **state) {
+  (void)state;
+  for (size_t f = 0; f < sizeof k_fixtures / sizeof *k_fixtures; f++) {
+    df_model *m = load_fixture_model(k_fixtures[f], 16);
+    const df_model_config *c = df_model_cfg(m);
+    char err[256];
+    df_kv_cache *kv = df_model_kv_new(m, 100, err, sizeof err);
+    assert_non_null(kv);
+    uint64_t per_token = (uint64_t)(2 * c->num_hidden_layers * c->num_key_value_heads * c->head_dim) * 4;
+    assert_int_equal(df_model_kv_bytes_per_token(m), per_token);
+    assert_int_equal(df_kv_bytes_per_token(kv), per_token);
+    assert_int_equal(df_kv_bytes(kv), 100 * per_token);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+      assert_int_equal(df_t_size(kv->k[l], 0), c->num_key_value_heads);
+      assert_int_equal(df_t_size(kv->k[l], 1), 100);
+      assert_int_equal(df_t_size(kv->v[l], 2), c->head_dim);
+    }
+    char kind[64];
+    df_model_state_kind(m, kind, sizeof kind);
+    assert_string_equal(kind, "fp32 K and V");
+    df_kv_destroy(&kv);
+    df_model_destroy(&m);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kernels_vs_libtorch), cmocka_unit_test(test_golden_fixtures),
       cmocka_unit_test(test_batch_invariance),    cmocka_unit_test(test_isa_agreement),
       cmocka_unit_test(test_kv_rollback),         cmocka_unit_test(test_forward_errors),
       cmocka_unit_test(test_multi_sequence_batch), cmocka_unit_test(test_thread_counts),
+      cmocka_unit_test(test_sequence_state),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
