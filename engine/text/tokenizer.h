@@ -1,4 +1,5 @@
-/* engine/text/tokenizer.h — byte-level BPE tokenizers loaded from Hugging Face tokenizer.json.
+/* engine/text/tokenizer.h — byte-level BPE tokenizers loaded from Hugging Face tokenizer.json,
+ * or from a Kimi tiktoken.model (docs/TOKENIZER.md "tiktoken.model").
  *
  * Owns: loading tokenizer.json (+ the special-token ids of tokenizer_config.json), encoding
  * UTF-8 text to token ids with the exact semantics of the Hugging Face `tokenizers` library
@@ -65,8 +66,13 @@ typedef struct df_tok_span {
 } df_tok_span;
 
 /* Load a tokenizer. `path` is a model folder (reads DIR/tokenizer.json and, when present,
- * DIR/tokenizer_config.json) or the path of a tokenizer.json file (tokenizer_config.json is
- * then looked for beside it). On success *out owns a new tokenizer (free with
+ * DIR/tokenizer_config.json; without tokenizer.json, DIR/tiktoken.model and the
+ * DIR/tokenizer_config.json it needs, "tokenizer_class": "TikTokenTokenizer") or the path of a
+ * tokenizer.json or tiktoken.model file (tokenizer_config.json is then looked for beside it).
+ * A tiktoken.model tokenizer is the Kimi K2/K3 one: its ranks are the ids, the 256 ids after
+ * them are its specials (tokenizer_config.json added_tokens_decoder; unnamed ones spelt
+ * <|reserved_token_N|>), its pieces take the byte-level spelling of tokenizer.json, and encode
+ * applies tokenization_kimi.py's pre-split pattern, input guards and tiktoken's rank BPE. On success *out owns a new tokenizer (free with
  * df_tok_destroy) and 0 is returned. On failure returns -1, *out is NULL, and err (if
  * non-NULL, errlen > 0) holds one line naming the file, the JSON field and what was expected,
  * e.g. "x/tokenizer.json: model.merges[12]: "a b": token "b" is not in model.vocab". */

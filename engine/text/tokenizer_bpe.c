@@ -77,6 +77,18 @@ static int merge_parts(load_ctx *L, json_t *m, size_t i, const char **a, size_t 
   return -1;
 }
 
+int df_tok__merges_alloc(df_tok *t, size_t n) {
+  t->mcap = df_tok__pow2_at_least(n * 2 + 1);
+  t->merges = malloc(t->mcap * sizeof *t->merges);
+  if (!t->merges) return -1;
+  for (size_t i = 0; i < t->mcap; i++) t->merges[i].key = UINT64_MAX;
+  return 0;
+}
+
+void df_tok__merge_add(df_tok *t, int32_t a, int32_t b, uint32_t rank, int32_t id) {
+  merge_insert(t, a, b, rank, id);
+}
+
 int df_tok__load_merges(load_ctx *L, json_t *model) {
   df_tok *t = L->t;
   json_t *merges = json_object_get(model, "merges");
@@ -164,14 +176,15 @@ static int bpe_word(enc *e, const uint8_t *w, size_t n, size_t *first_out) {
   const df_tok *t = e->t;
   *first_out = e->n;
   if (n == 0) return 0;
-  if (t->ignore_merges) {
-    char tmp[4 * 64];
-    if (n <= 64) {
-      size_t k = 0;
-      for (size_t i = 0; i < n; i++) k += df_tok__cp_to_utf8(df_tok__byte_cp[w[i]], tmp + k);
-      int32_t id = df_tok__vocab_find(t, tmp, k);
-      if (id >= 0) return df_tok__emit(e, id);
-    }
+  if (t->ignore_merges && n > 1 && n <= t->max_piece_bytes) {
+    /* the whole word first (tiktoken, and ignore_merges), however long */
+    char stack[2 * 64], *tmp = n <= 64 ? stack : malloc(2 * n);
+    if (!tmp) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += df_tok__cp_to_utf8(df_tok__byte_cp[w[i]], tmp + k);
+    int32_t id = df_tok__vocab_find(t, tmp, k);
+    if (tmp != stack) free(tmp);
+    if (id >= 0) return df_tok__emit(e, id);
   }
   if (n == 1) {
     int32_t id = t->byte_id[w[0]];

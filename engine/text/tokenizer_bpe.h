@@ -13,6 +13,14 @@
  * the merged token of each merge must be in it). Returns 0, or -1 with the error in L. */
 int df_tok__load_merges(load_ctx *L, json_t *model);
 
+/* Allocate an empty merge table for about n merges (t->merges, t->mcap). 0, or -1 when out
+ * of memory. */
+int df_tok__merges_alloc(df_tok *t, size_t n);
+
+/* Enter the merge (a, b) -> id with the given rank into the table df_tok__merges_alloc made
+ * (a later entry for the same pair replaces an earlier one). */
+void df_tok__merge_add(df_tok *t, int32_t a, int32_t b, uint32_t rank, int32_t id);
+
 /* Append id to e->ids. Returns 0, or -1 when out of memory. */
 int df_tok__emit(enc *e, int32_t id);
 

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 /* Pre-tokenize and BPE one normalized section held in e->wb[off, off+len). */
 static int encode_normalized(enc *e, size_t off, size_t len) {
@@ -222,6 +223,83 @@ static int section_raw(enc *e, const char *s, size_t n, const prot *pr) {
   return 0;
 }
 
+/* Added tokens, then the pipeline, over s[0,n). */
+static int encode_text(enc *e, const char *s, size_t n, const prot *pr) {
+  if (e->flags & DF_TOK_PLAIN) return section_raw(e, s, n, NULL);
+  return split_added(e, &e->t->raw_set, s, n, pr, section_raw);
+}
+
+/* encode_text on s[a,b) with the spans clipped to it (own arrays: split_added uses e->subsp). */
+static int encode_slice(enc *e, const char *s, size_t a, size_t b, const prot *pr) {
+  if (a >= b) return 0;
+  if (!pr || !pr->n) return encode_text(e, s + a, b - a, NULL);
+  df_tok_span *sp = malloc(pr->n * sizeof *sp);
+  size_t *mx = malloc(pr->n * sizeof *mx);
+  int rc = -1;
+  if (!sp || !mx) goto done;
+  prot sub = {sp, mx, 0};
+  for (size_t i = 0; i < pr->n; i++) {
+    size_t x = pr->sp[i].off, y = x + pr->sp[i].len;
+    if (x < a) x = a;
+    if (y > b) y = b;
+    if (x >= y) continue;
+    sp[sub.n] = (df_tok_span){x - a, y - x};
+    mx[sub.n] = sub.n > 0 && mx[sub.n - 1] > y - a ? mx[sub.n - 1] : y - a;
+    sub.n++;
+  }
+  rc = encode_text(e, s + a, b - a, &sub);
+done:
+  free(sp);
+  free(mx);
+  return rc;
+}
+
+/* Python's str.isspace(): general category Zs, or bidirectional class WS, B or S. */
+static bool py_isspace(uint32_t c) {
+  const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)c);
+  return p->category == UTF8PROC_CATEGORY_ZS || p->bidi_class == UTF8PROC_BIDI_CLASS_WS ||
+         p->bidi_class == UTF8PROC_BIDI_CLASS_B || p->bidi_class == UTF8PROC_BIDI_CLASS_S;
+}
+
+#define TT_SLICE_CHARS 400000 /* tokenization_kimi.py TIKTOKEN_MAX_ENCODE_CHARS */
+#define TT_MAX_RUN 25000      /* MAX_NO_WHITESPACES_CHARS */
+
+/* The Kimi tokenizer's guards (tokenization_kimi.py encode): the text is cut into slices of
+ * 400,000 code points, each slice is cut before the code point that would make a run of more
+ * than 25,000 consecutive all-isspace() or all-non-isspace() code points, and each piece is
+ * encoded on its own (added tokens included). Other tokenizers: the whole text at once. */
+static int encode_guarded(enc *e, const char *s, size_t len, const prot *pr) {
+  if (!e->t->tiktoken_guards || len <= TT_MAX_RUN) return encode_text(e, s, len, pr);
+  size_t seg = 0, i = 0, nch = 0, run = 0;
+  bool cur = false;
+  while (i < len) {
+    if (nch == TT_SLICE_CHARS) {
+      int r = encode_slice(e, s, seg, i, pr);
+      if (r != 0) return r;
+      seg = i;
+      nch = 0;
+    }
+    size_t cl;
+    bool sp = py_isspace(df_tok__cp_at(s, len, i, &cl));
+    if (nch == 0) {
+      cur = sp;
+      run = 0;
+    }
+    if (sp != cur) {
+      cur = sp;
+      run = 1;
+    } else if (++run > TT_MAX_RUN) {
+      int r = encode_slice(e, s, seg, i, pr);
+      if (r != 0) return r;
+      seg = i;
+      run = 1;
+    }
+    nch++;
+    i += cl;
+  }
+  return encode_slice(e, s, seg, len, pr);
+}
+
 static int cmp_span(const void *a, const void *b) {
   const df_tok_span *x = a, *y = b;
   return x->off < y->off ? -1 : x->off > y->off;
@@ -282,9 +360,7 @@ int df_tok_encode_spans(const df_tok *t, const char *text, size_t len, unsigned 
     for (size_t i = 0; i < t->n_pre; i++)
       if (df_tok__emit(&e, t->pre_ids[i]) != 0) goto oom_unlock;
   }
-  int r;
-  if (flags & DF_TOK_PLAIN) r = section_raw(&e, s, len, NULL);
-  else r = split_added(&e, &t->raw_set, s, len, n_plain ? &pr : NULL, section_raw);
+  int r = encode_guarded(&e, s, len, n_plain ? &pr : NULL);
   if (r == -2) goto unlock;
   if (r != 0) goto oom_unlock;
   if ((flags & DF_TOK_ADD_SPECIAL)) {

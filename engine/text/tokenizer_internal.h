@@ -95,7 +95,9 @@ struct df_tok {
   size_t mcap;
   int32_t byte_id[256]; /* id of the one-byte piece for each byte, -1 when missing */
   int32_t unk_id;
-  bool ignore_merges;
+  bool ignore_merges;      /* look a whole word up before merging (tiktoken does, always) */
+  size_t max_piece_bytes;  /* the longest decode bytes of any id: longer words are no token */
+  bool tiktoken_guards;    /* Kimi TikTokenTokenizer's input slicing (tokenizer_encode.c) */
   /* added tokens */
   added_tok *added;
   size_t n_added;

@@ -14,6 +14,7 @@
 #include "engine/text/tokenizer_internal.h"
 #include "engine/text/tokenizer_normalize.h"
 #include "engine/text/tokenizer_pretok.h"
+#include "engine/text/tokenizer_tiktoken.h"
 #include "engine/text/tokenizer_utf8.h"
 
 #include <errno.h>
@@ -294,6 +295,7 @@ static int build_decode_table(load_ctx *L) {
       k = n;
     }
     t->dbytes.n = off + k;
+    if (k > t->max_piece_bytes) t->max_piece_bytes = k;
     t->bytes_off[id] = off;
     t->bytes_len[id] = (uint32_t)k;
   }
@@ -350,6 +352,44 @@ done:
   return rc;
 }
 
+/* A Kimi TikTokenTokenizer: tiktoken.model + tokenizer_config.json (engine/text/
+ * tokenizer_tiktoken.c), then the steps shared with tokenizer.json. */
+static int load_tiktoken(const char *model, const char *cfg, df_tok **out, char *err,
+                         size_t errlen) {
+  df_tok *t = calloc(1, sizeof *t);
+  if (!t) {
+    df_tok__seterr(err, errlen, "%s: out of memory", model);
+    return -1;
+  }
+  snprintf(t->path, sizeof t->path, "%s", model);
+  t->unk_id = t->bos_id = t->eos_id = t->pad_id = -1;
+  pthread_mutex_init(&t->cache.mu, NULL);
+  load_ctx L = {t, model, err, errlen};
+  int rc = -1;
+  if (df_tok__load_tiktoken(&L, model, cfg) != 0) goto done;
+  if (build_set(t, &t->raw_set, false) != 0 || build_set(t, &t->norm_set, true) != 0) {
+    LERR(&L, "out of memory");
+    goto done;
+  }
+  if (build_decode_table(&L) != 0) goto done;
+  t->cache.slots = calloc(DF_TOK_CACHE_SLOTS, sizeof *t->cache.slots);
+  if (!t->cache.slots) {
+    LERR(&L, "out of memory");
+    goto done;
+  }
+  if (load_config(t, cfg, err, errlen) != 0) goto done;
+  rc = 0;
+done:
+  if (rc != 0) df_tok_destroy(&t);
+  *out = t;
+  return rc;
+}
+
+static bool is_file(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 int df_tok_load(const char *path, df_tok **out, char *err, size_t errlen) {
   *out = NULL;
   df_tok__alphabet_init();
@@ -373,6 +413,19 @@ int df_tok_load(const char *path, df_tok **out, char *err, size_t errlen) {
   if (w < 0 || (size_t)w >= sizeof file) {
     df_tok__seterr(err, errlen, "%.200s...: path too long", path);
     return -1;
+  }
+  /* tiktoken.model (a folder without tokenizer.json, or the file itself) */
+  {
+    char tt[512];
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    if (S_ISDIR(st.st_mode) && !is_file(file)) {
+      w = snprintf(tt, sizeof tt, "%s/tiktoken.model", path);
+      if (w > 0 && (size_t)w < sizeof tt && is_file(tt))
+        return load_tiktoken(tt, cfg, out, err, errlen);
+    } else if (!S_ISDIR(st.st_mode) && strcmp(base, "tiktoken.model") == 0) {
+      return load_tiktoken(file, cfg, out, err, errlen);
+    }
   }
   json_error_t je;
   json_t *root = json_load_file(file, 0, &je);

@@ -162,6 +162,22 @@ int df_tok__load_pretok(load_ctx *L, json_t *p, const char *where) {
   return -1;
 }
 
+int df_tok__add_regex_step(load_ctx *L, const char *pat, int behavior, bool invert,
+                           const char *where) {
+  pcre2_code *re = compile_re(L, pat, strlen(pat), false, where);
+  if (!re) return -1;
+  pt_step *s = add_step(L);
+  if (!s) {
+    pcre2_code_free(re);
+    return -1;
+  }
+  s->kind = PT_SPLIT;
+  s->re = re;
+  s->behavior = behavior;
+  s->invert = invert;
+  return 0;
+}
+
 /* ---- splitting -------------------------------------------------------------------------- */
 
 /* All matches of `re` in s[0,n) and the text between them, in order, covering s. Empty

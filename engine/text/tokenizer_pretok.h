@@ -14,6 +14,12 @@
  * or -1 with the error in L. */
 int df_tok__load_pretok(load_ctx *L, json_t *p, const char *where);
 
+/* Append a Split step with the Oniguruma-style regex `pat` (rewritten as for tokenizer.json:
+ * \s / \S become White_Space properties), the given behaviour (BEH_*) and invert; `where`
+ * names it in a compile error. Returns 0, or -1 with the error in L. */
+int df_tok__add_regex_step(load_ctx *L, const char *pat, int behavior, bool invert,
+                           const char *where);
+
 /* Apply the pre-tokenizer step st to the nin pieces e->pa[0..nin) (ranges of e->wb) and write
  * the pieces it makes, empty ones dropped, to e->pb (grown as needed), *nout of them;
  * ByteLevel's add_prefix_space appends the prefixed copies to e->wb. Returns 0, -1 when out of
