@@ -41,3 +41,11 @@ df_add_cmocka_test(test_tok_chat_template SOURCES ${CMAKE_CURRENT_LIST_DIR}/test
 set_tests_properties(test_tok_chat_template PROPERTIES ENVIRONMENT "DF_TOK_NPM=${DF_TOK_NPM}")
 add_test(NAME tok_chat_goldens_jinja2
   COMMAND ${DF_PYTHON} ${DF_TOK_DIR}/gen_chat_goldens.py --check)
+
+# The Kimi TikTokenTokenizer format (tiktoken.model): the C tokenizer vs the committed ids of
+# tests/tokenizer/tiktoken_oracle.py (an independent Python implementation on Debian
+# python3-regex), and those files vs a fresh run of the oracle.
+df_add_cmocka_test(test_tok_tiktoken SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tok_tiktoken.c
+  LIBS dftok)
+add_test(NAME tok_tiktoken_oracle
+  COMMAND ${DF_PYTHON} ${DF_TOK_DIR}/tiktoken_oracle.py --check)
