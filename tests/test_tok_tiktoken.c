@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "engine/text/tokenizer.h"
 
@@ -263,6 +265,54 @@ static void test_specials(void **state) {
   df_tok_destroy(&t);
 }
 
+/* The loader spells each `[X&&[^\p{Han}]]` of the published pattern as one negated class;
+ * check with PCRE2's own tables, on every code point, that it is the lookahead form
+ * `(?:(?!\p{sc:Han})[X])` (and that Script, not Script_Extensions, is what is excluded: U+3006 stays). */
+static void test_pattern_classes(void **state) {
+  (void)state;
+  static const char *pairs[2][2] = {
+      {"(?:(?!\\p{sc:Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])",
+       "[^\\p{Ll}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{sc:Han}]"},
+      {"(?:(?!\\p{sc:Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])",
+       "[^\\p{Lu}\\p{Lt}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{sc:Han}]"},
+  };
+  pcre2_match_data *md = pcre2_match_data_create(2, NULL);
+  for (int k = 0; k < 2; k++) {
+    pcre2_code *re[2];
+    for (int j = 0; j < 2; j++) {
+      int ec;
+      PCRE2_SIZE eo;
+      re[j] = pcre2_compile((PCRE2_SPTR)pairs[k][j], PCRE2_ZERO_TERMINATED,
+                            PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &ec, &eo, NULL);
+      assert_non_null(re[j]);
+    }
+    size_t in = 0, diff = 0;
+    for (uint32_t cp = 0; cp < 0x110000; cp++) {
+      if (cp >= 0xD800 && cp < 0xE000) continue;
+      char u[4];
+      size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+      if (n == 1) u[0] = (char)cp;
+      else if (n == 2) u[0] = (char)(0xC0 | (cp >> 6));
+      else if (n == 3) u[0] = (char)(0xE0 | (cp >> 12));
+      else u[0] = (char)(0xF0 | (cp >> 18));
+      for (size_t i = 1; i < n; i++) u[i] = (char)(0x80 | ((cp >> (6 * (n - 1 - i))) & 0x3F));
+      bool a = pcre2_match(re[0], (PCRE2_SPTR)u, n, 0, 0, md, NULL) > 0;
+      bool b = pcre2_match(re[1], (PCRE2_SPTR)u, n, 0, 0, md, NULL) > 0;
+      in += a;
+      diff += a != b;
+    }
+    assert_int_equal(diff, 0);
+    assert_true(in > 30000); /* non-Han letters and marks: tens of thousands */
+    /* U+3006 〆: Script Common, Script_Extensions Han: a letter of these classes */
+    assert_true(pcre2_match(re[1], (PCRE2_SPTR) "\xe3\x80\x86", 3, 0, 0, md, NULL) > 0);
+    assert_true(pcre2_match(re[1], (PCRE2_SPTR) "\xe4\xb8\xad", 3, 0, 0, md, NULL) < 0); /* 中 */
+    assert_true(pcre2_match(re[1], (PCRE2_SPTR) "\xe3\x81\xaf", 3, 0, 0, md, NULL) > 0); /* は */
+    pcre2_code_free(re[0]);
+    pcre2_code_free(re[1]);
+  }
+  pcre2_match_data_free(md);
+}
+
 /* ---- malformed files ------------------------------------------------------------------ */
 
 static const char k_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -434,6 +484,7 @@ int main(void) {
       cmocka_unit_test(test_oracle_cases),
       cmocka_unit_test(test_oracle_long),
       cmocka_unit_test(test_specials),
+      cmocka_unit_test(test_pattern_classes),
       cmocka_unit_test(test_malformed),
   };
   return cmocka_run_group_tests(tests, setup, NULL);

@@ -49,3 +49,11 @@ df_add_cmocka_test(test_tok_tiktoken SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tok_
   LIBS dftok)
 add_test(NAME tok_tiktoken_oracle
   COMMAND ${DF_PYTHON} ${DF_TOK_DIR}/tiktoken_oracle.py --check)
+# deltafin tokenize on a tiktoken.model folder: specials matched, and plain with --no-special.
+add_test(NAME tok_tiktoken_cli COMMAND $<TARGET_FILE:deltafin> tokenize
+  --model ${DF_TOK_DIR}/tiktoken_tiny --ids-only "Hello world<|open|>")
+set_tests_properties(tok_tiktoken_cli PROPERTIES PASS_REGULAR_EXPRESSION "^344 600 888\n$")
+add_test(NAME tok_tiktoken_cli_plain COMMAND $<TARGET_FILE:deltafin> tokenize
+  --model ${DF_TOK_DIR}/tiktoken_tiny --ids-only --no-special "Hello world<|open|>")
+set_tests_properties(tok_tiktoken_cli_plain PROPERTIES
+  PASS_REGULAR_EXPRESSION "^344 600 57 249 206 229 261 249 103\n$")

@@ -350,7 +350,22 @@ def build():
     }
 
 
+def check_class_identity():
+    """The C side writes each `[X&&[^\\p{Han}]]` as one negated class (PCRE2 has no `&&`):
+    check on every code point that the two spellings are the same set."""
+    s = "".join(chr(i) for i in range(0x110000) if not 0xD800 <= i < 0xE000)
+    for inter, neg in (
+            (r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]", r"[^\p{Ll}\p{N}\p{P}\p{S}\p{Z}\p{C}\p{Han}]"),
+            (r"[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]", r"[^\p{Lu}\p{Lt}\p{N}\p{P}\p{S}\p{Z}\p{C}\p{Han}]")):
+        a = [m.start() for m in regex.finditer(inter, s, regex.V1)]
+        b = [m.start() for m in regex.finditer(neg, s, regex.V1)]
+        if a != b:
+            print("tiktoken_oracle: %s and %s differ" % (inter, neg))
+            sys.exit(1)
+
+
 def main():
+    check_class_identity()
     files = build()
     if "--check" in sys.argv:
         bad = 0
