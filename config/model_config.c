@@ -1,22 +1,19 @@
-/* config/model_config.c — config.json and generation_config.json of the supported families.
+/* config/model_config.c — config.json (the keys every family shares) and
+ * generation_config.json.
  *
  * Owns: strict JSON parsing (jansson, duplicate keys rejected, line:column on syntax errors),
- * the per-family required keys and defaults, range checks, and derived values (head_dim,
- * num_key_value_heads, the per-layer MoE map). Does not own: tensors or the forward pass.
+ * the shared keys' defaults, range checks and derived values (head_dim,
+ * num_key_value_heads), finding the family of a model_type among those the caller lists,
+ * and the reader (df_cfg_reader) through which each family's parser in engine/models/ reads
+ * its own keys, defaults and per-layer MoE map. Does not own: which families exist
+ * (engine/models/families.c), tensors or the forward pass.
  *
- * Semantics follow transformers' Qwen3Config / Qwen3MoeConfig and their modeling files:
- *   layer i is a sparse MoE layer iff model_type == "qwen3_moe" && num_experts > 0 &&
- *   i not in mlp_only_layers && (i + 1) % decoder_sparse_step == 0
- * (Qwen3MoeDecoderLayer.__init__), head_dim = getattr(config, "head_dim",
+ * Semantics follow transformers' config classes: head_dim = getattr(config, "head_dim",
  * hidden_size // num_attention_heads) (Qwen3MoeAttention), rope_scaling's legacy "type" key
  * overrides "rope_type" (Qwen3Config.__init__), and YaRN's beta_fast / beta_slow fall back to
  * 32 / 1 when absent or zero (_compute_yarn_parameters). Qwen3Config's own constructor
  * default for an absent head_dim is 128; published qwen3 configs always carry the key, and
- * this parser applies the modeling-code fallback to both families, as the header documents.
- * deepseek_v3 / kimi_k2 follow DeepseekV3Config and modeling_deepseek_v3.py; the MoE layer
- * rule adds the published checkpoints' moe_layer_freq (modeling_deepseek.py:
- * n_routed_experts && i >= first_k_dense_replace && i % moe_layer_freq == 0), which
- * transformers drops (it equals 1 in every published config).
+ * this parser applies the modeling-code fallback to every family, as the header documents.
  */
 #define _POSIX_C_SOURCE 200809L
 

@@ -85,7 +85,8 @@ typedef struct df_model_config {
                                            mlp_only_layers; deepseek_v3: i >=
                                            first_k_dense_replace && i % moe_layer_freq == 0 */
   df_router_kind router;             /* SOFTMAX for qwen3_moe, SIGMOID_NOAUX for deepseek_v3 */
-  /* deepseek_v3 / kimi_k2 only (0 / false otherwise): */
+  /* MLA, group-limited routing, shared experts and FP8 (deepseek_v3 / kimi_k2 today; any
+   * family whose parser sets them; 0 / false otherwise): */
   int64_t q_lora_rank;               /* 0 = no query compression (q_proj instead of q_a/q_b) */
   int64_t kv_lora_rank;              /* width of the cached latent c_kv */
   int64_t qk_nope_head_dim;          /* per-head query/key part without RoPE */

@@ -274,18 +274,11 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
     snprintf(err, errlen, "out of memory");
     goto fail;
   }
-  if (c->num_experts > 0) {
-    m->route_counts = calloc((size_t)(c->num_hidden_layers * c->num_experts),
-                             sizeof *m->route_counts);
-    if (!m->route_counts) {
-      snprintf(err, errlen, "out of memory");
-      goto fail;
-    }
-  }
-  /* rope tables and attention scratch are set below, before any forward reads them */
+  /* rope tables, attention scratch and the routing counts are set below, once every tensor
+   * matched the config (so a config naming absurd sizes fails on a tensor, not on memory),
+   * before any forward reads them */
   m->env = (df_layer_env){.cfg = &m->cfg, .max_rows = m->max_rows, .max_ctx = m->max_ctx,
-                          .backend = &m->backend, .route_counts = m->route_counts,
-                          .profiling = &m->profiling, .prof = &m->prof};
+                          .backend = &m->backend, .profiling = &m->profiling, .prof = &m->prof};
   int64_t H = c->hidden_size;
   int64_t s_emb[2] = {c->vocab_size, H}, s_norm[1] = {H};
   if (!(m->embed = df_bind(&m->bind, "model.embed_tokens.weight", 2, s_emb, false, false, err,
@@ -321,6 +314,15 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
                                errlen)) ||
       plan_buffers(m, err, errlen) != 0)
     goto fail;
+  if (c->num_experts > 0) {
+    m->route_counts = calloc((size_t)(c->num_hidden_layers * c->num_experts),
+                             sizeof *m->route_counts);
+    if (!m->route_counts) {
+      snprintf(err, errlen, "out of memory");
+      goto fail;
+    }
+  }
+  m->env.route_counts = m->route_counts;
   m->env.rope_cos = m->rope_cos;
   m->env.rope_sin = m->rope_sin;
   m->env.att_scratch = m->scratch;
