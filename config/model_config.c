@@ -20,12 +20,14 @@
 #include "config/model_config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CFG_MAX_FILE (16u * 1024 * 1024) /* config files are a few KiB */
 #define CFG_SUPPORTED_ROPE "default, linear, yarn"
@@ -600,7 +602,11 @@ static int read_file(const char *dir, const char *name, bool optional, char **pa
   size_t o = dl;
   if (dl > 0 && dir[dl - 1] != '/') path[o++] = '/';
   memcpy(path + o, name, nl + 1);
-  f = fopen(path, "rb");
+  /* O_NONBLOCK: a FIFO (or device) in the file's place must not block the open; the
+   * regular-file check below refuses it. No effect on reading a regular file. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (!f && fd >= 0) close(fd);
   if (!f) {
     if (optional && errno == ENOENT) rc = 1;
     else fail(&c, "cannot open: %s", strerror(errno));

@@ -471,7 +471,7 @@ static int map_file(char *path, st_file *f, const char *why, char *err, size_t e
   f->path = path;
   f->map = NULL;
   f->size = 0;
-  fd = open(path, O_RDONLY | O_CLOEXEC);
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block: refused below */
   if (fd < 0) {
     set_err(err, errlen, "%s: cannot open%s: %s", path, why, strerror(errno));
     goto done;
@@ -583,7 +583,10 @@ static int cmp_str(const void *a, const void *b) {
 static int read_small_file(const char *path, uint64_t limit, char **buf, size_t *len, char *err,
                            size_t errlen) {
   int rc = -1;
-  FILE *f = fopen(path, "rb");
+  /* O_NONBLOCK: a FIFO in the file's place must not block the open (refused below) */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (!f && fd >= 0) close(fd);
   char *b = NULL;
   *buf = NULL;
   if (!f) {

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -644,6 +645,12 @@ static void test_load_errors(void **state) {
   assert_int_equal(mkdir(sub, 0700), 0);
   assert_int_equal(df_cfg_load(dir, &m, err, sizeof err), -1);
   assert_non_null(strstr(err, "/config.json: not a regular file"));
+  /* A FIFO in place of the file: refused at once, never a blocked open. */
+  assert_int_equal(rmdir(sub), 0);
+  assert_int_equal(mkfifo(sub, 0600), 0);
+  assert_int_equal(df_cfg_load(dir, &m, err, sizeof err), -1);
+  assert_non_null(strstr(err, "/config.json: not a regular file"));
+  remove(sub);
   rm_tmpdir(dir);
 }
 

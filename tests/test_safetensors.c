@@ -580,6 +580,13 @@ static void test_single_file_discovery(void **state) {
   /* A directory is not a safetensors file. */
   assert_int_equal(df_st_open_file(dir, &m, err, sizeof err), -1);
   assert_non_null(strstr(err, ": not a regular file"));
+  /* A FIFO is refused at once, never a blocked open. */
+  char *fifo = join(dir, "fifo.safetensors");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(df_st_open_file(fifo, &m, err, sizeof err), -1);
+  assert_non_null(strstr(err, "fifo.safetensors: not a regular file"));
+  remove(fifo);
+  free(fifo);
   assert_int_equal(df_st_open(NULL, &m, err, sizeof err), -1);
   assert_int_equal(df_st_open_file(NULL, &m, err, sizeof err), -1);
   free(missing);
