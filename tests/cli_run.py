@@ -8,9 +8,11 @@ usage: cli_run.py DELTAFIN FIXTURES_DIR WORK_DIR
 """
 import json
 import os
+import stat
 import struct
 import subprocess
 import sys
+import threading
 
 import numpy as np
 
@@ -47,6 +49,39 @@ def st_bytes(model_dir):
     return total, expert
 
 
+def check_logits_targets(exe, d, prompt, want, work):
+    """--logits-out through a symlink replaces the link's target and keeps the link; a FIFO
+    is written through (a reader gets the bytes) and stays a FIFO; a device that refuses
+    the bytes (/dev/full) is an error naming it, and the device stays a device."""
+    args = ["run", "--model", d, "--prompt-ids", prompt, "--max-new", "1", "--temperature", "0"]
+    target, link = os.path.join(work, "target.f32"), os.path.join(work, "link.f32")
+    for p in (target, link):
+        if os.path.lexists(p):
+            os.unlink(p)
+    with open(target, "wb") as f:
+        f.write(b"old")
+    os.symlink(target, link)
+    r = run(exe, *args, "--logits-out", link)
+    check(r.returncode == 0 and os.path.islink(link) and open(target, "rb").read() == want,
+          "--logits-out through a symlink: the target holds the logits, the link stays")
+    fifo = os.path.join(work, "logits.fifo")
+    if os.path.lexists(fifo):
+        os.unlink(fifo)
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    r = run(exe, *args, "--logits-out", fifo)
+    reader.join(timeout=60)
+    check(r.returncode == 0 and got == [want] and stat.S_ISFIFO(os.lstat(fifo).st_mode),
+          "--logits-out to a FIFO: written through, the FIFO stays")
+    if os.path.exists("/dev/full"):
+        r = run(exe, *args, "--logits-out", "/dev/full")
+        check(r.returncode == 1 and "cannot write /dev/full: No space left on device" in r.stderr
+              and stat.S_ISCHR(os.stat("/dev/full").st_mode),
+              "--logits-out /dev/full: an error naming it, the device stays a device")
+
+
 def main():
     exe, fixtures, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
@@ -68,6 +103,8 @@ def main():
               "%s: --logits-out holds [n_prompt, vocab] floats" % name)
         check(ours.size == ref.size and float(np.abs(ours - ref).max()) <= TOL,
               "%s: --logits-out within %g of the golden logits" % (name, TOL))
+        if name == "tiny-dense":
+            check_logits_targets(exe, d, prompt, open(lpath, "rb").read(), work)
         total, expert = st_bytes(d)
         r = run(exe, "inspect", d)
         check(r.returncode == 0 and ("%12d bytes" % total) in r.stdout

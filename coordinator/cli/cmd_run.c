@@ -4,10 +4,14 @@
  * generation itself (target alone or with a draft) is coordinator/generate/spec.c.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coordinator/cli/cli.h"
@@ -64,6 +68,42 @@ enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_
        O_CHUNK, O_NOEOS, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_FIXEDK,
        O_PROMPT, O_CHAT, O_SYSTEM, O_NOTHINK,
        O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_DEVICE, O_THREADS };
+
+/* --logits-out: a regular file (or a new path) is written as a temporary file renamed into
+ * place, since the target may be one of the mapped inputs; through a symbolic link, the
+ * link's target is replaced and the link kept; a FIFO or device (e.g. /dev/stdout) is
+ * written through, never replaced. -1 + message naming the path on any failure. */
+static int write_logits(const char *path, const void *data, size_t len, char *err,
+                        size_t errlen) {
+  struct stat st, lst;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+      snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+      return -1;
+    }
+    const char *p = data;
+    for (size_t left = len; left;) {
+      ssize_t w = write(fd, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, w < 0 ? strerror(errno) : "short write");
+        close(fd);
+        return -1;
+      }
+      p += w;
+      left -= (size_t)w;
+    }
+    if (close(fd) != 0) {
+      snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+      return -1;
+    }
+    return 0;
+  }
+  char real[PATH_MAX];
+  if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) && realpath(path, real)) path = real;
+  return df_fs_write_atomic(path, data, len, 0644, err, errlen);
+}
 
 int df_cmd_run(int argc, char **argv) {
   static const struct option opts[] = {
@@ -286,10 +326,9 @@ int df_cmd_run(int argc, char **argv) {
     goto done;
   }
   double t_prefill = df_cli_now() - t1;
-  /* a temporary file renamed into place: the target may be one of the mapped inputs */
   if (logits_path &&
-      df_fs_write_atomic(logits_path, logits, (size_t)(n_prompt * V) * sizeof(float), 0644, err,
-                         sizeof err) != 0) {
+      write_logits(logits_path, logits, (size_t)(n_prompt * V) * sizeof(float), err,
+                   sizeof err) != 0) {
     fprintf(stderr, "deltafin: --logits-out: %s\n", err);
     goto done;
   }
