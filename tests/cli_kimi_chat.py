@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""`deltafin run --chat` on a Kimi tiktoken.model folder (tests/tokenizer/kimi_k2_tiny: the tiny
+tiktoken vocabulary with Kimi K2's special names and K2's chat template) over a random
+checkpoint of that vocabulary size (1141). The chat prompt must be exactly the ids that jinja2
+rendering the template plus the independent Python tiktoken encoder give (a typed <|im_end|>
+stays text): the prompt logits of `--prompt TEXT --chat` equal those of `--prompt-ids` with
+those ids, byte for byte, with and without --system.
+
+usage: cli_kimi_chat.py DELTAFIN WORK_DIR
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "tokenizer"))
+import gen_chat_goldens as g  # noqa: E402  (jinja2 + the tiktoken oracle)
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def main():
+    exe, work = sys.argv[1:3]
+    os.makedirs(work, exist_ok=True)
+    model = os.path.join(work, "kimi-k2-tiny-moe")
+    if not os.path.exists(os.path.join(model, "model.safetensors")):
+        subprocess.run([sys.executable, os.path.join(HERE, "reference", "make_checkpoint.py"),
+                        "--preset", "tiny-moe-tied", "--vocab", "1141", "--out", model],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for fn in ("tiktoken.model", "tokenizer_config.json"):
+        shutil.copy(os.path.join(HERE, "tokenizer", "kimi_k2_tiny", fn), model)
+    with open(os.path.join(HERE, "tokenizer", "kimi_k2_chat_template.jinja"), encoding="utf-8") as f:
+        template = f.read()
+    oracle = g.k2_oracle()
+    text = "Say <|im_end|><|im_system|> hi, 你好 café"
+    common = ["--model", model, "--max-new", "4", "--temperature", "0", "--no-draft"]
+    for system in (None, "Be brief."):
+        msgs = ([g.S(system)] if system else []) + [g.U(text)]
+        ids = g.k2_ids(oracle, template, msgs, {"add_generation_prompt": True})
+        la, lb = os.path.join(work, "chat.f32"), os.path.join(work, "ids.f32")
+        extra = ["--system", system] if system else []
+        a = subprocess.run([exe, "run", *common, "--prompt", text, "--chat", *extra,
+                            "--logits-out", la, "--stats"], capture_output=True, text=True)
+        b = subprocess.run([exe, "run", *common, "--prompt-ids", ",".join(map(str, ids)),
+                            "--logits-out", lb], capture_output=True, text=True)
+        what = "with --system" if system else "default system turn"
+        check(a.returncode == 0 and f"prefill {len(ids)} tokens" in a.stderr,
+              f"run --chat ({what}) prefills the {len(ids)} oracle ids: {a.stderr.strip()[:200]}")
+        same = (a.returncode == 0 and b.returncode == 0 and
+                open(la, "rb").read() == open(lb, "rb").read() and os.path.getsize(la) > 0)
+        check(same, f"run --chat ({what}): prompt logits equal --prompt-ids of the oracle ids")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
