@@ -46,7 +46,7 @@ static bool hex_ok(const char *s, size_t n) {
   return true;
 }
 
-static int list_repo(pull *p, char *err, size_t errlen) {
+static int list_repo(df_pull_state *p, char *err, size_t errlen) {
   const df_pull_opts *o = p->o;
   char rev[800], url[2400];
   df_pull_urlenc(p->rev, false, rev, sizeof rev);
@@ -120,7 +120,7 @@ static int list_repo(pull *p, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: %s listed twice", url, path);
         goto done;
       }
-    entry *e = &p->e[p->n];
+    df_pull_entry *e = &p->e[p->n];
     if (!(e->path = strdup(path))) {
       snprintf(err, errlen, "out of memory");
       goto done;
@@ -174,7 +174,7 @@ static void utc_now(char *buf, size_t cap) {
 }
 
 /* Remove partial downloads that belong to no file of this listing (an older revision's). */
-static void sweep_partials(pull *p) {
+static void sweep_partials(df_pull_state *p) {
   char dir[2200];
   snprintf(dir, sizeof dir, "%.2048s/.deltafin/partial", p->dir);
   DIR *d = opendir(dir);
@@ -203,8 +203,8 @@ static bool file_has_size(const char *path, uint64_t size) {
 }
 
 int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err, size_t errlen) {
-  pull P = {.o = o};
-  pull *p = &P;
+  df_pull_state P = {.o = o};
+  df_pull_state *p = &P;
   df_pull_manifest man = {0};
   int rc = -1, lock_fd = -1, nthreads = 0;
   pthread_t th[64];
@@ -264,7 +264,7 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
   /* plan: select, skip what is already here, build temp names */
   int n_sel = 0, n_skip = 0;
   for (int i = 0; i < p->n; i++) {
-    entry *e = &p->e[i];
+    df_pull_entry *e = &p->e[i];
     if (!selected(o, e->path)) {
       e->state = E_EXCLUDED;
       continue;
@@ -301,7 +301,7 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
   if (o->stream) {
     h = df_pull_http_handle_new();
     for (int i = 0; i < p->n; i++) {
-      entry *e = &p->e[i];
+      df_pull_entry *e = &p->e[i];
       if (e->state != E_TODO || !e->sparse) continue;
       if (!h || df_pull__plan_sparse(p, h, e, err, errlen) != 0) {
         if (!h) snprintf(err, errlen, "cannot create an HTTP handle");
@@ -313,7 +313,7 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
   /* free disk: what is still to download, plus the expert cache budget in stream mode */
   uint64_t need = 0;
   for (int i = 0; i < p->n; i++) {
-    entry *e = &p->e[i];
+    df_pull_entry *e = &p->e[i];
     if (e->state != E_TODO) continue;
     if (!e->sparse) {
       struct stat st;
@@ -378,7 +378,7 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
   utc_now(nm.created, sizeof nm.created);
   int failed = 0, first_failed = -1, pending = 0;
   for (int i = 0; i < p->n; i++) {
-    entry *e = &p->e[i];
+    df_pull_entry *e = &p->e[i];
     df_pull_mfile *old = df_pull_manifest_find(&man, e->path);
     if (e->state == E_DONE) {
       if (df_pull_manifest_put(&nm, &e->out) != 0) goto oom;
@@ -430,7 +430,7 @@ done:
   df_pull_http_handle_destroy(&h);
   if (lock_fd >= 0) close(lock_fd);
   for (int i = 0; i < p->n; i++) {
-    entry *e = &p->e[i];
+    df_pull_entry *e = &p->e[i];
     if (e->out.ranges) free(e->out.ranges);
     if (e->sparse && e->state != E_DONE && e->partial[0]) unlink(e->partial);
     free(e->head);

@@ -33,8 +33,8 @@ typedef struct fdsink {
   df_pull_gitsha *git;
   uint64_t git_size;
   bool hashing_reset;  /* set when a restart re-initialised the hashes */
-  entry *e;
-  pull *p;
+  df_pull_entry *e;
+  df_pull_state *p;
   char *err;
   size_t errlen;
 } fdsink;
@@ -90,8 +90,8 @@ static int fd_sink(void *ud, uint64_t at, const void *data, size_t n) {
 
 /* Download bytes [s->pos, end) of url into s->fd with retries (resuming after what arrived).
  * end == e->size for full files. */
-static int fetch_span(pull *p, void *h, const char *url, fdsink *s, uint64_t end, long *status,
-                      char *err, size_t errlen) {
+static int fetch_span(df_pull_state *p, void *h, const char *url, fdsink *s, uint64_t end,
+                      long *status, char *err, size_t errlen) {
   const df_pull_net *net = &p->o->net;
   df_pull_resp resp;
   *status = 0;
@@ -115,7 +115,7 @@ static int fetch_span(pull *p, void *h, const char *url, fdsink *s, uint64_t end
   }
 }
 
-static void http_refusal_hint(const entry *e, long status, const df_pull_opts *o, char *err,
+static void http_refusal_hint(const df_pull_entry *e, long status, const df_pull_opts *o, char *err,
                               size_t errlen) {
   char tmp[768];
   snprintf(tmp, sizeof tmp, "%s", err);
@@ -129,7 +129,7 @@ static void http_refusal_hint(const entry *e, long status, const df_pull_opts *o
     snprintf(err, errlen, "%.300s: %.400s", e->path, tmp);
 }
 
-static int download_full(pull *p, void *h, entry *e) {
+static int download_full(df_pull_state *p, void *h, df_pull_entry *e) {
   const df_pull_opts *o = p->o;
   char url[4400], final[4400], err[768];
   int fd = -1, rc = -1;
@@ -243,7 +243,7 @@ io_fail:
   return -1;
 }
 
-int df_pull__plan_sparse(pull *p, void *h, entry *e, char *err, size_t errlen) {
+int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err, size_t errlen) {
   const df_pull_opts *o = p->o;
   char url[4400], herr[768];
   uint8_t len8[8];
@@ -293,7 +293,7 @@ int df_pull__plan_sparse(pull *p, void *h, entry *e, char *err, size_t errlen) {
     goto done;
   }
   size_t nt = df_st_count(st);
-  span *sp = calloc(nt ? nt : 1, sizeof *sp);
+  df_pull_span *sp = calloc(nt ? nt : 1, sizeof *sp);
   if (!sp) {
     snprintf(err, errlen, "out of memory");
     goto done;
@@ -307,13 +307,13 @@ int df_pull__plan_sparse(pull *p, void *h, entry *e, char *err, size_t errlen) {
       omitted += t->nbytes;
       continue;
     }
-    sp[ns++] = (span){t->file_offset, t->nbytes};
+    sp[ns++] = (df_pull_span){t->file_offset, t->nbytes};
     need += t->nbytes;
   }
   /* ascending offsets, adjacent spans merged into one request */
   for (int i = 1; i < ns; i++)
     for (int j = i; j > 0 && sp[j].off < sp[j - 1].off; j--) {
-      span t = sp[j];
+      df_pull_span t = sp[j];
       sp[j] = sp[j - 1];
       sp[j - 1] = t;
     }
@@ -351,7 +351,7 @@ done:
   return rc;
 }
 
-static int download_sparse(pull *p, void *h, entry *e) {
+static int download_sparse(df_pull_state *p, void *h, df_pull_entry *e) {
   const df_pull_opts *o = p->o;
   char url[4400], final[4400], err[768];
   int fd = -1;
@@ -414,7 +414,7 @@ static int download_sparse(pull *p, void *h, entry *e) {
 }
 
 void *df_pull__worker(void *arg) {
-  pull *p = arg;
+  df_pull_state *p = arg;
   void *h = df_pull_http_handle_new();
   for (;;) {
     pthread_mutex_lock(&p->mu);
@@ -423,7 +423,7 @@ void *df_pull__worker(void *arg) {
     p->next = i + 1;
     pthread_mutex_unlock(&p->mu);
     if (i >= p->n) break;
-    entry *e = &p->e[i];
+    df_pull_entry *e = &p->e[i];
     e->t0 = df_pull__now();
     atomic_store(&e->active, 1);
     int rc;

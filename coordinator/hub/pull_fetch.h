@@ -15,7 +15,7 @@
 
 /* Stream mode, planning (calling thread): fetch the header, lay out the sparse partial file,
  * and list the non-expert spans to download. A shard without experts becomes a full file. */
-int df_pull__plan_sparse(pull *p, void *h, entry *e, char *err, size_t errlen);
+int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err, size_t errlen);
 /* A download thread (pthread start routine, arg: the pull): takes E_TODO entries from the
  * shared cursor until none is left, downloads each (sparse or full) and reports it. */
 void *df_pull__worker(void *arg);

@@ -28,7 +28,7 @@ void df_pull__json_event(json_t *ev) {
   json_decref(ev);
 }
 
-void df_pull__note(pull *p, bool is_error, const char *fmt, ...) {
+void df_pull__note(df_pull_state *p, bool is_error, const char *fmt, ...) {
   if (p->o->json || (p->o->quiet && !is_error)) return;
   char line[1200];
   va_list ap;
@@ -75,7 +75,7 @@ static void progress_line(char *buf, size_t cap, const char *label, uint64_t don
            eta);
 }
 
-void df_pull__draw(pull *p, bool final) {
+void df_pull__draw(df_pull_state *p, bool final) {
   const df_pull_opts *o = p->o;
   double t = df_pull__now(), el = t - p->t_start;
   uint64_t done = atomic_load(&p->total_done);
@@ -109,7 +109,7 @@ void df_pull__draw(pull *p, bool final) {
     p->drawn_lines = 0;
     if (!final) {
       for (int i = 0; i < p->n; i++) {
-        entry *e = &p->e[i];
+        df_pull_entry *e = &p->e[i];
         if (!atomic_load(&e->active)) continue;
         uint64_t d = atomic_load(&e->done);
         double fe = t - e->t0;

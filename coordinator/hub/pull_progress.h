@@ -19,17 +19,17 @@
 
 #include <jansson.h>
 
-#include "coordinator/hub/pull.h"
+#include "coordinator/hub/pull_opts.h"
 #include "coordinator/hub/pull_manifest.h"
 #include "coordinator/hub/pull_util.h"
 
 enum { E_TODO, E_SKIP, E_EXCLUDED, E_DONE, E_FAILED };
 
-typedef struct span {
+typedef struct df_pull_span {
   uint64_t off, len;
-} span;
+} df_pull_span;
 
-typedef struct entry {
+typedef struct df_pull_entry {
   char *path;
   uint64_t size;                       /* listed size, bytes */
   char lfs[DF_PULL_SHA256_HEX];        /* hub LFS oid or "" */
@@ -40,7 +40,7 @@ typedef struct entry {
   /* sparse plan */
   uint8_t *head;                       /* [head_len] first bytes: 8 + header */
   uint64_t head_len;
-  span *spans;                         /* non-expert data ranges after the header */
+  df_pull_span *spans;                         /* non-expert data ranges after the header */
   int n_spans;
   uint64_t omitted;                    /* expert bytes left as holes */
   uint64_t need;                       /* bytes still to download */
@@ -51,14 +51,14 @@ typedef struct entry {
   double t0;
   df_pull_mfile out;                   /* the manifest record on success */
   char err[768];
-} entry;
+} df_pull_entry;
 
-typedef struct pull {
+typedef struct df_pull_state {
   const df_pull_opts *o;
   char dir[4096];
   char commit[96];
   char rev[256];
-  entry *e;
+  df_pull_entry *e;
   int n;
   pthread_mutex_t mu;
   int next;
@@ -72,17 +72,17 @@ typedef struct pull {
   char **notes;  /* lines to print above the live bar */
   int n_notes;
   double t_start, last_plain;
-} pull;
+} df_pull_state;
 
 /* Monotonic clock in seconds. */
 double df_pull__now(void);
 /* Print one JSON line on stdout (--json) and free ev. */
 void df_pull__json_event(json_t *ev);
 /* A line for the user: stderr in plain/TTY mode (queued above the live bar on a TTY). */
-void df_pull__note(pull *p, bool is_error, const char *fmt, ...)
+void df_pull__note(df_pull_state *p, bool is_error, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Progress: redraw the bar (TTY), or a plain / JSON line every progress_interval_s; `final`
  * draws the last one. */
-void df_pull__draw(pull *p, bool final);
+void df_pull__draw(df_pull_state *p, bool final);
 
 #endif

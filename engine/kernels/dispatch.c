@@ -1,10 +1,5 @@
-/* engine/kernels/dispatch.c — the kernels' runtime choices: which ISA runs (detected once,
- * forced by tests) and how many threads every parallel region uses; see kernels.h.
- *
- * Owns: the process-wide ISA and team size. Every kernel file reads them from here, so no
- * kernel file depends on another.
- */
-#include "engine/kernels/kernels.h"
+/* engine/kernels/dispatch.c — the ISA and thread choice of the kernels; see dispatch.h. */
+#include "engine/kernels/dispatch.h"
 
 #include <omp.h>
 #include <stdatomic.h>
