@@ -352,18 +352,38 @@ done:
   return rc;
 }
 
+/* A new tokenizer named `path` with no ids set yet; NULL + message when out of memory. */
+static df_tok *tok_new(const char *path, char *err, size_t errlen) {
+  df_tok *t = calloc(1, sizeof *t);
+  if (!t) {
+    df_tok__seterr(err, errlen, "%s: out of memory", path);
+    return NULL;
+  }
+  snprintf(t->path, sizeof t->path, "%s", path);
+  t->unk_id = t->bos_id = t->eos_id = t->pad_id = -1;
+  pthread_mutex_init(&t->cache.mu, NULL);
+  return t;
+}
+
+/* The steps every format ends with: the decode table, the word cache and
+ * tokenizer_config.json (cfg). 0, or -1 with the message set. */
+static int tok_finish(load_ctx *L, const char *cfg) {
+  df_tok *t = L->t;
+  if (build_decode_table(L) != 0) return -1;
+  t->cache.slots = calloc(DF_TOK_CACHE_SLOTS, sizeof *t->cache.slots);
+  if (!t->cache.slots) {
+    LERR(L, "out of memory");
+    return -1;
+  }
+  return load_config(t, cfg, L->err, L->errlen);
+}
+
 /* A Kimi TikTokenTokenizer: tiktoken.model + tokenizer_config.json (engine/text/
  * tokenizer_tiktoken.c), then the steps shared with tokenizer.json. */
 static int load_tiktoken(const char *model, const char *cfg, df_tok **out, char *err,
                          size_t errlen) {
-  df_tok *t = calloc(1, sizeof *t);
-  if (!t) {
-    df_tok__seterr(err, errlen, "%s: out of memory", model);
-    return -1;
-  }
-  snprintf(t->path, sizeof t->path, "%s", model);
-  t->unk_id = t->bos_id = t->eos_id = t->pad_id = -1;
-  pthread_mutex_init(&t->cache.mu, NULL);
+  df_tok *t = tok_new(model, err, errlen);
+  if (!t) return -1;
   load_ctx L = {t, model, err, errlen};
   int rc = -1;
   if (df_tok__load_tiktoken(&L, model, cfg) != 0) goto done;
@@ -371,14 +391,7 @@ static int load_tiktoken(const char *model, const char *cfg, df_tok **out, char 
     LERR(&L, "out of memory");
     goto done;
   }
-  if (build_decode_table(&L) != 0) goto done;
-  t->cache.slots = calloc(DF_TOK_CACHE_SLOTS, sizeof *t->cache.slots);
-  if (!t->cache.slots) {
-    LERR(&L, "out of memory");
-    goto done;
-  }
-  if (load_config(t, cfg, err, errlen) != 0) goto done;
-  rc = 0;
+  rc = tok_finish(&L, cfg);
 done:
   if (rc != 0) df_tok_destroy(&t);
   *out = t;
@@ -436,15 +449,9 @@ int df_tok_load(const char *path, df_tok **out, char *err, size_t errlen) {
       df_tok__seterr(err, errlen, "%s: line %d column %d: %s", file, je.line, je.column, je.text);
     return -1;
   }
-  df_tok *t = calloc(1, sizeof *t);
+  df_tok *t = tok_new(file, err, errlen);
   int rc = -1;
-  if (!t) {
-    df_tok__seterr(err, errlen, "%s: out of memory", file);
-    goto done;
-  }
-  snprintf(t->path, sizeof t->path, "%s", file);
-  t->unk_id = t->bos_id = t->eos_id = t->pad_id = -1;
-  pthread_mutex_init(&t->cache.mu, NULL);
+  if (!t) goto done;
   load_ctx L = {t, file, err, errlen};
   if (!json_is_object(root)) {
     LERR(&L, "expected a JSON object");
@@ -522,14 +529,7 @@ int df_tok_load(const char *path, df_tok **out, char *err, size_t errlen) {
   if (load_added(&L, added) != 0 || load_postproc(&L, json_object_get(root, "post_processor"),
                                                   "post_processor") != 0)
     goto done;
-  if (build_decode_table(&L) != 0) goto done;
-  t->cache.slots = calloc(DF_TOK_CACHE_SLOTS, sizeof *t->cache.slots);
-  if (!t->cache.slots) {
-    LERR(&L, "out of memory");
-    goto done;
-  }
-  if (load_config(t, cfg, err, errlen) != 0) goto done;
-  rc = 0;
+  rc = tok_finish(&L, cfg);
 done:
   json_decref(root);
   if (rc != 0) df_tok_destroy(&t);
