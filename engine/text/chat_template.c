@@ -481,7 +481,7 @@ static bool valid(const char *s) { return df_tok__utf8_valid((const uint8_t *)s,
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
                    const df_chat_opts *opts, df_chat_text *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  df_chat_opts dflt = {false, -1};
+  df_chat_opts dflt = {.add_generation_prompt = false, .enable_thinking = -1};
   if (!opts) opts = &dflt;
   if (n == 0 || !msgs) {
     df_tok__seterr(err, errlen, "chat: no messages");

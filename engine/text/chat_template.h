@@ -41,7 +41,9 @@
 typedef enum df_chat_family {
   DF_CHAT_QWEN3 = 1,
   DF_CHAT_DEEPSEEK_V3 = 2,
-  DF_CHAT_KIMI_K2 = 3,
+  DF_CHAT_KIMI_K2 = 3,          /* Kimi K2 (Instruct), plain chats */
+  DF_CHAT_KIMI_K2_THINKING = 4, /* Kimi K2 Thinking: tools, tool calls, <think> */
+  DF_CHAT_KIMI_K3 = 5,          /* Kimi K3 XTML, built in (K3 folders carry no template) */
 } df_chat_family;
 
 typedef struct df_chat_template df_chat_template;
@@ -50,6 +52,7 @@ typedef struct df_chat_template df_chat_template;
 typedef struct df_chat_tool_call {
   const char *name;      /* UTF-8, NUL-terminated */
   const char *arguments; /* the arguments as JSON text, inserted verbatim (UTF-8) */
+  const char *id;        /* the call's id (OpenAI "id"), NULL = not given */
 } df_chat_tool_call;
 
 /* One message. Strings are UTF-8, NUL-terminated, borrowed for the call. */
@@ -62,11 +65,21 @@ typedef struct df_chat_msg {
                                     <think>...</think> in content, as the template does) */
   const df_chat_tool_call *tool_calls; /* assistant only; n_tool_calls of them */
   size_t n_tool_calls;
+  const char *name;              /* the message's "name", NULL = not given */
+  const char *tool_call_id;      /* tool messages: the call they answer, NULL = not given */
 } df_chat_msg;
 
 typedef struct df_chat_opts {
   bool add_generation_prompt; /* append the assistant header */
-  int enable_thinking;        /* -1 not given (template default), 0 false, 1 true */
+  int enable_thinking;        /* -1 not given (template default), 0 false, 1 true; Kimi K3's
+                                 `thinking` */
+  const char *tools_json;     /* the request's `tools` as JSON text (an array of tool objects),
+                                 NULL or "[]" = none; re-serialised as each template prints it */
+  const char *thinking_effort; /* Kimi K3: NULL not given (default "max"), "" given as null
+                                  (no thinking-effort message), else low|medium|high|max */
+  const char *tool_choice;     /* Kimi K3: NULL or "auto" = no message, "required", "none" */
+  const char *response_format_json; /* Kimi K3: the request's `response_format` as JSON text
+                                       (an object), NULL = not given */
 } df_chat_opts;
 
 /* A rendered prompt: text plus the byte spans that came from messages. */
