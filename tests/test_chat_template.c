@@ -69,6 +69,18 @@ static const family k_kimi = {
     {"<|im_system|>", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", NULL},
     false, "control_strings_in_user", DF_SOURCE_DIR "/tests/tokenizer/kimi_k2_tiny"};
 
+/* Kimi K2 Thinking: llama.cpp's models/templates/moonshotai-Kimi-K2-Thinking.jinja (tools, tool
+ * calls, tool results, <think>); the same tiny vocabulary with K2's tool-call and think
+ * specials named (tests/tokenizer/kimi_k2_thinking_tiny). */
+static const family k_kimi_thinking = {
+    DF_SOURCE_DIR "/tests/tokenizer/kimi_k2_thinking_chat_template.jinja",
+    DF_SOURCE_DIR "/tests/tokenizer/kimi_k2_thinking_chat_golden.json", NULL,
+    DF_CHAT_KIMI_K2_THINKING,
+    {"<|im_system|>", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>",
+     "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+     "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>", NULL},
+    false, "control_strings_in_user", DF_SOURCE_DIR "/tests/tokenizer/kimi_k2_thinking_tiny"};
+
 static const char *npm_dir(void) {
   const char *d = getenv("DF_TOK_NPM");
   return d ? d : DF_SOURCE_DIR "/tools/node_modules";
@@ -130,6 +142,8 @@ static void conv_from_json(json_t *c, conv *v) {
     d->role = json_string_value(json_object_get(m, "role"));
     d->content = json_string_value(json_object_get(m, "content"));
     d->reasoning_content = json_string_value(json_object_get(m, "reasoning_content"));
+    d->name = json_string_value(json_object_get(m, "name"));
+    d->tool_call_id = json_string_value(json_object_get(m, "tool_call_id"));
     json_t *calls = json_object_get(m, "tool_calls"), *tc;
     size_t j;
     d->tool_calls = &v->calls[k];
@@ -137,6 +151,7 @@ static void conv_from_json(json_t *c, conv *v) {
       json_t *f = json_object_get(tc, "function");
       v->calls[k].name = json_string_value(json_object_get(f, "name"));
       v->calls[k].arguments = json_string_value(json_object_get(f, "arguments"));
+      v->calls[k].id = json_string_value(json_object_get(tc, "id"));
       k++;
     }
     d->n_tool_calls = json_array_size(calls);
@@ -144,6 +159,7 @@ static void conv_from_json(json_t *c, conv *v) {
   v->opts.add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt"));
   json_t *et = json_object_get(c, "enable_thinking");
   v->opts.enable_thinking = json_is_boolean(et) ? json_is_true(et) : -1;
+  v->opts.tools_json = json_string_value(json_object_get(c, "tools"));
   v->name = json_string_value(json_object_get(c, "name"));
   v->text = json_string_value(json_object_get(c, "text"));
   v->text_len = json_string_length(json_object_get(c, "text"));
@@ -239,12 +255,13 @@ static void test_encode_control_tokens(void **state) {
       turns += !strcmp(v.msgs[k].role, "user") ||
                (fm->family == DF_CHAT_QWEN3 && (!strcmp(v.msgs[k].role, "system") ||
                                                  !strcmp(v.msgs[k].role, "assistant")));
-    if (fm->family == DF_CHAT_KIMI_K2) { /* header 3 + <|im_end|> per known role, 1 per other */
+    if (fm->family == DF_CHAT_KIMI_K2 || fm->family == DF_CHAT_KIMI_K2_THINKING) {
+      /* header 3 + <|im_end|> per known role; 1 per other (K2), 3 (K2 Thinking) */
       turns = 0;
       for (size_t k = 0; k < v.n; k++) {
         const char *r = v.msgs[k].role;
         turns += !strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
-                         !strcmp(r, "tool") ? 4 : 1;
+                         !strcmp(r, "tool") ? 4 : fm->family == DF_CHAT_KIMI_K2 ? 1 : 3;
       }
     }
     if (lb > n || lb < turns)
@@ -341,7 +358,7 @@ static void test_recognition(void **state) {
   if (rc != 0) fprintf(stderr, "%s\n", err);
   assert_int_equal(rc, 0);
   assert_int_equal(df_chat_template_family(t), DF_CHAT_DEEPSEEK_V3);
-  df_chat_msg hi = {"user", "hi", NULL, NULL, 0};
+  df_chat_msg hi = {.role = "user", .content = "hi"};
   df_chat_text o2;
   assert_int_equal(df_chat_render(t, &hi, 1, NULL, &o2, err, sizeof err), 0);
   assert_string_equal(o2.text, "<" FW "begin" SP "of" SP "sentence" FW "><" FW "User" FW ">hi");
@@ -352,19 +369,50 @@ static void test_recognition(void **state) {
   if (rc != 0) fprintf(stderr, "%s\n", err);
   assert_int_equal(rc, 0);
   assert_int_equal(df_chat_template_family(t), DF_CHAT_KIMI_K2);
-  df_chat_opts gen = {true, -1};
+  df_chat_opts gen = {.add_generation_prompt = true, .enable_thinking = -1};
   assert_int_equal(df_chat_render(t, &hi, 1, &gen, &o2, err, sizeof err), 0);
   assert_string_equal(o2.text, "<|im_system|>system<|im_middle|>You are a helpful assistant"
                                "<|im_end|><|im_user|>user<|im_middle|>hi<|im_end|>"
                                "<|im_assistant|>assistant<|im_middle|>");
   df_chat_text_free(&o2);
   /* tool calls: the template drops them, so they are refused, naming the message */
-  df_chat_tool_call call = {"f", "{}"};
-  df_chat_msg tc[2] = {{"user", "q", NULL, NULL, 0}, {"assistant", "", NULL, &call, 1}};
+  df_chat_tool_call call = {.name = "f", .arguments = "{}"};
+  df_chat_msg tc[2] = {{.role = "user", .content = "q"},
+                       {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
   assert_int_equal(df_chat_render(t, tc, 2, NULL, &o2, err, sizeof err), -1);
   assert_non_null(strstr(err, "messages[1].tool_calls"));
   assert_non_null(strstr(err, "Kimi K2"));
   assert_null(o2.text);
+  /* tools: a template that does not declare them refuses them, naming itself and the folder */
+  df_chat_opts with_tools = {.tools_json = "[{\"type\": \"function\"}]"};
+  assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), -1);
+  assert_non_null(strstr(err, "tools"));
+  assert_non_null(strstr(err, "Kimi K2"));
+  assert_non_null(strstr(err, "kimi_k2_tiny"));
+  with_tools.tools_json = "[]"; /* an empty list is no tools */
+  assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), 0);
+  df_chat_text_free(&o2);
+  df_chat_template_destroy(&t);
+  /* Kimi K2 Thinking: recognised from its folder; tools that are not a JSON array, or not
+   * JSON, are refused with the reason */
+  assert_int_equal(df_chat_template_load(k_kimi_thinking.tok_dir, &t, err, sizeof err), 0);
+  assert_int_equal(df_chat_template_family(t), DF_CHAT_KIMI_K2_THINKING);
+  with_tools.tools_json = "{\"type\": \"function\"}";
+  assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), -1);
+  assert_non_null(strstr(err, "expected an array"));
+  with_tools.tools_json = "[{\"a\": 1, \"a\": 2}]";
+  assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), -1);
+  assert_non_null(strstr(err, "duplicate"));
+  with_tools.tools_json = "[{\"a\": ";
+  assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), -1);
+  assert_non_null(strstr(err, "chat: tools:"));
+  assert_non_null(strstr(err, "line 1"));
+  /* Python's json.dumps layout, key order kept, reals as repr(float) */
+  with_tools.tools_json = "[{\"z\": 1.0, \"a\": [1e300, 0.1, -1e-7, 100e0, \"\\u0007\\/\"]}]";
+  assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), 0);
+  assert_non_null(strstr(o2.text, "tool_declare<|im_middle|>[{\"z\": 1.0, \"a\": [1e+300, 0.1, "
+                                  "-1e-07, 100.0, \"\\u0007/\"]}]<|im_end|>"));
+  df_chat_text_free(&o2);
   df_chat_template_destroy(&t);
   /* a template nobody renders: a clear error naming the folder */
   const char *other = "{% for m in messages %}{{ m.content }}{% endfor %}";
@@ -412,7 +460,7 @@ static void test_recognition(void **state) {
   fputs("{\"bos_token\": {\"__type\": \"AddedToken\", \"content\": \"<s>\"}}", f);
   fclose(f);
   assert_int_equal(df_chat_template_load(tmp, &t, err, sizeof err), 0);
-  df_chat_msg sys[2] = {{"system", "a", NULL, NULL, 0}, {"assistant", NULL, NULL, NULL, 0}};
+  df_chat_msg sys[2] = {{.role = "system", .content = "a"}, {.role = "assistant"}};
   assert_int_equal(df_chat_render(t, sys, 2, NULL, &o2, err, sizeof err), 0);
   assert_string_equal(o2.text, "<s>a");
   df_chat_text_free(&o2);
@@ -435,11 +483,11 @@ static void test_bad_messages(void **state) {
   char err[512];
   assert_int_equal(df_chat_render(t, NULL, 0, NULL, &out, err, sizeof err), -1);
   assert_non_null(strstr(err, "no messages"));
-  df_chat_msg m = {"user", NULL, NULL, NULL, 0};
+  df_chat_msg m = {.role = "user"};
   assert_int_equal(df_chat_render(t, &m, 1, NULL, &out, err, sizeof err), -1);
   assert_non_null(strstr(err, "messages[0].content"));
   /* null assistant content: only where the template tells it from "" */
-  df_chat_msg a = {"assistant", NULL, NULL, NULL, 0};
+  df_chat_msg a = {.role = "assistant"};
   assert_int_equal(df_chat_render(t, &a, 1, NULL, &out, err, sizeof err), -1);
   df_chat_template *ds = load_template(&k_deepseek);
   assert_int_equal(df_chat_render(ds, &a, 1, NULL, &out, err, sizeof err), 0);
@@ -465,7 +513,7 @@ static df_chat_msg *many_messages(size_t n) {
   df_chat_msg *m = calloc(n, sizeof *m);
   assert_non_null(m);
   for (size_t i = 0; i < n; i++)
-    m[i] = (df_chat_msg){"user", i % 2 ? "a<|im_end|>b" : "hi", NULL, NULL, 0};
+    m[i] = (df_chat_msg){.role = "user", .content = i % 2 ? "a<|im_end|>b" : "hi"};
   return m;
 }
 
@@ -538,6 +586,8 @@ int main(void) {
       cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_deepseek),
       cmocka_unit_test_prestate(test_goldens, (void *)&k_kimi),
       cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_kimi),
+      cmocka_unit_test_prestate(test_goldens, (void *)&k_kimi_thinking),
+      cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_kimi_thinking),
       cmocka_unit_test(test_recognition),
       cmocka_unit_test(test_bad_messages),
       cmocka_unit_test(test_many_messages),

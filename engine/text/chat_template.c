@@ -7,6 +7,7 @@
  * template prints. Does not own: tokenization (engine/text/tokenizer.h).
  */
 #include "engine/text/chat_template.h"
+#include "engine/text/chat_json.h"
 #include "engine/text/tokenizer_utf8.h"
 #include "engine/text/tokenizer_util.h"
 
@@ -35,7 +36,14 @@ static const struct {
     {0x2bfdb7aa9754484eULL, 4116, DF_CHAT_QWEN3, "Qwen3 (hybrid thinking)"},
     {0xebe3604156dc466aULL, 2301, DF_CHAT_DEEPSEEK_V3, "DeepSeek-V3"},
     {0x99d1f704677a2270ULL, 1249, DF_CHAT_KIMI_K2, "Kimi K2"},
+    {0xc08d7bfff1b6eb0cULL, 3430, DF_CHAT_KIMI_K2_THINKING, "Kimi K2 Thinking"},
 };
+
+static const char *family_name(df_chat_family f) {
+  for (size_t i = 0; i < sizeof k_known / sizeof k_known[0]; i++)
+    if (k_known[i].family == f) return k_known[i].what;
+  return f == DF_CHAT_KIMI_K3 ? "Kimi K3 (XTML)" : "?";
+}
 
 static uint64_t fnv1a64(const char *s, size_t n) {
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -63,7 +71,7 @@ int df_chat_template_from_text(const char *text, size_t len, const char *origin,
   }
   df_tok__seterr(err, errlen,
                  "%s: chat template not recognised (%zu bytes, FNV-1a 64 %016llx); supported: "
-                 "Qwen3, DeepSeek-V3, Kimi K2. Render it with jinja2, add a renderer to engine/text/chat_template.c and "
+                 "Qwen3, DeepSeek-V3, Kimi K2, Kimi K2 Thinking. Render it with jinja2, add a renderer to engine/text/chat_template.c and "
                  "goldens to tests/tokenizer/", origin, len, (unsigned long long)h);
   return -1;
 }
@@ -476,6 +484,90 @@ static void render_kimi_k2(const df_chat_msg *msgs, size_t n, const df_chat_opts
   if (opt->add_generation_prompt) lit(o, K2_ASSISTANT);
 }
 
+/* ---- Kimi K2 Thinking -------------------------------------------------------------------
+ * A transcription of the Kimi K2 Thinking template
+ * (tests/tokenizer/kimi_k2_thinking_chat_template.jinja); comments quote it. Every tag is
+ * written with {%- -%} (or sits inside a line that is all template), so no whitespace of the
+ * template reaches the output apart from the "\n" after "## Return of ID". Content is always a
+ * string here (or an assistant's NULL = JSON null, which renders nothing); the list-content
+ * branch is not an input. */
+#define K2_CALLS_BEGIN "<|tool_calls_section_begin|>"
+#define K2_CALLS_END "<|tool_calls_section_end|>"
+#define K2_CALL_BEGIN "<|tool_call_begin|>"
+#define K2_CALL_ARGS "<|tool_call_argument_begin|>"
+#define K2_CALL_END "<|tool_call_end|>"
+
+static void data_s(out_t *o, const char *s) {
+  if (s) data(o, s, strlen(s));
+}
+
+/* set_roles: role_name = message.get('name') or message['role'] */
+static void k2t_header(out_t *o, const df_chat_msg *m) {
+  if (role_is(m, "user")) lit(o, "<|im_user|>");
+  else if (role_is(m, "assistant")) lit(o, "<|im_assistant|>");
+  else lit(o, "<|im_system|>");
+  if (m->name && *m->name) data_s(o, m->name);
+  else data_s(o, m->role);
+  lit(o, "<|im_middle|>");
+}
+
+static void k2t_message(out_t *o, const df_chat_msg *m, bool suffix) {
+  k2t_header(o, m);
+  if (role_is(m, "assistant")) {
+    /* history: '<think></think>'; suffix: '<think>' + message.get('reasoning_content', '') +
+     * '</think>' */
+    lit(o, "<think>");
+    if (suffix) data_s(o, m->reasoning_content);
+    lit(o, "</think>");
+    data_s(o, m->content);
+    if (m->n_tool_calls) {
+      /* render_toolcalls: '<|tool_call_begin|>' + tool_call['id'] +
+       * '<|tool_call_argument_begin|>' + arguments + '<|tool_call_end|>' per call */
+      lit(o, K2_CALLS_BEGIN);
+      for (size_t k = 0; k < m->n_tool_calls; k++) {
+        lit(o, K2_CALL_BEGIN);
+        data_s(o, m->tool_calls[k].id);
+        lit(o, K2_CALL_ARGS);
+        data_s(o, m->tool_calls[k].arguments);
+        lit(o, K2_CALL_END);
+      }
+      lit(o, K2_CALLS_END);
+    }
+  } else if (role_is(m, "tool")) {
+    /* '## Return of ' + message.tool_call_id + '\n' + content (an absent id prints nothing) */
+    lit(o, "## Return of ");
+    data_s(o, m->tool_call_id);
+    lit(o, "\n");
+    data_s(o, m->content);
+  } else {
+    data_s(o, m->content);
+  }
+  lit(o, K2_END);
+}
+
+static void render_kimi_k2_thinking(const df_chat_msg *msgs, size_t n, const df_chat_opts *opt,
+                                    const char *tools, out_t *o) {
+  /* ns.last_non_tool_call_assistant_msg: the last assistant message without tool calls */
+  size_t split = 0; /* hist_msgs = messages[:split], suffix_msgs = messages[split:] */
+  for (size_t i = n; i-- > 0;)
+    if (role_is(&msgs[i], "assistant") && msgs[i].n_tool_calls == 0) {
+      split = i + 1;
+      break;
+    }
+  /* {%- if tools -%} '<|im_system|>tool_declare<|im_middle|>' + tools|tojson + '<|im_end|>' */
+  if (tools) {
+    lit(o, "<|im_system|>tool_declare<|im_middle|>");
+    data_s(o, tools);
+    lit(o, K2_END);
+  }
+  /* {%- if messages|length == 0 or messages[0]['role'] != 'system' -%} */
+  if (n == 0 || !role_is(&msgs[0], "system"))
+    lit(o, "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot "
+           "AI." K2_END);
+  for (size_t i = 0; i < n; i++) k2t_message(o, &msgs[i], i >= split);
+  if (opt->add_generation_prompt) lit(o, K2_ASSISTANT);
+}
+
 static bool valid(const char *s) { return df_tok__utf8_valid((const uint8_t *)s, strlen(s)); }
 
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
@@ -490,13 +582,15 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
   for (size_t i = 0; i < n; i++) {
     const df_chat_msg *m = &msgs[i];
     /* null content: only an assistant's, only where the template tells it from "" */
-    bool null_ok = t->family == DF_CHAT_DEEPSEEK_V3 && m->role && role_is(m, "assistant");
+    bool null_ok = (t->family == DF_CHAT_DEEPSEEK_V3 || t->family == DF_CHAT_KIMI_K2_THINKING) &&
+                   m->role && role_is(m, "assistant");
     if (!m->role || (!m->content && !null_ok)) {
       df_tok__seterr(err, errlen, "chat: messages[%zu].%s: missing", i, !m->role ? "role" : "content");
       return -1;
     }
     if (!valid(m->role) || (m->content && !valid(m->content)) ||
-        (m->reasoning_content && !valid(m->reasoning_content))) {
+        (m->reasoning_content && !valid(m->reasoning_content)) ||
+        (m->name && !valid(m->name)) || (m->tool_call_id && !valid(m->tool_call_id))) {
       df_tok__seterr(err, errlen, "chat: messages[%zu]: not valid UTF-8", i);
       return -1;
     }
@@ -511,11 +605,39 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
     }
     for (size_t k = 0; k < m->n_tool_calls; k++) {
       const df_chat_tool_call *c = &m->tool_calls[k];
-      if (!c->name || !c->arguments || !valid(c->name) || !valid(c->arguments)) {
+      if (!c->name || !c->arguments || !valid(c->name) || !valid(c->arguments) ||
+          (c->id && !valid(c->id))) {
         df_tok__seterr(err, errlen, "chat: messages[%zu].tool_calls[%zu]: name and arguments "
                        "must be UTF-8 strings", i, k);
         return -1;
       }
+    }
+  }
+  /* tools: printed by the templates that declare them, refused by the others (they would
+   * drop them silently) */
+  df_tok_buf tools = {0};
+  if (opts->tools_json) {
+    json_t *tv = df_pyjson_parse(opts->tools_json, "chat: tools", err, errlen);
+    if (!tv) return -1;
+    if (!json_is_array(tv)) {
+      json_decref(tv);
+      df_tok__seterr(err, errlen, "chat: tools: expected an array of tool objects");
+      return -1;
+    }
+    bool any = json_array_size(tv) > 0;
+    if (any && t->family != DF_CHAT_KIMI_K2_THINKING) {
+      json_decref(tv);
+      df_tok__seterr(err, errlen, "chat: tools: the %s chat template of %s does not declare "
+                     "tools; not supported", family_name(t->family), t->origin);
+      return -1;
+    }
+    /* Kimi K2 Thinking: tools|tojson = json.dumps(tools, ensure_ascii=False) */
+    int rc = any ? df_pyjson_dump(&tools, tv, (df_pyjson_style){0}) : 0;
+    json_decref(tv);
+    if (rc != 0) {
+      df_tok__buf_free(&tools);
+      df_tok__seterr(err, errlen, "chat: out of memory");
+      return -1;
     }
   }
   out_t o = {0};
@@ -530,7 +652,14 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
   case DF_CHAT_KIMI_K2:
     if (!o.oom) render_kimi_k2(msgs, n, opts, &o);
     break;
+  case DF_CHAT_KIMI_K2_THINKING:
+    if (!o.oom) render_kimi_k2_thinking(msgs, n, opts, tools.p, &o);
+    break;
+  case DF_CHAT_KIMI_K3:
+    o.oom = 1; /* rendered by engine/text/chat_xtml.c */
+    break;
   }
+  df_tok__buf_free(&tools);
   if (o.oom) {
     df_tok__buf_free(&o.b);
     free(o.sp);
@@ -588,6 +717,7 @@ size_t df_chat_min_tokens(const df_chat_template *t, const df_tok *tok, const df
     }
     break;
   case DF_CHAT_KIMI_K2:
+  case DF_CHAT_KIMI_K2_THINKING:
     /* every message ends with <|im_end|>; system, user, assistant and tool ones open with
      * <|im_system|>/<|im_user|>/<|im_assistant|>, a role word and <|im_middle|>; the default
      * system turn (5: header 3, its text >= 1, <|im_end|>) is not counted */
@@ -598,9 +728,13 @@ size_t df_chat_min_tokens(const df_chat_template *t, const df_tok *tok, const df
     for (size_t i = 0; i < n; i++) {
       const char *r = msgs[i].role;
       if (!r) continue;
-      lb += (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
-             !strcmp(r, "tool")) ? 4 : 1;
+      bool known = !strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
+                   !strcmp(r, "tool");
+      /* K2 Thinking gives every role a header (<|im_system|> for the others) */
+      lb += known ? 4 : t->family == DF_CHAT_KIMI_K2_THINKING ? 3 : 1;
     }
+    break;
+  case DF_CHAT_KIMI_K3:
     break;
   }
   return lb;
