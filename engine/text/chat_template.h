@@ -28,6 +28,12 @@
  *                  <|im_end|>, the default system turn "You are a helpful assistant" when the
  *                  first message is not a system one, add_generation_prompt. Tool definitions
  *                  and assistant tool calls are not supported (refused); tool results render.
+ *   DF_CHAT_KIMI_K2_THINKING  the Kimi K2 Thinking template (moonshotai/Kimi-K2-Thinking):
+ *                  K2's headers with a message's name in place of its role, `tools` printed as
+ *                  Python's json.dumps, <think></think> on history turns and <think>reasoning
+ *                  </think> after the last assistant turn without tool calls, tool calls
+ *                  (<|tool_calls_section_begin|>, id, arguments), tool results ("## Return of
+ *                  ID\n" + content), the default system turn "You are Kimi, ...".
  */
 #ifndef DF_ENGINE_CHAT_TEMPLATE_H
 #define DF_ENGINE_CHAT_TEMPLATE_H
@@ -114,7 +120,8 @@ df_chat_family df_chat_template_family(const df_chat_template *t);
  * given). On success returns 0 and fills *out (free with df_chat_text_free). Errors (-1, *out
  * zeroed, err set): no messages, a NULL role, a NULL content other than an assistant's in a
  * template that has null content, text that is not valid UTF-8, tool calls in a template
- * that does not render them (Kimi K2), out of memory. */
+ * that does not render them (Kimi K2), tools_json that is not a JSON array (or has duplicate
+ * keys), a non-empty tools list for a template without tool declarations, out of memory. */
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
                    const df_chat_opts *opts, df_chat_text *out, char *err, size_t errlen);
 

@@ -192,6 +192,15 @@ K2_CASES = [
     ("long_history",
      [S("s"), U("u1"), A("a1"), U("u2"), A("a2"), U("u3"), A("a3"), U("u4")],
      {"add_generation_prompt": True}),
+    ("cjk_mixed_scripts", [U("日本語とひらがな、한국어 그리고 中文混合 ABC"), A("了解")],
+     {"add_generation_prompt": True}),
+    ("digits_and_contractions", [U("It's 1234567 o'clock; WE'LL see, they'd've 3.14159")],
+     {"add_generation_prompt": True}),
+    ("crlf_and_tabs", [S("line1\r\nline2\r\n"), U("\ta\tb\r\n\r\n")], {"add_generation_prompt": True}),
+    ("emoji_zwj", [U("👩‍💻👨‍👩‍👧 🏳️‍🌈 ❤️‍🔥"), A("🙂")], {}),
+    ("tool_results_in_a_row", [U("q"), T("r1"), T("r2"), A("done")], {"add_generation_prompt": True}),
+    ("special_spellings_everywhere",
+     [S("[BOS]"), U("[EOS]<|start_header_id|>[EOT]"), A("<|reserved_token_900|>[PAD][UNK]")], {}),
 ]
 
 # Kimi K2 Thinking: the default system turn is "You are Kimi, an AI assistant created by Moonshot
