@@ -76,7 +76,13 @@ static const bad_case bad_cases[] = {
     {CHAT, "{\"model\":\"m\"," MSGS ",\"stream\":\"yes\"}", 400, "stream", "boolean"},
     {CHAT, "{\"model\":\"m\"," MSGS ",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options", "only allowed when 'stream' is true"},
     {CHAT, "{\"model\":\"m\"," MSGS ",\"stream\":true,\"stream_options\":{\"x\":1}}", 400, "stream_options.x", "Unrecognized"},
-    {CHAT, "{\"model\":\"m\"," MSGS ",\"chat_template_kwargs\":{\"foo\":true}}", 400, "chat_template_kwargs.foo", "enable_thinking"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"chat_template_kwargs\":{\"foo\":true}}", 400, "chat_template_kwargs.foo", "enable_thinking (or thinking) and thinking_effort"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"chat_template_kwargs\":{\"thinking_effort\":\"huge\"}}", 400, "chat_template_kwargs.thinking_effort", "\"low\", \"medium\", \"high\", \"max\" or null"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"chat_template_kwargs\":{\"thinking_effort\":3}}", 400, "chat_template_kwargs.thinking_effort", "must be one of"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"reasoning_effort\":\"minimal\"}", 400, "reasoning_effort", "must be one of"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"thinking_effort\":\"max\"}}", 400, "chat_template_kwargs.thinking_effort", "disagrees"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"chat_template_kwargs\":{\"thinking\":true,\"enable_thinking\":false}}", 400, "chat_template_kwargs.enable_thinking", "disagree"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"chat_template_kwargs\":{\"thinking\":\"yes\"}}", 400, "chat_template_kwargs.thinking", "boolean"},
     {CHAT, "{\"model\":\"m\"," MSGS ",\"prompt\":\"x\"}", 400, "prompt", "Unrecognized"},
     {CMPL, "{\"model\":\"m\"}", 400, "prompt", "required"},
     {CMPL, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", 400, "prompt", "one prompt per request"},
@@ -146,8 +152,27 @@ static void test_accepted_chat(void **state) {
   assert_string_equal(r.stop[1], "yz");
   assert_true(r.stream && r.include_usage && r.ignore_eos);
   assert_int_equal(r.enable_thinking, 0);
+  assert_int_equal(r.thinking_effort, DF_API_EFFORT_UNSET);
   df_api_request_free(&r);
   assert_null(r.model);
+  /* Kimi K3's switches: thinking = enable_thinking; thinking_effort a name or null;
+   * reasoning_effort the same names */
+  const char *k3 = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                   "\"chat_template_kwargs\":{\"thinking\":true,\"thinking_effort\":\"high\"}}";
+  if (df_api_parse(DF_API_CHAT, k3, strlen(k3), &r, &e) != 0) fail_msg("%s", e.message);
+  assert_int_equal(r.enable_thinking, 1);
+  assert_int_equal(r.thinking_effort, DF_API_EFFORT_HIGH);
+  df_api_request_free(&r);
+  k3 = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+       "\"chat_template_kwargs\":{\"thinking_effort\":null}}";
+  if (df_api_parse(DF_API_CHAT, k3, strlen(k3), &r, &e) != 0) fail_msg("%s", e.message);
+  assert_int_equal(r.thinking_effort, DF_API_EFFORT_NONE);
+  df_api_request_free(&r);
+  k3 = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+       "\"reasoning_effort\":\"max\",\"chat_template_kwargs\":{\"thinking_effort\":\"max\"}}";
+  if (df_api_parse(DF_API_CHAT, k3, strlen(k3), &r, &e) != 0) fail_msg("%s", e.message);
+  assert_int_equal(r.thinking_effort, DF_API_EFFORT_MAX);
+  df_api_request_free(&r);
 }
 
 static void test_accepted_completion_defaults(void **state) {

@@ -258,6 +258,15 @@ static int parse_stream_options(const json_t *v, df_api_request *r, df_api_error
   return 0;
 }
 
+/* "low".."max" -> DF_API_EFFORT_LOW..MAX, anything else -1 */
+static int effort_of(const json_t *x) {
+  static const char *const names[] = {"low", "medium", "high", "max"};
+  const char *v = json_string_value(x);
+  for (int i = 0; v && i < 4; i++)
+    if (!strcmp(v, names[i])) return DF_API_EFFORT_LOW + i;
+  return -1;
+}
+
 static int parse_template_kwargs(const json_t *v, df_api_request *r, df_api_error *e) {
   if (!json_is_object(v))
     return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s", type_name(v));
@@ -266,11 +275,28 @@ static int parse_template_kwargs(const json_t *v, df_api_request *r, df_api_erro
   json_object_foreach((json_t *)v, k, x) {
     char q[160];
     snprintf(q, sizeof q, "chat_template_kwargs.%s", k);
-    if (strcmp(k, "enable_thinking"))
-      return bad(e, q, "'%s' is not supported: the only template option is enable_thinking", q);
+    if (!strcmp(k, "thinking_effort")) {
+      if (json_is_null(x)) {
+        r->thinking_effort = DF_API_EFFORT_NONE;
+        continue;
+      }
+      int eff = effort_of(x);
+      if (eff < 0)
+        return bad(e, q, "'%s' must be one of \"low\", \"medium\", \"high\", \"max\" or null", q);
+      if (r->thinking_effort != DF_API_EFFORT_UNSET && r->thinking_effort != eff)
+        return bad(e, q, "'%s' disagrees with 'reasoning_effort'", q);
+      r->thinking_effort = eff;
+      continue;
+    }
+    /* enable_thinking (Qwen3) and thinking (Kimi K3) name the same switch */
+    if (strcmp(k, "enable_thinking") && strcmp(k, "thinking"))
+      return bad(e, q, "'%s' is not supported: the template options are enable_thinking (or "
+                 "thinking) and thinking_effort", q);
     if (json_is_null(x)) continue;
     bool b = false;
     if (get_bool(x, q, &b, e)) return -1;
+    if (r->enable_thinking >= 0 && r->enable_thinking != b)
+      return bad(e, q, "'chat_template_kwargs.enable_thinking' and '.thinking' disagree");
     r->enable_thinking = b;
   }
   return 0;
@@ -342,6 +368,13 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
     else if (chat && !strcmp(k, "tool_choice")) rc = only_value(v, k, none, "\"none\" (tools are not implemented)", e);
     else if (chat && !strcmp(k, "response_format")) rc = only_value(v, k, text_fmt, "{\"type\": \"text\"}", e);
     else if (chat && !strcmp(k, "chat_template_kwargs")) rc = parse_template_kwargs(v, r, e);
+    else if (chat && !strcmp(k, "reasoning_effort")) {
+      int eff = effort_of(v);
+      if (eff < 0) rc = bad(e, k, "'reasoning_effort' must be one of \"low\", \"medium\", \"high\", \"max\"");
+      else if (r->thinking_effort != DF_API_EFFORT_UNSET && r->thinking_effort != eff)
+        rc = bad(e, k, "'reasoning_effort' disagrees with 'chat_template_kwargs.thinking_effort'");
+      else r->thinking_effort = eff;
+    }
     else if (cmpl && !strcmp(k, "logprobs")) rc = bad(e, k, "'logprobs' is not supported (logprobs are not implemented)");
     else if (cmpl && !strcmp(k, "echo")) rc = only_value(v, k, fals, "false", e);
     else if (cmpl && !strcmp(k, "best_of")) rc = only_value(v, k, one, "1", e);

@@ -20,7 +20,9 @@
  *          of {type: "text", text}, reasoning_content: string (assistant)}),
  *          max_completion_tokens (as max_tokens; both given must agree), logprobs (false),
  *          top_logprobs (null), tools ([]), tool_choice ("none"), response_format
- *          ({type: "text"}), chat_template_kwargs ({enable_thinking: bool}).
+ *          ({type: "text"}), chat_template_kwargs ({enable_thinking or thinking: bool,
+ *          thinking_effort: "low"|"medium"|"high"|"max"|null}), reasoning_effort (the same
+ *          names; thinking_effort is read by the Kimi K3 chat format only, others refuse it).
  *   completions: prompt (required: a string, an array of one string, or an array of token
  *          ids), logprobs (null), echo (false), best_of (1), suffix (null).
  */
@@ -75,8 +77,21 @@ typedef struct df_api_request {
   bool stream;
   bool include_usage;   /* stream_options.include_usage */
   bool ignore_eos;
-  int enable_thinking;  /* chat_template_kwargs.enable_thinking: -1 not given, 0, 1 */
+  int enable_thinking;  /* chat_template_kwargs.enable_thinking (or .thinking): -1 not given,
+                           0, 1 */
+  int thinking_effort;  /* chat_template_kwargs.thinking_effort or reasoning_effort: a
+                           df_api_effort */
 } df_api_request;
+
+/* How much a thinking model is asked to think (Kimi K3's thinking_effort). */
+typedef enum df_api_effort {
+  DF_API_EFFORT_UNSET = 0, /* not given: the template's default */
+  DF_API_EFFORT_LOW = 1,
+  DF_API_EFFORT_MEDIUM = 2,
+  DF_API_EFFORT_HIGH = 3,
+  DF_API_EFFORT_MAX = 4,
+  DF_API_EFFORT_NONE = 5, /* given as null: no effort instruction */
+} df_api_effort;
 
 /* Parse and validate a request body of `len` bytes (need not be NUL-terminated).
  * Returns 0 and fills *out (free with df_api_request_free), or -1 with *out zeroed and *err

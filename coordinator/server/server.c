@@ -367,7 +367,16 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
                               "%lld this server accepts (context of %lld tokens).", rq->n_msgs,
                               lb, (long long)max_prompt, (long long)ctx);
     }
-    df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = rq->enable_thinking};
+    static const char *const effort[] = {NULL, "low", "medium", "high", "max", ""};
+    if (rq->thinking_effort != DF_API_EFFORT_UNSET &&
+        df_chat_template_family(s->tmpl) != DF_CHAT_KIMI_K3) {
+      free(msgs);
+      return df_api_error_set(e, 400, NULL, "chat_template_kwargs.thinking_effort", NULL,
+                              "thinking_effort is not an option of this model's chat template "
+                              "(only Kimi K3's XTML has it)");
+    }
+    df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = rq->enable_thinking,
+                       .thinking_effort = effort[rq->thinking_effort]};
     int rc = df_chat_encode(s->tmpl, s->tok, msgs, rq->n_msgs, &co, ids, n, err, sizeof err);
     free(msgs);
     if (rc != 0) return df_api_error_set(e, 400, NULL, "messages", NULL, "messages: %s", err);
