@@ -4,7 +4,9 @@ tiktoken vocabulary with Kimi K2's special names and K2's chat template) over a 
 checkpoint of that vocabulary size (1141). The chat prompt must be exactly the ids that jinja2
 rendering the template plus the independent Python tiktoken encoder give (a typed <|im_end|>
 stays text): the prompt logits of `--prompt TEXT --chat` equal those of `--prompt-ids` with
-those ids, byte for byte, with and without --system.
+those ids, byte for byte, with and without --system. Then `deltafin serve` on the same folder:
+/v1/chat/completions takes the same prompt ids and returns the text of `run --prompt-ids`
+(greedy, eos ignored) as the oracle decodes it.
 
 usage: cli_kimi_chat.py DELTAFIN WORK_DIR
 """
@@ -56,6 +58,29 @@ def main():
         same = (a.returncode == 0 and b.returncode == 0 and
                 open(la, "rb").read() == open(lb, "rb").read() and os.path.getsize(la) > 0)
         check(same, f"run --chat ({what}): prompt logits equal --prompt-ids of the oracle ids")
+    # the server's chat endpoint on the same folder: the same prompt ids, the same greedy text
+    import server_util as su
+    ids = g.k2_ids(oracle, template, [g.U(text)], {"add_generation_prompt": True})
+    want = su.run_ref(exe, model, None, prompt_ids=ids, max_new=6, ignore_eos=True)
+    # the oracle's decode, specials skipped (as the endpoint does)
+    piece = {r: b for b, r in oracle.ranks.items()}
+    want_text = b"".join(piece[i] for i in want if i < oracle.n_base).decode(
+        "utf-8", "replace")
+    srv = su.Server(exe, model, "--no-draft")
+    try:
+        st, _, body = su.post(srv.port, "/v1/chat/completions",
+                              {"model": "kimi-k2-tiny-moe", "messages": [{"role": "user", "content": text}],
+                               "temperature": 0, "max_tokens": 6, "ignore_eos": True})
+        ok = st == 200 and isinstance(body, dict)
+        check(ok and body["usage"]["prompt_tokens"] == len(ids),
+              f"serve: /v1/chat/completions prompt is the {len(ids)} oracle ids: {st} "
+              f"{str(body)[:200]}")
+        check(ok and body["usage"]["completion_tokens"] == len(want),
+              f"serve: {len(want)} completion tokens, as run --prompt-ids")
+        check(ok and body["choices"][0]["message"]["content"] == want_text,
+              f"serve: the greedy text equals run --prompt-ids' ({want_text!r})")
+    finally:
+        srv.stop()
     return 1 if failures else 0
 
 
