@@ -142,6 +142,15 @@ void df_sampler_probs(df_sampler *s, const float *logits, float *probs) {
   float mx = -INFINITY;
   for (int64_t i = 0; i < n; i++)
     if (s->vals[i] >= thresh && s->vals[i] > mx) mx = s->vals[i];
+  if (!isfinite(mx)) {
+    /* a temperature so small that logits / T overflows: the T -> 0 limit of the softmax,
+     * all mass shared by the tokens of the largest logit (greedy, ties split evenly) */
+    float best = logits[df_argmax_f32(logits, n)];
+    int64_t ties = 0;
+    for (int64_t i = 0; i < n; i++) ties += logits[i] == best;
+    for (int64_t i = 0; i < n; i++) probs[i] = logits[i] == best ? 1.0f / (float)ties : 0.0f;
+    return;
+  }
   double sum = 0;
   for (int64_t i = 0; i < n; i++) {
     probs[i] = s->vals[i] >= thresh ? expf(s->vals[i] - mx) : 0.0f;

@@ -104,6 +104,31 @@ static void test_seeded_reproducible_and_distributed(void **state) {
   df_sampler_destroy(&c);
 }
 
+/* Every temperature in range behaves as its limit: at 1e-40 (logits / T overflows float, and
+ * (float)1e-46 is 0) the distribution is greedy's, ties split evenly, never NaN. */
+static void test_tiny_temperature_is_greedy(void **state) {
+  (void)state;
+  float l[5] = {0.5f, 3.0f, -1.0f, 2.999f, -INFINITY}, p[5];
+  const double temps[] = {1e-40, 1e-46, 1e-300, 4.9e-324, 1e-30};
+  for (size_t t = 0; t < sizeof temps / sizeof *temps; t++) {
+    df_sampler *s = mk(temps[t], 0.9, 0, 3, 5);
+    df_sampler_probs(s, l, p);
+    float want[5] = {0, 1, 0, 0, 0};
+    assert_memory_equal(p, want, sizeof want);
+    for (int i = 0; i < 20; i++) assert_int_equal(df_sampler_sample(s, l), 1);
+    df_sampler_destroy(&s);
+  }
+  float tie[4] = {1.0f, 7.0f, 7.0f, -3.0f};
+  df_sampler *s = mk(1e-40, 1, 2, 3, 4);
+  df_sampler_probs(s, tie, p);
+  float want[4] = {0, 0.5f, 0.5f, 0};
+  assert_memory_equal(p, want, sizeof want);
+  int seen[4] = {0};
+  for (int i = 0; i < 200; i++) seen[df_sampler_sample(s, tie)]++;
+  assert_true(seen[1] > 50 && seen[2] > 50 && seen[0] == 0 && seen[3] == 0);
+  df_sampler_destroy(&s);
+}
+
 static void test_bad_params(void **state) {
   (void)state;
   char err[256];
@@ -125,6 +150,7 @@ int main(void) {
       cmocka_unit_test(test_greedy_lowest_index_on_ties), cmocka_unit_test(test_temperature_softmax),
       cmocka_unit_test(test_top_k_keeps_ties_at_boundary), cmocka_unit_test(test_top_p_smallest_set),
       cmocka_unit_test(test_seeded_reproducible_and_distributed), cmocka_unit_test(test_bad_params),
+      cmocka_unit_test(test_tiny_temperature_is_greedy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
