@@ -515,7 +515,26 @@ static void test_deepseek_special(void **state) {
   size_t dl;
   assert_int_equal(df_tok_decode(t, &bos, 1, 0, &dec, &dl, err, sizeof err), 0);
   assert_string_equal(dec, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
+  /* a raw prompt that already starts with the BOS text: transformers adds a second BOS;
+   * DF_TOK_BOS_ONCE (what serve and run use) keeps exactly one, and adds it to a prompt
+   * without one */
+  char raw[64];
+  snprintf(raw, sizeof raw, "%sHi", dec);
   free(dec);
+  int32_t *one = NULL;
+  size_t n1 = 0;
+  assert_int_equal(df_tok_encode(t, raw, strlen(raw), DF_TOK_ADD_SPECIAL, &ids, &n, err, sizeof err), 0);
+  assert_true(n >= 3 && ids[0] == 0 && ids[1] == 0);
+  assert_int_equal(df_tok_encode(t, raw, strlen(raw), DF_TOK_ADD_SPECIAL | DF_TOK_BOS_ONCE, &one,
+                                 &n1, err, sizeof err), 0);
+  assert_int_equal(n1, n - 1);
+  assert_memory_equal(one, ids + 1, n1 * sizeof *one);
+  free(ids);
+  free(one);
+  assert_int_equal(df_tok_encode(t, "Hi", 2, DF_TOK_ADD_SPECIAL | DF_TOK_BOS_ONCE, &one, &n1, err,
+                                 sizeof err), 0);
+  assert_true(n1 >= 2 && one[0] == 0 && one[1] != 0);
+  free(one);
   df_tok_destroy(&t);
 }
 

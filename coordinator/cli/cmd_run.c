@@ -229,7 +229,7 @@ int df_cmd_run(int argc, char **argv) {
       rc_enc = df_chat_encode(tmpl, tok, system ? msgs : msgs + 1, system ? 2 : 1, &co, &prompt,
                               &n, err, sizeof err);
     } else {
-      rc_enc = df_tok_encode(tok, text, strlen(text), DF_TOK_ADD_SPECIAL, &prompt, &n, err,
+      rc_enc = df_tok_encode(tok, text, strlen(text), DF_TOK_ADD_SPECIAL | DF_TOK_BOS_ONCE, &prompt, &n, err,
                              sizeof err);
     }
     if (rc_enc != 0 || df_tok_stream_new(tok, DF_TOK_SKIP_SPECIAL, &stream, err, sizeof err) != 0) {

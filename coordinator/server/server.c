@@ -394,7 +394,7 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
     *n = rq->n_prompt_ids;
     return 0;
   }
-  if (df_tok_encode(s->tok, rq->prompt, strlen(rq->prompt), DF_TOK_ADD_SPECIAL, ids, n, err,
+  if (df_tok_encode(s->tok, rq->prompt, strlen(rq->prompt), DF_TOK_ADD_SPECIAL | DF_TOK_BOS_ONCE, ids, n, err,
                     sizeof err) != 0)
     return df_api_error_set(e, 400, NULL, "prompt", NULL, "prompt: %s", err);
   return 0;

@@ -51,6 +51,10 @@ enum {
   /* Match no added tokens at all (special or not): the text is plain text, so a user who
    * types "<|im_end|>" gets the ids of those characters, never the control token. */
   DF_TOK_PLAIN = 1u << 1,
+  /* With DF_TOK_ADD_SPECIAL: when the text itself begins with the BOS token (a raw prompt
+   * that already carries "<s>" / "<｜begin▁of▁sentence｜>"), do not add another one in front
+   * of it, so the ids start with exactly one BOS. */
+  DF_TOK_BOS_ONCE = 1u << 2,
 };
 
 /* Decode flags. */
@@ -83,7 +87,7 @@ int df_tok_load(const char *path, df_tok **out, char *err, size_t errlen);
 void df_tok_destroy(df_tok **tok);
 
 /* Encode `len` bytes of `text` (UTF-8; need not be NUL-terminated; invalid UTF-8 is handled as
- * described above) to token ids. flags: DF_TOK_ADD_SPECIAL | DF_TOK_PLAIN.
+ * described above) to token ids. flags: DF_TOK_ADD_SPECIAL | DF_TOK_PLAIN | DF_TOK_BOS_ONCE.
  * On success *ids is a new malloc'd array of *n ids (caller frees with free(); *ids may be
  * NULL when *n == 0) and 0 is returned. On failure (out of memory, a regex engine error)
  * returns -1 with *ids = NULL, *n = 0 and a message in err. */

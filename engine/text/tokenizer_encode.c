@@ -360,9 +360,15 @@ int df_tok_encode_spans(const df_tok *t, const char *text, size_t len, unsigned 
     for (size_t i = 0; i < t->n_pre; i++)
       if (df_tok__emit(&e, t->pre_ids[i]) != 0) goto oom_unlock;
   }
+  size_t n_head = e.n; /* ids the post-processor put in front of the text */
   int r = encode_guarded(&e, s, len, n_plain ? &pr : NULL);
   if (r == -2) goto unlock;
   if (r != 0) goto oom_unlock;
+  if ((flags & DF_TOK_ADD_SPECIAL) && (flags & DF_TOK_BOS_ONCE) && t->bos_id >= 0 &&
+      n_head > 0 && e.ids[0] == t->bos_id && e.n > n_head && e.ids[n_head] == t->bos_id) {
+    memmove(e.ids, e.ids + 1, (e.n - 1) * sizeof *e.ids); /* the text's own BOS stays */
+    e.n--;
+  }
   if ((flags & DF_TOK_ADD_SPECIAL)) {
     for (size_t i = 0; i < t->n_post; i++)
       if (df_tok__emit(&e, t->post_ids[i]) != 0) goto oom_unlock;
