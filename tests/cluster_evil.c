@@ -7,12 +7,15 @@
  *   truncated  join, claim READY, answer the first FFN with a payload 4 bytes short:
  *              expect BYE (the coordinator drops us and reruns the layer itself)
  *   shape      same, but a RESULT with one row fewer than asked (header and payload agree)
+ *   nan        same, but a well-shaped RESULT holding one NaN
+ *   huge       same, but a well-shaped RESULT holding 3e38 (finite, but sums overflow)
  *   plain      connect over plain TCP (no CURVE) and write junk: the handshake must fail
  * Prints one line and exits 0 when the coordinator reacted as expected, 1 otherwise
  * (10 s timeout per wait).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,7 +143,9 @@ int main(int argc, char **argv) {
     } else if (m.op == DF_PROTO_FFN) {
       int64_t rows = m.total_rows - (!strcmp(mode, "shape") ? 1 : 0);
       size_t bytes = (size_t)(rows * m.cols * 4) - (!strcmp(mode, "truncated") ? 4 : 0);
-      void *junk = calloc(1, bytes + 1);
+      float *junk = calloc(1, bytes + 4);
+      if (junk && !strcmp(mode, "nan")) junk[bytes / 4 / 2] = NAN;
+      if (junk && !strcmp(mode, "huge")) junk[bytes / 4 - 1] = 3e38f;
       df_proto_msg r = {.op = DF_PROTO_RESULT, .id = m.id, .total_rows = rows, .cols = m.cols};
       df_proto_send(s, NULL, 0, &r, junk, bytes, 0, err, sizeof err);
       free(junk);

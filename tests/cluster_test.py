@@ -445,9 +445,9 @@ def scen_security():
         r = subprocess.run([EVIL, mode, ep, reusable], capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and expect in r.stdout, "evil %s: %s" % (mode, r.stdout.strip()))
     evils = [subprocess.Popen([EVIL, mode, ep, reusable], stdout=subprocess.PIPE, text=True)
-             for mode in ("truncated", "shape")]
+             for mode in ("truncated", "shape", "nan", "huge")]
     ids, lg = finish(p, so, out)
-    for e, mode in zip(evils, ("truncated", "shape")):
+    for e, mode in zip(evils, ("truncated", "shape", "nan", "huge")):
         try:
             o, _ = e.communicate(timeout=DEADLINE)
         except subprocess.TimeoutExpired:
@@ -458,7 +458,10 @@ def scen_security():
     check(ids == ids0 and lg == lg0, "coordinator kept generating: ids and logits identical")
     for what in ["refused JOIN from reused", "token already used", "refused JOIN from wrong",
                  "unknown token", "token expired", "malformed", "unsupported protocol version",
-                 "dropped node evil-truncated", "dropped node evil-shape", "wrongly-shaped RESULT"]:
+                 "dropped node evil-truncated", "dropped node evil-shape", "wrongly-shaped RESULT",
+                 "dropped node evil-nan", "dropped node evil-huge",
+                 "RESULT with a non-finite or implausible value (nan",
+                 "RESULT with a non-finite or implausible value (3e+38"]:
         check(what in log, "coordinator log: '%s'" % what)
 
 
