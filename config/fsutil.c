@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -76,18 +78,98 @@ int df_fs_publish(int fd, const char *tmp, const char *final, char *err, size_t 
   return 0;
 }
 
-int df_fs_write_atomic(const char *path, const void *data, size_t len, int mode, char *err,
-                       size_t errlen) {
-  char tmp[4200];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-    snprintf(err, errlen, "path too long: %s", path);
+int df_fs_create_temp(const char *final, int mode, char *tmp, size_t cap, char *err,
+                      size_t errlen) {
+  int w = snprintf(tmp, cap, "%s.tmp.XXXXXX", final);
+  if (w < 0 || (size_t)w >= cap) {
+    snprintf(err, errlen, "path too long: %s", final);
     return -1;
   }
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  int fd = mkostemp(tmp, O_CLOEXEC); /* O_CREAT | O_EXCL, mode 0600 */
   if (fd < 0) {
     snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
     return -1;
   }
+  if (fchmod(fd, (mode_t)mode) != 0) { /* exact mode whatever the umask */
+    snprintf(err, errlen, "cannot chmod %s: %s", tmp, strerror(errno));
+    close(fd);
+    unlink(tmp);
+    return -1;
+  }
+  return fd;
+}
+
+int df_fs_read_small(const char *path, size_t max_bytes, int private_only, char **data,
+                     size_t *len, char *err, size_t errlen) {
+  *data = NULL;
+  *len = 0;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot open %s: %s", path,
+             errno == ELOOP ? "it is a symbolic link (give the file itself)" : strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "%s: not a regular file", path);
+    close(fd);
+    return -1;
+  }
+  if (private_only && (st.st_mode & 077)) {
+    snprintf(err, errlen, "%s is accessible to others (mode %03o); chmod 600 it", path,
+             (unsigned)(st.st_mode & 0777));
+    close(fd);
+    return -1;
+  }
+  if ((uint64_t)st.st_size > max_bytes) {
+    snprintf(err, errlen, "%s: %lld bytes, more than the %zu expected", path,
+             (long long)st.st_size, max_bytes);
+    close(fd);
+    return -1;
+  }
+  char *b = malloc((size_t)st.st_size + 1);
+  if (!b) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    close(fd);
+    return -1;
+  }
+  size_t got = 0;
+  while (got < (size_t)st.st_size) {
+    ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break; /* shrank while reading: keep what is there */
+    got += (size_t)r;
+  }
+  close(fd);
+  b[got] = 0;
+  *data = b;
+  *len = got;
+  return 0;
+}
+
+int df_fs_read_secret(const char *path, char **secret, char *err, size_t errlen) {
+  char *b = NULL;
+  size_t n = 0;
+  *secret = NULL;
+  if (df_fs_read_small(path, 4096, 1, &b, &n, err, errlen) != 0) return -1;
+  size_t k = strcspn(b, "\n");
+  while (k > 0 && (b[k - 1] == ' ' || b[k - 1] == '\t' || b[k - 1] == '\r')) k--;
+  b[k] = 0;
+  if (k == 0 || strlen(b) != k) {
+    snprintf(err, errlen, "%s: %s", path, k == 0 ? "empty (expected the secret on its first line)"
+                                                 : "holds a NUL byte");
+    free(b);
+    return -1;
+  }
+  *secret = b;
+  return 0;
+}
+
+int df_fs_write_atomic(const char *path, const void *data, size_t len, int mode, char *err,
+                       size_t errlen) {
+  char tmp[4200];
+  int fd = df_fs_create_temp(path, mode, tmp, sizeof tmp, err, errlen);
+  if (fd < 0) return -1;
   const char *p = data;
   size_t left = len;
   while (left) {
@@ -101,12 +183,6 @@ int df_fs_write_atomic(const char *path, const void *data, size_t len, int mode,
     }
     p += w;
     left -= (size_t)w;
-  }
-  if (fchmod(fd, (mode_t)mode) != 0) { /* exact mode whatever the umask */
-    snprintf(err, errlen, "cannot chmod %s: %s", tmp, strerror(errno));
-    close(fd);
-    unlink(tmp);
-    return -1;
   }
   return df_fs_publish(fd, tmp, path, err, errlen);
 }

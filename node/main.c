@@ -12,17 +12,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/fsutil.h"
 #include "node/node.h"
 #include "transport/keys.h"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: df-node join HOST:PORT [--token T] [--memory BYTES] [--model-dir DIR]\n"
+          "usage: df-node join HOST:PORT [--token-file F | --token T] [--memory BYTES]\n"
+          "                              [--model-dir DIR]\n"
           "                              [--state-dir DIR] [--name NAME] [--threads N] [--quiet]\n"
           "                              [--device cpu|cuda|cuda:N|auto]\n"
           "       df-node status [--state-dir DIR]\n"
-          "  --token T        join token from 'deltafin cluster token' (first join only; later\n"
-          "                   joins use the key stored in the state directory)\n"
+          "  --token-file F   read the join token from 'deltafin cluster token' from file F\n"
+          "                   (mode 600; first join only: later joins use the key stored in\n"
+          "                   the state directory); or set DELTAFIN_JOIN_TOKEN\n"
+          "  --token T        the token on the command line (visible to local users in ps)\n"
           "  --memory BYTES   expert memory budget, K/M/G/T suffixes (default: half the RAM)\n"
           "  --model-dir DIR  this machine's copy of the checkpoint (tensors are checked against\n"
           "                   the coordinator's SHA-256 manifest; missing ones are streamed)\n"
@@ -119,8 +123,10 @@ int main(int argc, char **argv) {
       {"model-dir", required_argument, 0, 'd'}, {"state-dir", required_argument, 0, 's'},
       {"name", required_argument, 0, 'n'},    {"threads", required_argument, 0, 'j'},
       {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
-      {"device", required_argument, 0, 'D'},
+      {"device", required_argument, 0, 'D'},  {"token-file", required_argument, 0, 'T'},
       {0, 0, 0, 0}};
+  char *token_owned = NULL;
+  const char *token_file = NULL;
   df_node_opts o = {0};
   const char *state_arg = NULL;
   int c;
@@ -129,6 +135,7 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
     case 't': o.token = optarg; break;
+    case 'T': token_file = optarg; break;
     case 'm':
       if (parse_size(optarg, &o.memory) != 0) {
         fprintf(stderr, "df-node: --memory: expected a size like 512M or 12G, got '%s'\n", optarg);
@@ -161,6 +168,20 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (token_file && o.token) {
+    fprintf(stderr, "df-node: give --token-file or --token, not both\n");
+    return 2;
+  }
+  if (token_file) {
+    char terr[600];
+    if (df_fs_read_secret(token_file, &token_owned, terr, sizeof terr) != 0) {
+      fprintf(stderr, "df-node: --token-file: %s\n", terr);
+      return 2;
+    }
+    o.token = token_owned;
+  } else if (!o.token && getenv("DELTAFIN_JOIN_TOKEN") && getenv("DELTAFIN_JOIN_TOKEN")[0]) {
+    o.token = getenv("DELTAFIN_JOIN_TOKEN");
+  }
   char state[4096];
   if (state_dir_of(state_arg, state, sizeof state) != 0) return 1;
   if (!strcmp(cmd, "status")) return cmd_status(state);
@@ -186,5 +207,6 @@ int main(int argc, char **argv) {
   char err[1024] = "";
   int rc = df_node_run(&o, err, sizeof err);
   if (rc != 0) fprintf(stderr, "df-node: %s\n", err);
+  free(token_owned);
   return rc;
 }

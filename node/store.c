@@ -1,6 +1,7 @@
 /* node/store.c — a df-node's expert tensor sources; see store.h. */
 #define _GNU_SOURCE
 #include "node/store.h"
+#include "config/fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -160,13 +161,12 @@ int df_node_store_begin(df_node_store *s, const df_proto_tensor *t, char *err, s
   df_node_store_abort(s);
   char hex[65];
   df_proto_hex(t->sha256, 32, hex);
-  snprintf(s->tmp, sizeof s->tmp, "%s/tmp/%s.%d", s->cache, hex, (int)getpid());
+  char base[4200];
+  snprintf(base, sizeof base, "%s/tmp/%s", s->cache, hex);
   snprintf(s->final, sizeof s->final, "%s/sha256/%s", s->cache, hex);
-  s->fd = open(s->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (s->fd < 0) {
-    snprintf(err, errlen, "cannot create %s: %s", s->tmp, strerror(errno));
-    return -1;
-  }
+  /* exclusive, random name: a file or symlink planted in tmp/ is never written through */
+  s->fd = df_fs_create_temp(base, 0600, s->tmp, sizeof s->tmp, err, errlen);
+  if (s->fd < 0) return -1;
   s->total = t->nbytes;
   s->written = 0;
   memcpy(s->want, t->sha256, 32);

@@ -109,10 +109,21 @@ def token(state, *extra):
     return r.stdout.strip()
 
 
-def node(name, port, state, log, memory, token_=None, model=True, host="127.0.0.1", env=None):
+def node(name, port, state, log, memory, token_=None, model=True, host="127.0.0.1", env=None,
+         token_via="file"):
+    """A df-node; the join token goes in through --token-file (mode 600, the documented way),
+    DELTAFIN_JOIN_TOKEN (token_via="env") or --token (token_via="arg")."""
     args = [DFNODE, "join", "%s:%d" % (host, port), "--state-dir", state, "--memory", str(memory),
             "--name", name, "--threads", "1"]
-    if token_:
+    if token_ and token_via == "file":
+        tf = os.path.join(WORK, "token-%s.txt" % name)
+        fd = os.open(tf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, (token_ + "\n").encode())
+        os.close(fd)
+        args += ["--token-file", tf]
+    elif token_ and token_via == "env":
+        env = dict(env or {}, DELTAFIN_JOIN_TOKEN=token_)
+    elif token_:
         args += ["--token", token_]
     if model:
         args += ["--model-dir", MODEL]
@@ -166,7 +177,7 @@ def scen_exact():
     # one node holding every expert
     port, state = free_port(), os.path.join(WORK, "coord1")
     n1 = node("all", port, os.path.join(WORK, "n-all"), os.path.join(WORK, "n-all.log"), "1G",
-              token(state))
+              token(state), token_via="env")
     p, so, se, out = coordinator("one", port, state, 24, 1)
     ids, lg = finish(p, so, out)
     n1.terminate()

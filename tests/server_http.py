@@ -14,6 +14,8 @@ usage: server_http.py DELTAFIN MODEL_DIR
 """
 import concurrent.futures
 import json
+import shutil
+import tempfile
 import os
 import socket
 import subprocess
@@ -416,6 +418,36 @@ def timed(f, *a):
     print(f"      ({f.__name__}: {time.time() - t0:.1f} s)", flush=True)
 
 
+def test_key_file(exe):
+    """--api-key-file: the key is the file's first line (not the DELTAFIN_API_KEY of the
+    environment); a file others can read, or a symlink, is refused before anything loads."""
+    d = tempfile.mkdtemp(prefix="df-keyfile-")
+    kf = os.path.join(d, "api.key")
+    with open(kf, "w") as f:
+        f.write("filekey \n")
+    os.chmod(kf, 0o644)
+    r = subprocess.run([exe, "serve", "--model", MODEL, "--api-key-file", kf, "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "accessible to others (mode 644); chmod 600 it" in r.stderr,
+          f"a world-readable key file is refused: {r.stderr.strip()}")
+    os.symlink(kf, kf + ".lnk")
+    r = subprocess.run([exe, "serve", "--model", MODEL, "--api-key-file", kf + ".lnk", "--port",
+                        "0"], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "symbolic link" in r.stderr, "a symlinked key file is refused")
+    os.chmod(kf, 0o600)
+    srv = Server(exe, MODEL, "--quiet", "--no-draft", "--api-key-file", kf,
+                 env={"DELTAFIN_API_KEY": "envkey"})
+    try:
+        body = {"model": NAME, "prompt": "x", "max_tokens": 1, "temperature": 0}
+        s, _, _ = post(srv.port, CMPL, body, {"Authorization": "Bearer envkey"})
+        check(s == 401, "--api-key-file: the environment's key is not the key")
+        s, _, _ = post(srv.port, CMPL, body, {"Authorization": "Bearer filekey"})
+        check(s == 200, "--api-key-file: the file's first line (trailing space dropped) is")
+    finally:
+        srv.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     prefetch()
     pieces = byte_pieces()
@@ -439,6 +471,7 @@ def main():
         rc = srv.stop()
     check(rc == 0, f"SIGTERM: clean exit (status {rc})")
     timed(test_key_queue_cancel, EXE)
+    timed(test_key_file, EXE)
     r = subprocess.run([EXE, "serve", "--host", "0.0.0.0", "--model", "/nonexistent/model", "--port", "0"],
                        capture_output=True, text=True)
     check("warning: listening on 0.0.0.0 without an API key" in r.stderr and r.returncode == 1,

@@ -22,6 +22,7 @@
 #include "coordinator/server/server.h"
 #include "coordinator/generate/spec.h"
 #include "engine/text/chat_template.h"
+#include "config/fsutil.h"
 #include "engine/model.h"
 #include "engine/text/tokenizer.h"
 
@@ -32,8 +33,10 @@ static void serve_usage(FILE *f) {
           "  --model-name NAME    the id clients give as \"model\" (default: the folder's name)\n"
           "  --host ADDR          address to listen on (default 127.0.0.1)\n"
           "  --port N             TCP port (default 8000; 0 = any free port, printed at start)\n"
-          "  --api-key KEY        require \"Authorization: Bearer KEY\" on /v1 (default: the\n"
-          "                       DELTAFIN_API_KEY environment variable; none when unset)\n"
+          "  --api-key-file F     require \"Authorization: Bearer KEY\" on /v1, KEY the first\n"
+          "                       line of file F (mode 600); or set DELTAFIN_API_KEY; none\n"
+          "                       when neither is given\n"
+          "  --api-key KEY        the key on the command line (visible to local users in ps)\n"
           "  --parallel N         sequences decoded together, 1..%d (default 8)\n"
           "  --max-queue N        requests that may wait for a free sequence (default 64);\n"
           "                       beyond it the answer is 429 with Retry-After\n"
@@ -67,7 +70,7 @@ static void serve_usage(FILE *f) {
           DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SCHED_K_MAX);
 }
 
-enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
+enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_KEYFILE, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
        O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
        O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_IDLE,
        O_DEVICE };
@@ -81,7 +84,8 @@ int df_cmd_serve(int argc, char **argv) {
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},     {"model-name", required_argument, 0, O_NAME},
       {"host", required_argument, 0, O_HOST},       {"port", required_argument, 0, O_PORT},
-      {"api-key", required_argument, 0, O_KEY},     {"parallel", required_argument, 0, O_PAR},
+      {"api-key", required_argument, 0, O_KEY},     {"api-key-file", required_argument, 0, O_KEYFILE},
+          {"parallel", required_argument, 0, O_PAR},
       {"max-queue", required_argument, 0, O_QUEUE}, {"ctx", required_argument, 0, O_CTX},
       {"max-prompt", required_argument, 0, O_MAXP}, {"max-body", required_argument, 0, O_BODY},
       {"chunk", required_argument, 0, O_CHUNK},     {"threads", required_argument, 0, O_THREADS},
@@ -98,6 +102,8 @@ int df_cmd_serve(int argc, char **argv) {
       {"device", required_argument, 0, O_DEVICE},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
+  const char *key_file = NULL;
+  char *key_owned = NULL; /* the key read from --api-key-file */
   const char *device = NULL;
   bool no_draft = false;
   int64_t draft_k = 4, draft_seqs = 1, cport = 0, cnodes = 0;
@@ -116,6 +122,7 @@ int df_cmd_serve(int argc, char **argv) {
     case O_HOST: host = optarg; break;
     case O_PORT: if (df_cli_int("port", optarg, 0, 65535, &port)) return 2; break;
     case O_KEY: key = optarg; break;
+    case O_KEYFILE: key_file = optarg; break;
     case O_PAR: if (df_cli_int("parallel", optarg, 1, DF_MODEL_MAX_BATCH, &par)) return 2; break;
     case O_QUEUE: if (df_cli_int("max-queue", optarg, 0, 1 << 20, &queue)) return 2; break;
     case O_CTX: if (df_cli_int("ctx", optarg, 2, 1 << 24, &ctx)) return 2; break;
@@ -153,6 +160,18 @@ int df_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "deltafin serve: unexpected argument '%s'\n", argv[optind]);
     return 2;
   }
+  if (key && key_file) {
+    fprintf(stderr, "deltafin serve: give --api-key-file or --api-key, not both\n");
+    return 2;
+  }
+  if (key_file) {
+    char kerr[600];
+    if (df_fs_read_secret(key_file, &key_owned, kerr, sizeof kerr) != 0) {
+      fprintf(stderr, "deltafin serve: --api-key-file: %s\n", kerr);
+      return 2;
+    }
+    key = key_owned;
+  }
   if (!key) key = getenv("DELTAFIN_API_KEY");
   if (key && !key[0]) key = NULL;
   if (!model_dir) {
@@ -167,7 +186,7 @@ int df_cmd_serve(int argc, char **argv) {
   }
   if (!key && !is_loopback(host))
     fprintf(stderr, "deltafin serve: warning: listening on %s without an API key: anyone who can "
-            "reach this address can use the model (set --api-key or DELTAFIN_API_KEY)\n", host);
+            "reach this address can use the model (set --api-key-file or DELTAFIN_API_KEY)\n", host);
 
   /* Signals: handled by sigwait in this thread only; threads created below inherit the mask. */
   sigset_t sigs;
@@ -268,5 +287,6 @@ done:
   df_model_destroy(&dm);
   df_model_destroy(&m);
   free(dircopy);
+  free(key_owned);
   return rc;
 }

@@ -282,7 +282,7 @@ int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err,
   }
   /* validate through the engine's own parser on a sparse image of the file */
   unlink(e->partial);
-  fd = open(e->partial, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd = open(e->partial, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); /* unlinked above */
   if (fd < 0 || ftruncate(fd, (off_t)e->size) != 0 ||
       pwrite(fd, e->head, e->head_len, 0) != (ssize_t)e->head_len) {
     snprintf(err, errlen, "%s: cannot write %s: %s", e->path, e->partial, strerror(errno));

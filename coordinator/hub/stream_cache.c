@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/fsutil.h"
 #include "coordinator/hub/pull_util.h"
 
 #define KEY_MAX 128
@@ -375,11 +376,13 @@ int df_stream_cache_put(df_stream_cache *c, const char *key, const void *buf, ui
                (unsigned long long)len);
       return -1;
     }
-    snprintf(tmp, sizeof tmp, "%s/tmp/%.64s.%ld", c->dir, hex, (long)getpid());
+    char base[sizeof tmp - 16];
+    snprintf(base, sizeof base, "%s/tmp/%.64s", c->dir, hex);
     blob_path(c, hex, fin, sizeof fin);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+    char cerr[300];
+    int fd = df_fs_create_temp(base, 0444, tmp, sizeof tmp, cerr, sizeof cerr);
     if (fd < 0) {
-      snprintf(err, errlen, "expert cache: cannot create %s: %s", tmp, strerror(errno));
+      snprintf(err, errlen, "expert cache: %s", cerr);
       return -1;
     }
     const uint8_t *p = buf;
