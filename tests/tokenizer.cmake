@@ -61,3 +61,28 @@ add_test(NAME tok_tiktoken_cli_plain COMMAND $<TARGET_FILE:deltafin> tokenize
   --model ${DF_TOK_DIR}/tiktoken_tiny --ids-only --no-special "Hello world<|open|>")
 set_tests_properties(tok_tiktoken_cli_plain PROPERTIES
   PASS_REGULAR_EXPRESSION "^344 600 57 249 206 229 261 249 103\n$")
+
+# The same format against the real tiktoken core (npm tiktoken, WebAssembly of its Rust
+# CoreBPE) on real vocabularies: tiktoken_npm_oracle.js writes the package's o200k_base /
+# cl100k_base ranks as a Kimi-format folder in the build tree (Kimi K3 special layout, Kimi
+# pre-split pattern as published, tokenization_kimi.py's guards) with the core's ids for the
+# Brown corpus sentences, the stress set and a Kimi stress set; the C test compares every id.
+add_executable(test_tok_tiktoken_npm ${CMAKE_CURRENT_LIST_DIR}/test_tok_tiktoken_npm.c)
+target_link_libraries(test_tok_tiktoken_npm PRIVATE dftok PkgConfig::CMOCKA)
+foreach(enc o200k_base cl100k_base)
+  set(fixture ${PROJECT_BINARY_DIR}/tok-tiktoken-npm-${enc})
+  if(DF_NODE)
+    add_test(NAME tok_tiktoken_npm_dump_${enc}
+      COMMAND ${DF_NODE} ${DF_TOK_DIR}/tiktoken_npm_oracle.js ${PROJECT_SOURCE_DIR}/tools ${enc}
+        ${fixture})
+  else()
+    add_test(NAME tok_tiktoken_npm_dump_${enc} COMMAND ${CMAKE_COMMAND} -E echo
+      "node not found: run tools/install-deps.sh")
+    set_tests_properties(tok_tiktoken_npm_dump_${enc} PROPERTIES WILL_FAIL TRUE)
+  endif()
+  set_tests_properties(tok_tiktoken_npm_dump_${enc} PROPERTIES
+    FIXTURES_SETUP tok_tiktoken_npm_${enc} TIMEOUT 120)
+  add_test(NAME test_tok_tiktoken_npm_${enc} COMMAND test_tok_tiktoken_npm ${fixture} ${enc})
+  set_tests_properties(test_tok_tiktoken_npm_${enc} PROPERTIES
+    FIXTURES_REQUIRED tok_tiktoken_npm_${enc} TIMEOUT 120)
+endforeach()
