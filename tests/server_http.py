@@ -372,6 +372,20 @@ def test_key_queue_cancel(exe):
     check(s == 401 and o["error"]["code"] == "invalid_api_key", "wrong key: 401 invalid_api_key")
     s, h, o = post(port, CMPL, body, {"Authorization": "Bearer sekret"})
     check(s == 200, "right key (DELTAFIN_API_KEY): 200")
+    # without the key, the answer comes on the header: a client that then drips its body
+    # (one byte a second of a declared 100000) holds nothing
+    sk = socket.create_connection(("127.0.0.1", port))
+    sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 100000\r\n\r\n{")
+    sk.settimeout(5)
+    t0 = time.monotonic()
+    try:
+        head = sk.recv(4096)
+    except OSError:
+        head = b""
+    check(head.startswith(b"HTTP/1.1 401") and time.monotonic() - t0 < 3,
+          f"no key, body still to come: 401 at once ({head[:40]!r})")
+    sk.close()
     s, h, b = request(port, "GET", "/health")
     check(s == 200, "/health needs no key")
     # two long streams hold the slot and the queue; a third request is 429

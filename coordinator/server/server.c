@@ -715,6 +715,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         }
       }
     }
+    /* no or a wrong API key: answered now, before any body byte is read, so a client
+     * without the key cannot hold the connection by dripping a body (libmicrohttpd closes the
+     * connection after the answer since the body was not read). Other refusals wait for the
+     * body, so that ordinary clients that send it whole can read their answer. */
+    if (c->have_err && c->err.status == 401) return send_error(c, mc, &c->err);
     return MHD_YES;
   }
   if (*upload_size) {
