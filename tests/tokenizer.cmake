@@ -52,6 +52,9 @@ add_test(NAME tok_chat_k3_goldens_jinja2
 # 1141-id vocabulary): the prompt is exactly the ids of jinja2 + the Python tiktoken oracle.
 add_test(NAME tok_kimi_chat_cli COMMAND ${DF_PYTHON} ${PROJECT_SOURCE_DIR}/tests/cli_kimi_chat.py
   $<TARGET_FILE:deltafin> ${PROJECT_BINARY_DIR}/cli-kimi-chat)
+# The same on a Kimi K3-like folder (tiktoken_tiny: K3's specials, no chat template, so XTML).
+add_test(NAME tok_kimi_k3_chat_cli COMMAND ${DF_PYTHON} ${PROJECT_SOURCE_DIR}/tests/cli_kimi_k3_chat.py
+  $<TARGET_FILE:deltafin> ${PROJECT_BINARY_DIR}/cli-kimi-k3-chat)
 
 # The Kimi TikTokenTokenizer format (tiktoken.model): the C tokenizer vs the committed ids of
 # tests/tokenizer/tiktoken_oracle.py (an independent Python implementation on Debian
