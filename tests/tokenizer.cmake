@@ -41,10 +41,20 @@ df_add_cmocka_test(test_tok_chat_template SOURCES ${CMAKE_CURRENT_LIST_DIR}/test
 set_tests_properties(test_tok_chat_template PROPERTIES ENVIRONMENT "DF_TOK_NPM=${DF_TOK_NPM}")
 add_test(NAME tok_chat_goldens_jinja2
   COMMAND ${DF_PYTHON} ${DF_TOK_DIR}/gen_chat_goldens.py --check)
+# Kimi K3 XTML (built in: K3 folders carry no template): the C segments, text and per-segment
+# ids vs jinja2 + an independent Python segmenter and tiktoken encoder, and those goldens vs a
+# fresh run.
+df_add_cmocka_test(test_tok_chat_xtml SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_chat_xtml.c
+  LIBS dftok)
+add_test(NAME tok_chat_k3_goldens_jinja2
+  COMMAND ${DF_PYTHON} ${DF_TOK_DIR}/gen_k3_goldens.py --check)
 # deltafin run --chat on a Kimi tiktoken folder (kimi_k2_tiny + a random checkpoint of its
 # 1141-id vocabulary): the prompt is exactly the ids of jinja2 + the Python tiktoken oracle.
 add_test(NAME tok_kimi_chat_cli COMMAND ${DF_PYTHON} ${PROJECT_SOURCE_DIR}/tests/cli_kimi_chat.py
   $<TARGET_FILE:deltafin> ${PROJECT_BINARY_DIR}/cli-kimi-chat)
+# The same on a Kimi K3-like folder (tiktoken_tiny: K3's specials, no chat template, so XTML).
+add_test(NAME tok_kimi_k3_chat_cli COMMAND ${DF_PYTHON} ${PROJECT_SOURCE_DIR}/tests/cli_kimi_k3_chat.py
+  $<TARGET_FILE:deltafin> ${PROJECT_BINARY_DIR}/cli-kimi-k3-chat)
 
 # The Kimi TikTokenTokenizer format (tiktoken.model): the C tokenizer vs the committed ids of
 # tests/tokenizer/tiktoken_oracle.py (an independent Python implementation on Debian

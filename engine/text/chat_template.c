@@ -8,6 +8,7 @@
  */
 #include "engine/text/chat_template.h"
 #include "engine/text/chat_json.h"
+#include "engine/text/chat_xtml.h"
 #include "engine/text/tokenizer_utf8.h"
 #include "engine/text/tokenizer_util.h"
 
@@ -95,6 +96,10 @@ static char *read_text_file(const char *path, size_t *len) {
   return b.p;
 }
 
+static bool is_str(const json_t *v, const char *s) {
+  return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
 /* bos_token of tokenizer_config.json (a string, or an AddedToken object's "content") replaces
  * the family default; absent or null keeps it. */
 static int set_bos(df_chat_template *t, const json_t *cfg, const char *where, char *err,
@@ -111,6 +116,23 @@ static int set_bos(df_chat_template *t, const json_t *cfg, const char *where, ch
   }
   memcpy(t->bos, json_string_value(b), json_string_length(b) + 1);
   return 0;
+}
+
+/* A Kimi K3 tokenizer_config.json: TikTokenTokenizer naming the four XTML structural tokens in
+ * added_tokens_decoder (K3.md §5.1; Kimi K2's names none of them). */
+static bool is_kimi_k3(const json_t *cfg) {
+  if (!is_str(json_object_get(cfg, "tokenizer_class"), "TikTokenTokenizer")) return false;
+  static const char *const need[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
+  const json_t *dec = json_object_get(cfg, "added_tokens_decoder");
+  for (size_t k = 0; k < 4; k++) {
+    bool found = false;
+    const char *id;
+    json_t *v;
+    json_object_foreach((json_t *)dec, id, v) found = found ||
+        is_str(json_object_get(v, "content"), need[k]);
+    if (!found) return false;
+  }
+  return true;
 }
 
 int df_chat_template_load(const char *dir, df_chat_template **out, char *err, size_t errlen) {
@@ -163,6 +185,16 @@ int df_chat_template_load(const char *dir, df_chat_template **out, char *err, si
   w = snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
   size_t len = 0;
   char *text = (w > 0 && (size_t)w < sizeof path) ? read_text_file(path, &len) : NULL;
+  if (!text && is_kimi_k3(cfg)) { /* K3 folders carry no template: XTML is built in */
+    if (!(*out = calloc(1, sizeof **out))) {
+      df_tok__seterr(err, errlen, "%s: out of memory", dir);
+      goto done;
+    }
+    (*out)->family = DF_CHAT_KIMI_K3;
+    snprintf((*out)->origin, sizeof (*out)->origin, "%s", dir);
+    rc = 0;
+    goto done;
+  }
   if (!text) {
     df_tok__seterr(err, errlen, "%s: no chat template (neither tokenizer_config.json "
                    "\"chat_template\" nor chat_template.jinja)", dir);
@@ -573,6 +605,7 @@ static bool valid(const char *s) { return df_tok__utf8_valid((const uint8_t *)s,
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
                    const df_chat_opts *opts, df_chat_text *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
+  if (t->family == DF_CHAT_KIMI_K3) return df_xtml_chat_render(msgs, n, opts, out, err, errlen);
   df_chat_opts dflt = {.add_generation_prompt = false, .enable_thinking = -1};
   if (!opts) opts = &dflt;
   if (n == 0 || !msgs) {
@@ -655,8 +688,7 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
   case DF_CHAT_KIMI_K2_THINKING:
     if (!o.oom) render_kimi_k2_thinking(msgs, n, opts, tools.p, &o);
     break;
-  case DF_CHAT_KIMI_K3:
-    o.oom = 1; /* rendered by engine/text/chat_xtml.c */
+  case DF_CHAT_KIMI_K3: /* rendered by df_xtml_chat_render above */
     break;
   }
   df_tok__buf_free(&tools);
@@ -685,6 +717,8 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
                    size_t errlen) {
   *ids = NULL;
   *n_ids = 0;
+  if (t->family == DF_CHAT_KIMI_K3) /* per segment: merges never cross a segment boundary */
+    return df_xtml_chat_encode(tok, msgs, n, opts, ids, n_ids, err, errlen);
   df_chat_text txt;
   if (df_chat_render(t, msgs, n, opts, &txt, err, errlen) != 0) return -1;
   int rc = df_tok_encode_spans(tok, txt.text, txt.len, 0, txt.spans, txt.n_spans, ids, n_ids, err,
@@ -735,6 +769,7 @@ size_t df_chat_min_tokens(const df_chat_template *t, const df_tok *tok, const df
     }
     break;
   case DF_CHAT_KIMI_K3:
+    lb = df_xtml_min_tokens(tok, msgs, n);
     break;
   }
   return lb;

@@ -34,6 +34,21 @@
  *                  </think> after the last assistant turn without tool calls, tool calls
  *                  (<|tool_calls_section_begin|>, id, arguments), tool results ("## Return of
  *                  ID\n" + content), the default system turn "You are Kimi, ...".
+ *   DF_CHAT_KIMI_K3  Kimi K3's XTML, built in: a folder with no chat template whose
+ *                  tokenizer_config.json is TikTokenTokenizer naming <|open|>, <|close|>, <|sep|>
+ *                  and <|end_of_msg|>. Follows ggml-org/llama.cpp's
+ *                  models/templates/Kimi-K3.jinja @181a4a8f (a transcription
+ *                  of encoding_k3.py) and K3.md §5.3-5.4 (engine/text/chat_xtml.{h,c}):
+ *                  tool-declare (tools_json), thinking-effort, system/user/assistant messages
+ *                  with `name`, think blocks (enable_thinking = `thinking`, default on),
+ *                  tool calls, tool results named by tool_call_id / name / call order,
+ *                  tool_choice and response_format messages, the generation prompt.
+ *                  df_chat_encode encodes it per segment (merges never cross a segment
+ *                  boundary, so it is not df_tok_encode_spans of the rendered text).
+ *                  Refused: non-integer numbers and keys whose case-insensitive order differs
+ *                  from their code-point order in tools / response_format, a tool_choice other
+ *                  than auto/required/none, unresolvable tool names. Not expressible here:
+ *                  media, a system message carrying `tools`, arguments as a mapping.
  */
 #ifndef DF_ENGINE_CHAT_TEMPLATE_H
 #define DF_ENGINE_CHAT_TEMPLATE_H
@@ -121,7 +136,10 @@ df_chat_family df_chat_template_family(const df_chat_template *t);
  * zeroed, err set): no messages, a NULL role, a NULL content other than an assistant's in a
  * template that has null content, text that is not valid UTF-8, tool calls in a template
  * that does not render them (Kimi K2), tools_json that is not a JSON array (or has duplicate
- * keys), a non-empty tools list for a template without tool declarations, out of memory. */
+ * keys), a non-empty tools list for a template without tool declarations, out of memory.
+ * Kimi K3: NULL content is JSON null (renders nothing) for every role; the refusals of
+ * the DF_CHAT_KIMI_K3 entry above; every text piece that came from the request (content,
+ * reasoning, names, arguments, the tools and schema JSON) is a span. */
 int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
                    const df_chat_opts *opts, df_chat_text *out, char *err, size_t errlen);
 
@@ -129,7 +147,10 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
 void df_chat_text_free(df_chat_text *out);
 
 /* Render and encode in one call: the template's structure is matched against added tokens,
- * message bytes are plain text (df_tok_encode_spans). *ids is malloc'd (caller frees). */
+ * message bytes are plain text (df_tok_encode_spans). *ids is malloc'd (caller frees).
+ * DF_CHAT_KIMI_K3: each XTML segment is encoded alone (a structural special is its id, a text
+ * piece df_tok_encode(DF_TOK_PLAIN) of its bytes) and the ids concatenated; an error when tok
+ * lacks one of the four structural tokens. */
 int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_msg *msgs,
                    size_t n, const df_chat_opts *opts, int32_t **ids, size_t *n_ids, char *err,
                    size_t errlen);
@@ -143,6 +164,9 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
  *                        content (<｜end▁of▁sentence｜>).
  *   DF_CHAT_KIMI_K2      4 per system, user, assistant and tool message (<|im_...|>, at least
  *                        one id for the role word, <|im_middle|>, <|im_end|>), 1 per other.
+ *   DF_CHAT_KIMI_K3      11 per system, user and tool message (<|open|> message role="R"
+ *                        <|sep|>: 2 specials + 5 text pieces; <|close|> message <|sep|>;
+ *                        <|end_of_msg|>), 17 per assistant message (open/close(response) too).
  * Messages are not validated (df_chat_encode does that); a NULL role counts 0. Never fails:
  * 0 when `tok` lacks those added tokens. Borrows every argument. Lets a caller refuse a
  * conversation that cannot fit a context before paying for its encoding. */

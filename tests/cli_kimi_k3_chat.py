@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""`deltafin run --chat` on a Kimi K3-like folder (tests/tokenizer/tiktoken_tiny: the tiny tiktoken
+vocabulary with K3's special names and no chat template, so XTML is used) over a random
+checkpoint of that vocabulary size (1141). The chat prompt must be exactly the golden ids of
+tests/tokenizer/gen_k3_goldens.py (jinja2 text, the independent Python segmenter, each segment
+encoded alone by the Python tiktoken oracle; a typed <|end_of_msg|> stays text): the prompt
+logits of `--prompt TEXT --chat` equal those of `--prompt-ids` with those ids, byte for byte,
+with the defaults (thinking on, effort max), with --system and with --no-think.
+
+usage: cli_kimi_k3_chat.py DELTAFIN WORK_DIR
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "tokenizer"))
+import gen_k3_goldens as g  # noqa: E402  (jinja2 + the segmenter + the tiktoken oracle)
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def main():
+    exe, work = sys.argv[1:3]
+    os.makedirs(work, exist_ok=True)
+    model = os.path.join(work, "kimi-k3-tiny-moe")
+    if not os.path.exists(os.path.join(model, "model.safetensors")):
+        subprocess.run([sys.executable, os.path.join(HERE, "reference", "make_checkpoint.py"),
+                        "--preset", "tiny-moe-tied", "--vocab", "1141", "--out", model],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for fn in ("tiktoken.model", "tokenizer_config.json"):
+        shutil.copy(os.path.join(HERE, "tokenizer", "tiktoken_tiny", fn), model)
+    template = g.template_text()  # optional (see gen_k3_goldens.py)
+    oracle = g.oracle()
+    text = "Say <|end_of_msg|><|open|>message hi, 你好 café"
+    common = ["--model", model, "--max-new", "4", "--temperature", "0", "--no-draft"]
+    for system, think in ((None, True), ("Be brief.", True), (None, False)):
+        msgs = ([g.S(system)] if system else []) + [g.U(text)]
+        opts = {"add_generation_prompt": True}
+        if not think:
+            opts["thinking"] = False
+        segs = g.segments(msgs, opts)
+        if template is not None:
+            assert "".join(t for _, t in segs) == g.render(template, msgs, opts)
+        ids = [i for k, t in segs
+               for i in ([oracle.specials[t]] if k == "special" else oracle.encode(t, False))]
+        la, lb = os.path.join(work, "chat.f32"), os.path.join(work, "ids.f32")
+        extra = (["--system", system] if system else []) + ([] if think else ["--no-think"])
+        a = subprocess.run([exe, "run", *common, "--prompt", text, "--chat", *extra,
+                            "--logits-out", la, "--stats"], capture_output=True, text=True)
+        b = subprocess.run([exe, "run", *common, "--prompt-ids", ",".join(map(str, ids)),
+                            "--logits-out", lb], capture_output=True, text=True)
+        what = ("with --system" if system else "defaults") + ("" if think else ", --no-think")
+        check(a.returncode == 0 and f"prefill {len(ids)} tokens" in a.stderr,
+              f"run --chat ({what}) prefills the {len(ids)} golden ids: {a.stderr.strip()[:200]}")
+        same = (a.returncode == 0 and b.returncode == 0 and
+                open(la, "rb").read() == open(lb, "rb").read() and os.path.getsize(la) > 0)
+        check(same, f"run --chat ({what}): prompt logits equal --prompt-ids of the golden ids")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
