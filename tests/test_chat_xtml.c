@@ -271,8 +271,10 @@ static void test_refusals(void **state) {
   df_xtml_free(&x);
   o = (df_chat_opts){.enable_thinking = -1, .tool_choice = "get_weather"};
   expect_error(&u, 1, &o, "tool_choice");
-  o = (df_chat_opts){.enable_thinking = -1, .tools_json = "[{\"a\": 1.5}]"};
-  expect_error(&u, 1, &o, "not an integer");
+  o = (df_chat_opts){.enable_thinking = -1, .tools_json = "[{\"b\": [1.5, 1e16, 1e-5], \"a\": 2.0}]"};
+  assert_int_equal(df_xtml_render(&u, 1, &o, &x, err, sizeof err), 0); /* Python's repr */
+  assert_non_null(strstr(x.text, "[{\"a\":2.0,\"b\":[1.5,1e+16,1e-05]}]"));
+  df_xtml_free(&x);
   o.tools_json = "[{\"B\": 1, \"a\": 2}]"; /* sort_keys: B, a; dictsort: a, B */
   expect_error(&u, 1, &o, "sort differently");
   o.tools_json = "{\"type\": \"function\"}";
@@ -281,7 +283,9 @@ static void test_refusals(void **state) {
   expect_error(&u, 1, &o, "not JSON");
   o = (df_chat_opts){.enable_thinking = -1, .response_format_json = "{\"type\": \"json_schema\", "
                      "\"json_schema\": {\"schema\": {\"maximum\": 0.5}}}"};
-  expect_error(&u, 1, &o, "not an integer");
+  assert_int_equal(df_xtml_render(&u, 1, &o, &x, err, sizeof err), 0);
+  assert_non_null(strstr(x.text, "{\"maximum\":0.5}"));
+  df_xtml_free(&x);
   o = (df_chat_opts){.enable_thinking = -1};
   df_chat_tool_call nameless = {.arguments = "{}"};
   df_chat_msg a = {.role = "assistant", .content = "", .tool_calls = &nameless, .n_tool_calls = 1};

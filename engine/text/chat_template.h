@@ -45,7 +45,7 @@
  *                  tool_choice and response_format messages, the generation prompt.
  *                  df_chat_encode encodes it per segment (merges never cross a segment
  *                  boundary, so it is not df_tok_encode_spans of the rendered text).
- *                  Refused: non-integer numbers and keys whose case-insensitive order differs
+ *                  Refused: keys whose case-insensitive order differs
  *                  from their code-point order in tools / response_format, a tool_choice other
  *                  than auto/required/none, unresolvable tool names. Not expressible here:
  *                  media, a system message carrying `tools`, arguments as a mapping.

@@ -12,6 +12,7 @@
  * message's `tool` key (its `name` is used), `response_schema`.
  */
 #include "engine/text/chat_xtml.h"
+#include "engine/text/chat_json.h"
 #include "engine/text/tokenizer_utf8.h"
 #include "engine/text/tokenizer_util.h"
 
@@ -131,31 +132,10 @@ static void internal_msg(xb *o, const char *type, const char *body, size_t n, bo
 }
 
 /* ---- json_sorted: compact JSON as the template prints it -------------------------------------
- * Objects in dictsort order (keys compared case-insensitively), arrays in order, scalars by
- * tojson = json.dumps(ensure_ascii=False). Only what prints identically is accepted: integers
- * (a float's repr is Python's shortest round-trip, not reproduced here), and objects whose
+ * Objects in sorted key order, arrays in order, scalars by tojson = json.dumps(ensure_ascii=
+ * False), reals as Python's repr (engine/text/chat_json.h prints all of it). Only objects whose
  * keys sort the same case-sensitively (Python sort_keys=True, K3.md §5.4) and insensitively
- * (the template's dictsort), so the text equals both references. */
-
-static int json_str(df_tok_buf *b, const char *s, size_t n) {
-  int r = df_tok__buf_put(b, "\"", 1);
-  for (size_t i = 0; i < n && r == 0; i++) {
-    unsigned char c = (unsigned char)s[i];
-    char e[8];
-    if (c == '"') r = df_tok__buf_puts(b, "\\\"");
-    else if (c == '\\') r = df_tok__buf_puts(b, "\\\\");
-    else if (c == '\n') r = df_tok__buf_puts(b, "\\n");
-    else if (c == '\r') r = df_tok__buf_puts(b, "\\r");
-    else if (c == '\t') r = df_tok__buf_puts(b, "\\t");
-    else if (c == '\b') r = df_tok__buf_puts(b, "\\b");
-    else if (c == '\f') r = df_tok__buf_puts(b, "\\f");
-    else if (c < 0x20) {
-      snprintf(e, sizeof e, "\\u%04x", c);
-      r = df_tok__buf_puts(b, e);
-    } else r = df_tok__buf_put(b, s + i, 1);
-  }
-  return r == 0 ? df_tok__buf_put(b, "\"", 1) : -1;
-}
+ * (the template's dictsort) are accepted, so the text equals both references. */
 
 /* Compare two keys as Python compares k.lower() (code points; utf8proc's simple lowercase). */
 static int cmp_lower(const char *a, const char *b) {
@@ -178,76 +158,52 @@ static int cmp_bytes(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static int json_sorted(df_tok_buf *b, const json_t *v, const char *what, char *err,
-                       size_t errlen, int depth) {
+/* Refuse what the two key orders would print differently, and nesting past 64 levels. */
+static int check_keys(const json_t *v, const char *what, char *err, size_t errlen, int depth) {
   if (depth > 64) {
     df_tok__seterr(err, errlen, "chat: %s: nested deeper than 64 levels", what);
     return -1;
   }
-  if (json_is_object(v)) {
-    size_t n = json_object_size(v), i = 0;
-    const char **keys = malloc((n ? n : 1) * sizeof *keys);
-    if (!keys) goto oom;
-    const char *k;
-    json_t *x;
-    json_object_foreach((json_t *)v, k, x) keys[i++] = k;
-    qsort(keys, n, sizeof *keys, cmp_bytes);
-    for (i = 0; i + 1 < n; i++) {
-      if (odd_case(keys[i]) || odd_case(keys[i + 1]) || cmp_lower(keys[i], keys[i + 1]) >= 0) {
-        df_tok__seterr(err, errlen, "chat: %s: keys \"%.60s\" and \"%.60s\" sort differently "
-                       "with and without case (Python sort_keys vs the template's dictsort); "
-                       "not rendered", what, keys[i], keys[i + 1]);
-        free(keys);
-        return -1;
-      }
-    }
-    int r = df_tok__buf_put(b, "{", 1);
-    for (i = 0; i < n && r == 0; i++) {
-      if (i) r = df_tok__buf_put(b, ",", 1);
-      if (r == 0) r = json_str(b, keys[i], strlen(keys[i]));
-      if (r == 0) r = df_tok__buf_put(b, ":", 1);
-      if (r == 0) {
-        if (json_sorted(b, json_object_get(v, keys[i]), what, err, errlen, depth + 1) != 0) {
-          free(keys);
-          return -1;
-        }
-      }
-    }
-    free(keys);
-    if (r != 0 || df_tok__buf_put(b, "}", 1) != 0) goto oom;
-    return 0;
-  }
   if (json_is_array(v)) {
-    if (df_tok__buf_put(b, "[", 1) != 0) goto oom;
-    for (size_t i = 0; i < json_array_size(v); i++) {
-      if (i && df_tok__buf_put(b, ",", 1) != 0) goto oom;
-      if (json_sorted(b, json_array_get(v, i), what, err, errlen, depth + 1) != 0) return -1;
-    }
-    if (df_tok__buf_put(b, "]", 1) != 0) goto oom;
+    for (size_t i = 0; i < json_array_size(v); i++)
+      if (check_keys(json_array_get(v, i), what, err, errlen, depth + 1) != 0) return -1;
     return 0;
   }
-  if (json_is_string(v)) {
-    if (json_str(b, json_string_value(v), json_string_length(v)) != 0) goto oom;
-    return 0;
-  }
-  if (json_is_integer(v)) {
-    char t[32];
-    snprintf(t, sizeof t, "%lld", (long long)json_integer_value(v));
-    if (df_tok__buf_puts(b, t) != 0) goto oom;
-    return 0;
-  }
-  if (json_is_real(v)) {
-    df_tok__seterr(err, errlen, "chat: %s: the number %.17g is not an integer; only integers "
-                   "are rendered (Python prints floats by its own shortest repr)", what,
-                   json_real_value(v));
+  if (!json_is_object(v)) return 0;
+  size_t n = json_object_size(v), i = 0;
+  const char **keys = malloc((n ? n : 1) * sizeof *keys);
+  if (!keys) {
+    df_tok__seterr(err, errlen, "chat: out of memory");
     return -1;
   }
-  if (df_tok__buf_puts(b, json_is_true(v) ? "true" : json_is_false(v) ? "false" : "null") != 0)
-    goto oom;
+  const char *k;
+  json_t *x;
+  json_object_foreach((json_t *)v, k, x) keys[i++] = k;
+  qsort(keys, n, sizeof *keys, cmp_bytes);
+  int rc = 0;
+  for (i = 0; rc == 0 && i + 1 < n; i++) {
+    if (odd_case(keys[i]) || odd_case(keys[i + 1]) || cmp_lower(keys[i], keys[i + 1]) >= 0) {
+      df_tok__seterr(err, errlen, "chat: %s: keys \"%.60s\" and \"%.60s\" sort differently "
+                     "with and without case (Python sort_keys vs the template's dictsort); "
+                     "not rendered", what, keys[i], keys[i + 1]);
+      rc = -1;
+    }
+  }
+  free(keys);
+  json_object_foreach((json_t *)v, k, x) {
+    if (rc == 0) rc = check_keys(x, what, err, errlen, depth + 1);
+  }
+  return rc;
+}
+
+static int json_sorted(df_tok_buf *b, const json_t *v, const char *what, char *err,
+                       size_t errlen, int depth) {
+  if (check_keys(v, what, err, errlen, depth) != 0) return -1;
+  if (df_pyjson_dump(b, v, (df_pyjson_style){.compact = true, .sort_keys = true}) != 0) {
+    df_tok__seterr(err, errlen, "chat: out of memory");
+    return -1;
+  }
   return 0;
-oom:
-  df_tok__seterr(err, errlen, "chat: out of memory");
-  return -1;
 }
 
 /* Parse request JSON text (objects with repeated keys refused: Python would keep the last). */

@@ -53,8 +53,7 @@ const char *df_xtml_special(df_xtml_kind k);
  * "max"). Borrows every argument. Returns 0 with *out filled (free with df_xtml_free), or -1
  * with *out zeroed and a one-line message in err: no messages, a NULL role, invalid UTF-8, a
  * bad thinking_effort / tool_choice, tools_json or response_format_json that is not JSON of the
- * expected shape or holds what cannot be printed exactly as Python does (a non-integer
- * number; object keys whose case-insensitive order, the template's dictsort, differs from
+ * expected shape or holds what cannot be printed exactly as Python does (object keys whose case-insensitive order, the template's dictsort, differs from
  * their code-point order, Python's sort_keys), a tool call without a name, a tool message whose
  * tool name cannot be resolved, out of memory. */
 int df_xtml_render(const df_chat_msg *msgs, size_t n, const df_chat_opts *opts, df_xtml *out,

@@ -273,6 +273,11 @@ CASES = [
     ("reasoning_blank", [U("q"), A("a", reasoning_content=" \n\t"), U("r")], GEN),
     ("reasoning_kept_untrimmed", [U("q"), A("a", reasoning_content="\n think \n")], {}),
     ("tools_declared", [U("Weather in Paris?")], dict(GEN, tools=[WEATHER, SEARCH])),
+    ("tools_with_reals", [U("Scale it")],
+     dict(GEN, tools=[{"type": "function", "function": {"name": "scale", "parameters": {
+         "type": "object", "properties": {"f": {"type": "number", "default": 0.1,
+                                                "examples": [1e-05, 1e16, 2.0, -0.0, 123456.789,
+                                                             1e300]}}}}}])),
     ("tool_call_one",
      [U("Weather in Paris?"), A("", tool_calls=[call("get_weather", '{"city": "Paris"}', "c1")]),
       T('{"temp": 21}', tool_call_id="c1")], dict(GEN, tools=[WEATHER])),
