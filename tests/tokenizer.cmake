@@ -46,7 +46,7 @@ add_test(NAME tok_chat_goldens_jinja2
 # fresh run.
 df_add_cmocka_test(test_tok_chat_xtml SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_chat_xtml.c
   LIBS dftok)
-add_test(NAME tok_chat_k3_goldens_jinja2
+add_test(NAME tok_chat_k3_goldens
   COMMAND ${DF_PYTHON} ${DF_TOK_DIR}/gen_k3_goldens.py --check)
 # deltafin run --chat on a Kimi tiktoken folder (kimi_k2_tiny + a random checkpoint of its
 # 1141-id vocabulary): the prompt is exactly the ids of jinja2 + the Python tiktoken oracle.
