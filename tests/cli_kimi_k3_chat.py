@@ -63,6 +63,32 @@ def main():
         same = (a.returncode == 0 and b.returncode == 0 and
                 open(la, "rb").read() == open(lb, "rb").read() and os.path.getsize(la) > 0)
         check(same, f"run --chat ({what}): prompt logits equal --prompt-ids of the golden ids")
+    # the server's chat endpoint: the same per-segment ids, with K3's request switches
+    import server_util as su
+    srv = su.Server(exe, model, "--no-draft")
+    try:
+        for kw, opts in (({}, {}),
+                         ({"chat_template_kwargs": {"thinking": False}}, {"thinking": False}),
+                         ({"chat_template_kwargs": {"thinking_effort": "low"}},
+                          {"thinking_effort": "low"}),
+                         ({"reasoning_effort": "high"}, {"thinking_effort": "high"}),
+                         ({"chat_template_kwargs": {"thinking_effort": None}},
+                          {"thinking_effort": None})):
+            msgs = [g.U(text)]
+            segs = g.segments(msgs, dict(opts, add_generation_prompt=True))
+            n_ids = sum(1 if k == "special" else len(oracle.encode(t, False)) for k, t in segs)
+            st, _, body = su.post(srv.port, "/v1/chat/completions",
+                                  dict({"model": os.path.basename(model), "messages": msgs,
+                                        "temperature": 0, "max_tokens": 2}, **kw))
+            check(st == 200 and body["usage"]["prompt_tokens"] == n_ids,
+                  f"serve {kw or 'defaults'}: the prompt is the {n_ids} per-segment ids "
+                  f"({st} {str(body)[:160]})")
+        st, _, body = su.post(srv.port, "/v1/chat/completions",
+                              {"model": os.path.basename(model), "messages": [g.U(text)],
+                               "chat_template_kwargs": {"thinking_effort": "huge"}})
+        check(st == 400 and "thinking_effort" in str(body), "serve: a bad thinking_effort is 400")
+    finally:
+        srv.stop()
     return 1 if failures else 0
 
 

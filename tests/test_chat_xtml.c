@@ -315,12 +315,30 @@ static void test_recognition(void **state) {
   df_chat_template_destroy(&t);
 }
 
+/* The chat format's stop ids: a K3 tokenizer ends a turn at <|end_of_msg|> (887) and [EOS]
+ * (886); a K2 one (no XTML tokens) has none beyond the config's. */
+static void test_stop_ids(void **state) {
+  (void)state;
+  df_tok *tok = load_tok();
+  int32_t ids[4] = {0};
+  assert_int_equal(df_chat_stop_ids(tok, ids), 2);
+  assert_int_equal(ids[0], 887);
+  assert_int_equal(ids[1], 886);
+  df_tok_destroy(&tok);
+  char err[512];
+  assert_int_equal(df_tok_load(DF_SOURCE_DIR "/tests/tokenizer/kimi_k2_tiny", &tok, err, sizeof err), 0);
+  assert_int_equal(df_chat_stop_ids(tok, ids), 0);
+  df_tok_destroy(&tok);
+  assert_int_equal(df_chat_stop_ids(NULL, ids), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_goldens),
       cmocka_unit_test(test_counts),
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_recognition),
+      cmocka_unit_test(test_stop_ids),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -210,7 +210,7 @@ int df_cmd_run(int argc, char **argv) {
   /* Kimi K3 folders (a tokenizer with the XTML structural tokens): a turn ends with
    * <|end_of_msg|> (the config's eos) and [EOS] is a stop id too (K3.md §5.1), whatever
    * config.json / generation_config.json list */
-  int32_t k3_stop[2];
+  int32_t k3_stop[4];
   int n_k3_stop = 0;
   if (ids_arg) {
     n_prompt = df_cli_ids("prompt-ids", ids_arg, &prompt);
@@ -222,17 +222,7 @@ int df_cmd_run(int argc, char **argv) {
       fprintf(stderr, "deltafin: %s\n", err);
       return 1;
     }
-    static const char *const xtml[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
-    bool k3 = true;
-    for (int k = 0; k < 4; k++) {
-      int32_t id = df_tok_token_to_id(tok, xtml[k], strlen(xtml[k]));
-      k3 = k3 && id >= 0 && df_tok_is_added(tok, id);
-    }
-    static const char *const stops[] = {"<|end_of_msg|>", "[EOS]"};
-    for (int k = 0; k < 2 && k3; k++) {
-      int32_t id = df_tok_token_to_id(tok, stops[k], strlen(stops[k]));
-      if (id >= 0 && df_tok_is_added(tok, id)) k3_stop[n_k3_stop++] = id;
-    }
+    n_k3_stop = df_chat_stop_ids(tok, k3_stop);
     if (chat) {
       if (df_chat_template_load(model_dir, &tmpl, err, sizeof err) != 0) {
         fprintf(stderr, "deltafin: %s\n", err);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "coordinator/generate/sched_stop.h"
+#include "engine/text/chat_template.h"
 
 typedef struct slot {
   df_kv_cache *kv;  /* ctx tokens, allocated on first use */
@@ -67,6 +68,8 @@ struct df_sched {
   df_sched_opts o;
   int64_t V;
   const df_gen_config *gcfg;
+  int32_t chat_stop[4]; /* the chat format's end-of-turn ids beyond gcfg's (df_chat_stop_ids) */
+  int n_chat_stop;
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t mu;
@@ -240,6 +243,8 @@ static int activate(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
 static bool is_eos(const df_sched *s, int32_t id) {
   for (int e = 0; e < s->gcfg->n_eos; e++)
     if (s->gcfg->eos_token_ids[e] == id) return true;
+  for (int e = 0; e < s->n_chat_stop; e++)
+    if (s->chat_stop[e] == id) return true;
   return false;
 }
 
@@ -563,6 +568,7 @@ int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sche
   s->o = *o;
   s->V = df_model_cfg(m)->vocab_size;
   s->gcfg = df_model_gen_cfg(m);
+  s->n_chat_stop = df_chat_stop_ids(tok, s->chat_stop);
   if (!s->o.max_seqs) s->o.max_seqs = 8;
   if (!s->o.draft_k) s->o.draft_k = 4;
   if (!s->o.draft_max_seqs) s->o.draft_max_seqs = 1;

@@ -732,6 +732,18 @@ static bool is_added(const df_tok *tok, const char *piece) {
   return id >= 0 && df_tok_is_added(tok, id);
 }
 
+int df_chat_stop_ids(const df_tok *tok, int32_t out[4]) {
+  static const char *const xtml[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
+  static const char *const stops[] = {"<|end_of_msg|>", "[EOS]"};
+  if (!tok) return 0;
+  for (int k = 0; k < 4; k++)
+    if (!is_added(tok, xtml[k])) return 0;
+  int n = 0;
+  for (int k = 0; k < 2; k++)
+    if (is_added(tok, stops[k])) out[n++] = df_tok_token_to_id(tok, stops[k], strlen(stops[k]));
+  return n;
+}
+
 size_t df_chat_min_tokens(const df_chat_template *t, const df_tok *tok, const df_chat_msg *msgs,
                           size_t n) {
   size_t lb = 0;

@@ -170,6 +170,13 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
  * Messages are not validated (df_chat_encode does that); a NULL role counts 0. Never fails:
  * 0 when `tok` lacks those added tokens. Borrows every argument. Lets a caller refuse a
  * conversation that cannot fit a context before paying for its encoding. */
+/* Ids that end an assistant turn in the chat format `tok` belongs to, beyond the eos ids of
+ * config.json / generation_config.json: a Kimi K3 tokenizer (the XTML structural tokens
+ * <|open|>, <|close|>, <|sep|>, <|end_of_msg|> are added tokens) stops on <|end_of_msg|> and
+ * [EOS] (K3.md §5.1: both are configured as stop ids). Writes up to 4 ids to out and returns
+ * their number (0 for other tokenizers or tok NULL). Borrows tok. */
+int df_chat_stop_ids(const df_tok *tok, int32_t out[4]);
+
 size_t df_chat_min_tokens(const df_chat_template *t, const df_tok *tok, const df_chat_msg *msgs,
                           size_t n);
 
