@@ -8,7 +8,7 @@ keys as the published configuration_kimi.py / config.json write them, tensor nam
 published modeling_kimi.py (KimiDeltaAttention, KimiMLAAttention, KimiSparseMoeBlock,
 KimiMoEGate, KimiBlockSparseMLP, KimiMLP). make_checkpoint.py registers the presets and calls
 write_checkpoint for them; draws use its per-tensor streams (bytes depend only on the seed and
-the tensor name, never on write order or sharding). Also writes a header-only copy of the
+the tensor name without the wrapper prefix, never on write order or sharding). Also writes a header-only copy of the
 real Kimi-Linear-48B-A3B folder (--header-only) for `deltafin inspect`.
 
 Layer schedule (configuration_kimi.py is_kda_layer): layer i (0-based) is KDA iff (i + 1) is
@@ -180,28 +180,27 @@ def tensor_specs(c, seed, knobs=None):
     kdt = "F32" if k["kda_f32"] else "BF16"
     specs = []
 
+    # streams are keyed by the name without the wrapper prefix: a kimi_k3-wrapped folder holds
+    # the same values as the bare kimi_linear one
     def normal(name, shape, std, dtype="BF16"):
-        name = pre + name
         n = int(np.prod(shape))
-        specs.append(st.TensorSpec(name, dtype, shape, produce=lambda: mc.draw_normal(seed, name, n, std, dtype)))
+        specs.append(st.TensorSpec(pre + name, dtype, shape, produce=lambda: mc.draw_normal(seed, name, n, std, dtype)))
 
     def ones(name, shape, dtype="BF16"):
-        name = pre + name
         n = int(np.prod(shape))
-        specs.append(st.TensorSpec(name, dtype, shape,
+        specs.append(st.TensorSpec(pre + name, dtype, shape,
                                    produce=lambda: mc.draw_around_one(seed, name, n, k["norm_spread"], dtype)))
 
     def affine(name, shape, n_drawn, mean, std):
         """F32 tensor whose first n_drawn entries are drawn, the rest exactly 0 (padding).
         The stream is keyed by the name only, so a padded and an unpadded A_log agree."""
-        name = pre + name
         n = int(np.prod(shape))
 
         def produce():
             a = np.zeros(n, dtype=np.float32)
             a[:n_drawn] = draw_affine(seed, name, n_drawn, mean, std)
             return a
-        specs.append(st.TensorSpec(name, "F32", shape, produce=produce))
+        specs.append(st.TensorSpec(pre + name, "F32", shape, produce=produce))
 
     def mlp(p, inter, names=("gate_proj", "up_proj", "down_proj")):
         normal(p + names[0] + ".weight", [inter, H], 1.0 / np.sqrt(H))

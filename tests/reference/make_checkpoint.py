@@ -176,12 +176,12 @@ PRESETS = {
     "tiny-kl-48b": {
         "family": "kimi_linear",
         "config": _KL_48B,
-        "seed": 9101, "shards": 1, "knobs": {"margin_unit": 0.25}},
+        "seed": 9101, "shards": 1, "knobs": {"margin_unit": 0.25, "router_scale": 1.5}},
     # tiny-kl-48b byte for byte, split over 2 files + index
     "tiny-kl-sharded": {
         "family": "kimi_linear",
         "config": _KL_48B,
-        "seed": 9101, "shards": 2, "knobs": {"margin_unit": 0.25}},
+        "seed": 9101, "shards": 2, "knobs": {"margin_unit": 0.25, "router_scale": 1.5}},
     # K3-style KDA/MLA switches under a kimi_k3 wrapper (text_config, tensors under
     # language_model.): gate_lower_bound -5 (sigmoid decay), use_full_rank_gate (g_proj),
     # A_log [8] for 4 heads (zero padded), F32 conv / o_norm; MLA with q_lora 48 and the
@@ -200,7 +200,7 @@ PRESETS = {
             "routed_scaling_factor": 2.0, "rms_norm_eps": 1e-5,
         },
         "seed": 9202, "shards": 1,
-        "knobs": {"margin_unit": 0.25, "wrapper": True, "kda_f32": True, "a_log_layout": "flat",
+        "knobs": {"margin_unit": 0.25, "router_scale": 1.5, "wrapper": True, "kda_f32": True, "a_log_layout": "flat",
                   "a_log_pad": 8, "a_log_mean": 0.5, "dt_mean": -3.0}},
     # mixed switches, bare kimi_linear: lower-bound gate with the low-rank output gate, A_log
     # [3] unpadded, KDA 3 heads x 24 (72 != hidden 96) vs MLA 6 heads with q_lora 40;
@@ -221,7 +221,7 @@ PRESETS = {
             "routed_scaling_factor": 1.5, "rms_norm_eps": 1e-6,
         },
         "seed": 9303, "shards": 1,
-        "knobs": {"margin_unit": 0.25, "a_log_layout": "flat", "dt_mean": -3.0}},
+        "knobs": {"margin_unit": 0.25, "router_scale": 1.5, "a_log_layout": "flat", "dt_mean": -3.0}},
     # ~1.9 GB: benchmark target (16 MoE layers x 64 experts x 3 x 1024 x 256)
     "bench2g": {
         "config": dict(_MOE_BASE, **{
