@@ -9,7 +9,7 @@
  * the C segments equal the Python ones (kind and bytes); df_chat_encode's ids equal the golden
  * ids segment by segment; at least one case where encoding the rendered text at once (specials
  * recognised only outside message spans) gives other ids, which the goldens predict; the
- * vocabulary-independent counts of K3.md's "22 ids thinking off, 89 default" (below);
+ * vocabulary-independent counts of docs/K3.md's "22 ids thinking off, 89 default" (below);
  * df_chat_min_tokens never above the ids; recognition of a K3 folder; the refusals.
  */
 #include <setjmp.h>
@@ -204,7 +204,7 @@ static void test_goldens(void **state) {
   df_chat_template_destroy(&t);
 }
 
-/* K3.md §5.3/5.4: a one-message chat ("Hello", generation prompt) is 22 ids with thinking off
+/* docs/K3.md §5.3/5.4: a one-message chat ("Hello", generation prompt) is 22 ids with thinking off
  * and 89 with the default (thinking on, effort max) on the REAL vocabulary. What does not
  * depend on the vocabulary: the number of structural special ids (9 off: 2 per open tag, 2 per
  * close tag, 1 end_of_msg; 14 default) and the number of text segments (13 off, 24 default);

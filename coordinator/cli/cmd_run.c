@@ -208,7 +208,7 @@ int df_cmd_run(int argc, char **argv) {
   df_tok_stream *stream = NULL;
   df_chat_template *tmpl = NULL;
   /* Kimi K3 folders (a tokenizer with the XTML structural tokens): a turn ends with
-   * <|end_of_msg|> (the config's eos) and [EOS] is a stop id too (K3.md §5.1), whatever
+   * <|end_of_msg|> (the config's eos) and [EOS] is a stop id too (docs/K3.md §5.1), whatever
    * config.json / generation_config.json list */
   int32_t k3_stop[4];
   int n_k3_stop = 0;

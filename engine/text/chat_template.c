@@ -119,7 +119,7 @@ static int set_bos(df_chat_template *t, const json_t *cfg, const char *where, ch
 }
 
 /* A Kimi K3 tokenizer_config.json: TikTokenTokenizer naming the four XTML structural tokens in
- * added_tokens_decoder (K3.md §5.1; Kimi K2's names none of them). */
+ * added_tokens_decoder (docs/K3.md §5.1; Kimi K2's names none of them). */
 static bool is_kimi_k3(const json_t *cfg) {
   if (!is_str(json_object_get(cfg, "tokenizer_class"), "TikTokenTokenizer")) return false;
   static const char *const need[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};

@@ -38,7 +38,7 @@
  *                  tokenizer_config.json is TikTokenTokenizer naming <|open|>, <|close|>, <|sep|>
  *                  and <|end_of_msg|>. Follows ggml-org/llama.cpp's
  *                  models/templates/Kimi-K3.jinja @181a4a8f (a transcription
- *                  of encoding_k3.py) and K3.md §5.3-5.4 (engine/text/chat_xtml.{h,c}):
+ *                  of encoding_k3.py) and docs/K3.md §5.3-5.4 (engine/text/chat_xtml.{h,c}):
  *                  tool-declare (tools_json), thinking-effort, system/user/assistant messages
  *                  with `name`, think blocks (enable_thinking = `thinking`, default on),
  *                  tool calls, tool results named by tool_call_id / name / call order,
@@ -173,7 +173,7 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
 /* Ids that end an assistant turn in the chat format `tok` belongs to, beyond the eos ids of
  * config.json / generation_config.json: a Kimi K3 tokenizer (the XTML structural tokens
  * <|open|>, <|close|>, <|sep|>, <|end_of_msg|> are added tokens) stops on <|end_of_msg|> and
- * [EOS] (K3.md §5.1: both are configured as stop ids). Writes up to 4 ids to out and returns
+ * [EOS] (docs/K3.md §5.1: both are configured as stop ids). Writes up to 4 ids to out and returns
  * their number (0 for other tokenizers or tok NULL). Borrows tok. */
 int df_chat_stop_ids(const df_tok *tok, int32_t out[4]);
 

@@ -2,7 +2,7 @@
  *
  * Source of the format: ggml-org/llama.cpp's
  * models/templates/Kimi-K3.jinja @181a4a8fb1af6142a7bf611dddd36fe34a3de3fe (a transcription of
- * encoding_k3.py) and K3.md §5.3-5.4 for where the segments end. Checked against jinja2 and an
+ * encoding_k3.py) and docs/K3.md §5.3-5.4 for where the segments end. Checked against jinja2 and an
  * independent Python segmenter + tiktoken encoder: tests/tokenizer/kimi_k3_chat_golden.json
  * (tests/tokenizer/gen_k3_goldens.py). The comments name the template's macros.
  *
@@ -75,7 +75,7 @@ typedef struct attr {
 } attr;
 
 /* open_tag: '<|open|>' tag, then ' ' key '="' value '"' per attribute, '<|sep|>'. The jinja
- * prints ' key="' as one piece; K3.md §5.4 cuts it into ' key' and '="' (the same pre-split
+ * prints ' key="' as one piece; docs/K3.md §5.4 cuts it into ' key' and '="' (the same pre-split
  * pieces for these keys, all letters). */
 static void open_tag(xb *o, const char *tag, const attr *a, size_t na) {
   sp(o, DF_XTML_OPEN);
@@ -134,7 +134,7 @@ static void internal_msg(xb *o, const char *type, const char *body, size_t n, bo
 /* ---- json_sorted: compact JSON as the template prints it -------------------------------------
  * Objects in sorted key order, arrays in order, scalars by tojson = json.dumps(ensure_ascii=
  * False), reals as Python's repr (engine/text/chat_json.h prints all of it). Only objects whose
- * keys sort the same case-sensitively (Python sort_keys=True, K3.md §5.4) and insensitively
+ * keys sort the same case-sensitively (Python sort_keys=True, docs/K3.md §5.4) and insensitively
  * (the template's dictsort) are accepted, so the text equals both references. */
 
 /* Compare two keys as Python compares k.lower() (code points; utf8proc's simple lowercase). */

@@ -4,7 +4,7 @@
  * Kimi K3's XTML prompt as an ordered list of segments, and encoding it segment by segment.
  * The format is the one of ggml-org/llama.cpp's
  * models/templates/Kimi-K3.jinja @181a4a8fb1af6142a7bf611dddd36fe34a3de3fe (a Jinja
- * transcription of Moonshot's encoding_k3.py) with the segment boundaries of K3.md §5.3-5.4.
+ * transcription of Moonshot's encoding_k3.py) with the segment boundaries of docs/K3.md §5.3-5.4.
  * Does not own: recognising a K3 folder (chat_template.c), tokenization (tokenizer.h).
  *
  * A segment is a structural special (<|open|>, <|close|>, <|sep|>, <|end_of_msg|>: one id

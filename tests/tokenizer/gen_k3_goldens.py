@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kimi K3 XTML chat goldens: an independent Python XTML segmenter (below, written from K3.md
+"""Kimi K3 XTML chat goldens: an independent Python XTML segmenter (below, written from docs/K3.md
 §5.3-5.4 and the published format) cuts a bank of conversations into segments; each segment is
 encoded on its own by tiktoken_oracle.py's encoder on the tiktoken_tiny vocabulary (which carries
 K3's specials: 887 <|end_of_msg|>, 888 <|open|>, 889 <|close|>, 890 <|sep|>): a structural
