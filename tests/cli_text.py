@@ -2,7 +2,8 @@
 """`deltafin run --prompt TEXT` end to end with the real Qwen3 tokenizer on a random
 checkpoint of Qwen3's vocabulary size: the streamed text equals the byte-level decoding of
 the ids the same run produces from `--prompt-ids` (ids from `deltafin tokenize`), --chat
-renders and runs, and a model folder without tokenizer.json is a clear error.
+renders and runs, a model folder without tokenizer.json is a clear error, and text that is
+not UTF-8 is refused with its byte offset.
 
 usage: cli_text.py DELTAFIN TOKENIZER_DIR WORK_DIR
 """
@@ -57,6 +58,16 @@ def main():
                        capture_output=True, text=True)
     ids = r.stdout.split()
     check(r.returncode == 0 and len(ids) > 5, "tokenize --ids-only gives ids")
+    # bytes that are not UTF-8 are refused with their offset, never silently replaced
+    bad = b"ab\xe6\xad"
+    r = subprocess.run([os.fsencode(exe), b"tokenize", b"--model", os.fsencode(model), bad],
+                       capture_output=True)
+    check(r.returncode == 2 and b"not valid UTF-8: byte 2 (0xE6)" in r.stderr and not r.stdout,
+          "tokenize: invalid UTF-8 refused at its byte offset")
+    r = subprocess.run([os.fsencode(exe), b"run", b"--model", os.fsencode(model), b"--prompt",
+                        b"ok \xff", b"--max-new", b"1"], capture_output=True)
+    check(r.returncode == 2 and b"--prompt is not valid UTF-8: byte 3 (0xFF)" in r.stderr,
+          "run --prompt: invalid UTF-8 refused at its byte offset")
     common = ["--model", model, "--max-new", "40", "--temperature", "0", "--ignore-eos", "--no-draft"]
     a = subprocess.run([exe, "run", *common, "--prompt-ids", ",".join(ids)], capture_output=True, text=True)
     b = subprocess.run([exe, "run", *common, "--prompt", text], capture_output=True)

@@ -218,6 +218,16 @@ int df_cmd_run(int argc, char **argv) {
   } else {
     size_t n = 0;
     int rc_enc;
+    /* text in: bytes that are not UTF-8 would be replaced by U+FFFD and lost */
+    const char *what[2] = {"--prompt", "--system"}, *val[2] = {text, system};
+    for (int k = 0; k < 2; k++) {
+      size_t bad = val[k] ? df_tok_utf8_invalid_at(val[k], strlen(val[k])) : 0;
+      if (val[k] && bad < strlen(val[k])) {
+        fprintf(stderr, "deltafin run: %s is not valid UTF-8: byte %zu (0x%02X) does not start "
+                "a well-formed character\n", what[k], bad, (unsigned char)val[k][bad]);
+        return 2;
+      }
+    }
     if (df_tok_load(model_dir, &tok, err, sizeof err) != 0) {
       fprintf(stderr, "deltafin: %s\n", err);
       return 1;

@@ -143,6 +143,15 @@ int df_cmd_tokenize(int argc, char **argv) {
   } else {
     len = strlen(text);
   }
+  /* the tokenizer works on text: bytes that are not UTF-8 would be replaced by U+FFFD and
+   * lost, so they are refused, naming where */
+  size_t bad = df_tok_utf8_invalid_at(text, len);
+  if (bad < len) {
+    fprintf(stderr, "deltafin tokenize: TEXT is not valid UTF-8: byte %zu (0x%02X) does not "
+            "start a well-formed character; give UTF-8 text\n", bad, (unsigned char)text[bad]);
+    rc = 2;
+    goto done;
+  }
   if (df_tok_encode(tok, text, len, flags, &ids, &n, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;

@@ -182,6 +182,10 @@ void df_tok_stream_destroy(df_tok_stream **s);
  * length. */
 char *df_tok_utf8_sanitize(const char *s, size_t len, size_t *outlen);
 
+/* Byte offset of the first byte of `s` [len] that does not start a well-formed UTF-8
+ * character (an ill-formed or truncated sequence), or len when all of it is valid UTF-8. */
+size_t df_tok_utf8_invalid_at(const char *s, size_t len);
+
 /* NFC of valid UTF-8 `s` (as the NFC normalizer does), new malloc'd NUL-terminated buffer;
  * NULL when out of memory or the input is not valid UTF-8. */
 char *df_tok_utf8_nfc(const char *s, size_t len, size_t *outlen);
