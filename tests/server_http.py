@@ -405,10 +405,28 @@ def test_key_queue_cancel(exe):
           "past --max-queue: 429 with Retry-After")
     m = metrics(port)
     check(m["deltafin_queue_depth"] == 1 and m["deltafin_running_sequences"] == 1, "/metrics queue depth")
+    # the queued client goes away: its place is given back while the first stream still runs,
+    # so the next request queues instead of getting a 429
+    socks[1].close()
+    t0 = time.time()
+    while time.time() - t0 < 10 and metrics(port)["deltafin_queue_depth"] != 0:
+        time.sleep(0.02)
+    m = metrics(port)
+    check(m["deltafin_queue_depth"] == 0 and m["deltafin_running_sequences"] == 1,
+          "a queued client that disconnects leaves the queue at once")
+    later = {}
+    th = threading.Thread(target=lambda: later.update(r=post(port, CMPL, body, auth)))
+    th.start()
+    t0 = time.time()
+    while time.time() - t0 < 10 and metrics(port)["deltafin_queue_depth"] != 1:
+        time.sleep(0.02)
+    check(metrics(port)["deltafin_queue_depth"] == 1 and th.is_alive(),
+          "its place is taken by the next request (queued, not 429)")
     # the clients go away: both generations are cancelled and the slot is free again
     c0 = m["deltafin_completion_tokens_total"]
-    for sk in socks:
-        sk.close()
+    socks[0].close()
+    th.join(60)
+    check(later.get("r", (0,))[0] == 200, "the request that took the freed place is served")
     t0 = time.time()
     while time.time() - t0 < 10:
         m = metrics(port)

@@ -296,8 +296,46 @@ static bool on_token(df_sched *s, df_sched_job *j, int32_t id) {
   return true;
 }
 
-/* Admit queued jobs into free slots; drop cancelled ones. */
+/* Unlink the queued jobs whose callers cancelled them (s->mu held); returns them as a list
+ * (through ->next) for finish_cancelled. */
+static df_sched_job *unlink_cancelled_locked(df_sched *s) {
+  df_sched_job *gone = NULL, *prev = NULL;
+  for (df_sched_job **pp = &s->qhead; *pp;) {
+    df_sched_job *q = *pp;
+    if (!atomic_load(&q->cancel)) {
+      prev = q;
+      pp = &q->next;
+      continue;
+    }
+    *pp = q->next;
+    if (s->qtail == q) s->qtail = prev;
+    s->n_queued--;
+    q->next = gone;
+    gone = q;
+  }
+  return gone;
+}
+
+/* Finish and release cancelled jobs that never ran (no slot, sampler or stream to free);
+ * s->mu not held. */
+static void finish_cancelled(df_sched *s, df_sched_job *gone) {
+  while (gone) {
+    df_sched_job *q = gone;
+    gone = q->next;
+    q->next = NULL;
+    job_finish(s, q, DF_SCHED_CANCELLED, NULL);
+    job_unref(q);
+  }
+}
+
+/* Admit queued jobs into free slots; drop cancelled ones, wherever they wait in the queue (a
+ * client gone while queued gives its place back at the next step, not when it reaches the
+ * front). */
 static void admit(df_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  df_sched_job *gone = unlink_cancelled_locked(s);
+  pthread_mutex_unlock(&s->mu);
+  finish_cancelled(s, gone);
   for (;;) {
     pthread_mutex_lock(&s->mu);
     df_sched_job *j = NULL;
@@ -703,20 +741,26 @@ int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int 
     snprintf(err, errlen, "the server is shutting down");
     return -1;
   }
-  if (s->n_queued + s->n_running >= (int64_t)s->o.max_seqs + s->o.max_queue) {
-    pthread_mutex_unlock(&s->mu);
+  /* queued requests whose clients went away give their places back first */
+  df_sched_job *gone = unlink_cancelled_locked(s);
+  bool full = s->n_queued + s->n_running >= (int64_t)s->o.max_seqs + s->o.max_queue;
+  long long n_waiting = (long long)s->n_queued;
+  if (!full) {
+    if (s->qtail) s->qtail->next = j;
+    else s->qhead = j;
+    s->qtail = j;
+    s->n_queued++;
+    pthread_cond_signal(&s->cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  finish_cancelled(s, gone);
+  if (full) {
     job_free(j);
     *status = 429;
     snprintf(err, errlen, "the server is busy: %d requests running and %lld waiting (--max-queue "
-             "%d); retry later", s->o.max_seqs, (long long)s->n_queued, s->o.max_queue);
+             "%d); retry later", s->o.max_seqs, n_waiting, s->o.max_queue);
     return -1;
   }
-  if (s->qtail) s->qtail->next = j;
-  else s->qhead = j;
-  s->qtail = j;
-  s->n_queued++;
-  pthread_cond_signal(&s->cv);
-  pthread_mutex_unlock(&s->mu);
   *out = j;
   return 0;
 oom_job:
