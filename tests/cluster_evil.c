@@ -10,6 +10,8 @@
  *   nan        same, but a well-shaped RESULT holding one NaN
  *   huge       same, but a well-shaped RESULT holding 3e38 (finite, but sums overflow)
  *   plain      connect over plain TCP (no CURVE) and write junk: the handshake must fail
+ *   churn      300 distinct keys one after another: join (each must get ASSIGN, never
+ *              "cluster full"), say BYE, disconnect; more than the coordinator's 256 slots
  * Prints one line and exits 0 when the coordinator reacted as expected, 1 otherwise
  * (10 s timeout per wait).
  */
@@ -67,6 +69,40 @@ static int plain(const char *endpoint) {
   return 0;
 }
 
+/* Join with `n` fresh keys in turn; each must be admitted (ASSIGN), then leaves with BYE. */
+static int churn(const char *ep, const char *token) {
+  char server[DF_PROTO_Z85_KEY + 1], secret[DF_PROTO_SECRET_HEX + 1], err[512];
+  if (df_proto_token_parse(token, server, secret, err, sizeof err) != 0) return 2;
+  void *ctx = zmq_ctx_new();
+  int rc = 0;
+  for (int i = 0; i < 300 && rc == 0; i++) {
+    df_proto_keypair kp;
+    zmq_curve_keypair(kp.pub, kp.sec);
+    void *s = df_proto_client_open(ctx, ep, &kp, server, 1 << 20, err, sizeof err);
+    if (!s) return 2;
+    df_proto_msg join = {.op = DF_PROTO_JOIN, .id = 1, .memory = 1ull << 20}, m;
+    df_proto_frames fr;
+    snprintf(join.name, sizeof join.name, "churn-%d", i);
+    snprintf(join.token, sizeof join.token, "%s", secret);
+    if (df_proto_send(s, NULL, 0, &join, NULL, 0, 0, err, sizeof err) != 0 ||
+        wait_op(s, DF_PROTO_ASSIGN, &m, &fr) != 0) {
+      printf("evil: churn key %d was not admitted\n", i);
+      rc = 1;
+    } else {
+      df_proto_msg_free(&m);
+      df_proto_frames_close(&fr);
+      df_proto_msg bye = {.op = DF_PROTO_BYE, .id = 2};
+      df_proto_send(s, NULL, 0, &bye, NULL, 0, 0, err, sizeof err);
+    }
+    int linger = 200;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(s);
+  }
+  zmq_ctx_term(ctx);
+  if (rc == 0) printf("evil: churn: 300 keys joined and left, every one admitted\n");
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: cluster_evil MODE ENDPOINT TOKEN\n");
@@ -74,6 +110,7 @@ int main(int argc, char **argv) {
   }
   const char *mode = argv[1], *ep = argv[2], *token = argv[3];
   if (!strcmp(mode, "plain")) return plain(ep);
+  if (!strcmp(mode, "churn")) return churn(ep, token);
   char server[DF_PROTO_Z85_KEY + 1], secret[DF_PROTO_SECRET_HEX + 1], err[512];
   if (df_proto_token_parse(token, server, secret, err, sizeof err) != 0) {
     fprintf(stderr, "evil: %s\n", err);

@@ -452,7 +452,8 @@ def scen_security():
     refused_node("expired", short, "token expired")
     # protocol abuse by admitted peers
     for mode, expect in [("garbage", "garbage refused"), ("version", "version refused"),
-                         ("plain", "connection closed")]:
+                         ("plain", "connection closed"),
+                         ("churn", "300 keys joined and left, every one admitted")]:
         r = subprocess.run([EVIL, mode, ep, reusable], capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and expect in r.stdout, "evil %s: %s" % (mode, r.stdout.strip()))
     evils = [subprocess.Popen([EVIL, mode, ep, reusable], stdout=subprocess.PIPE, text=True)
@@ -471,6 +472,7 @@ def scen_security():
                  "unknown token", "token expired", "malformed", "unsupported protocol version",
                  "dropped node evil-truncated", "dropped node evil-shape", "wrongly-shaped RESULT",
                  "dropped node evil-nan", "dropped node evil-huge",
+                 "slot of departed node churn-",
                  "RESULT with a non-finite or implausible value (nan",
                  "RESULT with a non-finite or implausible value (3e+38"]:
         check(what in log, "coordinator log: '%s'" % what)

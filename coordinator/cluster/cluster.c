@@ -377,11 +377,25 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   }
   member *mb = find_key(c, f->user);
   if (!mb) {
-    if (c->n_mb == MAX_MEMBERS) {
+    /* a new key: a fresh slot, else the slot of a node that left (dropped members are in no
+     * plan: replan ran when they went), so keys that come and go never fill the table */
+    member *reuse = NULL;
+    if (c->n_mb == MAX_MEMBERS)
+      for (int i = 0; i < c->n_mb && !reuse; i++)
+        if (!c->mb[i].alive && !c->mb[i].outstanding) reuse = &c->mb[i];
+    if (c->n_mb == MAX_MEMBERS && !reuse) {
       df_proto_send_error(c->router, f->rid, f->rid_len, m->id, DF_PROTO_E_INTERNAL, "cluster full");
       return;
     }
-    mb = &c->mb[c->n_mb++];
+    if (reuse) {
+      cl_log("slot of departed node %s (%s) reused", reuse->name, reuse->fp);
+      free(reuse->grp);
+      free(reuse->ex);
+      free(reuse->rows);
+      mb = reuse;
+    } else {
+      mb = &c->mb[c->n_mb++];
+    }
     memset(mb, 0, sizeof *mb);
     snprintf(mb->key, sizeof mb->key, "%s", f->user);
     memcpy(mb->fp, fp, sizeof fp);
@@ -390,7 +404,11 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
     mb->ex = malloc((size_t)E * sizeof *mb->ex);
     mb->rows = malloc((size_t)E * sizeof *mb->rows);
     if (!mb->grp || !mb->ex || !mb->rows) {
-      c->n_mb--;
+      free(mb->grp);
+      free(mb->ex);
+      free(mb->rows);
+      memset(mb, 0, sizeof *mb); /* a dead, keyless slot: reusable */
+      if (!reuse) c->n_mb--;
       df_proto_send_error(c->router, f->rid, f->rid_len, m->id, DF_PROTO_E_INTERNAL, "out of memory");
       return;
     }
