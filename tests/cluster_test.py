@@ -478,6 +478,22 @@ def scen_security():
         check(what in log, "coordinator log: '%s'" % what)
 
 
+def scen_state_modes():
+    """The state directory decides who may join: one others can write is refused (the files
+    in it: tests/test_transport.c test_allow_list)."""
+    d = os.path.join(WORK, "lax")
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o777)
+    r = subprocess.run([DELTAFIN, "cluster", "token", "--state-dir", d], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode != 0 and "writable by group or others (mode 777)" in r.stderr
+          and "chmod 700" in r.stderr, "a mode-777 state directory is refused: " + r.stderr.strip())
+    os.chmod(d, 0o700)
+    r = subprocess.run([DELTAFIN, "cluster", "token", "--state-dir", d], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 0 and r.stdout.startswith("dft1_"), "mode 700: a token is issued")
+
+
 def scen_idle():
     port, state = free_port(), os.path.join(WORK, "coord")
     tok = token(state, "--reusable")
@@ -711,7 +727,8 @@ def main():
         {"exact": scen_exact, "stream": scen_stream, "kill": scen_kill,
          "security": scen_security, "device": scen_device, "idle": scen_idle, "wrongkey": scen_wrongkey,
          "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"), "ds_fp8_device": scen_ds_fp8_device,
-         "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16"), "shutdown": scen_shutdown}[SCEN]()
+         "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16"), "shutdown": scen_shutdown,
+         "state_modes": scen_state_modes}[SCEN]()
     finally:
         for q in procs:
             if q.poll() is None:

@@ -475,6 +475,30 @@ static void test_allow_list(void **st) {
   while (fgets(l, sizeof l, f)) lines++;
   fclose(f);
   assert_int_equal(lines, 1);
+  /* an allow-list others could have written is not trusted: no key is admitted from it, and
+   * it is never rewritten (a planted list is not extended) */
+  assert_int_equal(chmod(p, 0666), 0);
+  assert_false(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
+  assert_int_equal(df_proto_allow_add(tmpdir, b.pub, "two", err, sizeof err), -1);
+  assert_non_null(strstr(err, "not trusted"));
+  assert_int_equal(chmod(p, 0600), 0);
+  assert_true(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
+  /* nor one that is a symlink */
+  char q[300];
+  snprintf(q, sizeof q, "%s/nodes.real", tmpdir);
+  assert_int_equal(rename(p, q), 0);
+  assert_int_equal(symlink(q, p), 0);
+  assert_false(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
+  unlink(p);
+  rename(q, p);
+  /* a state directory others can write is refused, naming the fix */
+  char d[300];
+  snprintf(d, sizeof d, "%s/lax", tmpdir);
+  assert_int_equal(df_proto_state_mkdir(d, err, sizeof err), 0);
+  assert_int_equal(chmod(d, 0777), 0);
+  assert_int_equal(df_proto_state_mkdir(d, err, sizeof err), -1);
+  assert_non_null(strstr(err, "chmod 700"));
+  rmdir(d);
 }
 
 static void test_sha_hex_ct(void **st) {

@@ -110,11 +110,38 @@ int df_proto_write_atomic(const char *path, const void *data, size_t len, int mo
   return df_fs_write_atomic(path, data, len, mode, err, errlen);
 }
 
-/* Read a whole small file (< 16 MiB) into a NUL-terminated malloc'd buffer; NULL when it
- * does not exist (errno ENOENT) or cannot be read. */
+/* Read a whole small file (< 16 MiB) of the state directory into a NUL-terminated malloc'd
+ * buffer; NULL when it does not exist (errno ENOENT) or cannot be read. A file that others
+ * could have written — a symlink, not a regular file, not owned by this user, or writable by
+ * group or others — is not trusted: NULL with errno EPERM and one line on stderr saying why
+ * (the keys, tokens and allow-list decide who may join). */
 static char *slurp(const char *path, size_t *len_out) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      fprintf(stderr, "deltafin: %s is a symbolic link: not trusted, ignored\n", path);
+      errno = EPERM;
+    }
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 022)) {
+    bool reg = S_ISREG(st.st_mode);
+    fprintf(stderr, "deltafin: %s %s: not trusted, ignored%s\n", path,
+            !reg ? "is not a regular file"
+            : st.st_uid != geteuid() ? "belongs to another user"
+                                     : "is writable by group or others",
+            reg && st.st_uid == geteuid() ? " (chmod 600 it)" : "");
+    close(fd);
+    errno = EPERM;
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return NULL;
+  }
   char *buf = NULL;
   size_t len = 0, cap = 0;
   for (;;) {
@@ -194,8 +221,16 @@ int df_proto_state_mkdir(const char *dir, char *err, size_t errlen) {
     }
   }
   struct stat st;
-  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
     snprintf(err, errlen, "%s is not a directory", dir);
+    return -1;
+  }
+  /* keys, tokens and the allow-list live here: nobody else may be able to replace them */
+  if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+    snprintf(err, errlen, "state directory %s %s (mode %03o); it holds keys and the allow-list: "
+             "chmod 700 it", dir, st.st_uid != geteuid() ? "belongs to another user"
+                                                         : "is writable by group or others",
+             (unsigned)(st.st_mode & 0777));
     return -1;
   }
   return 0;
@@ -466,6 +501,12 @@ int df_proto_allow_add(const char *state_dir, const char *pub_z85, const char *n
   if (!df_proto_allow_has(state_dir, pub_z85, NULL, 0)) {
     size_t len = 0;
     char *txt = slurp(p, &len);
+    if (!txt && errno != ENOENT) { /* never rewrite a list that could not be read */
+      snprintf(err, errlen, "cannot read %s: %s", p, errno == EPERM ? "not trusted (see above)"
+                                                                    : strerror(errno));
+      unlock_state(lk);
+      return -1;
+    }
     size_t cap = len + 200;
     char *buf = malloc(cap);
     if (!buf) {
