@@ -98,7 +98,7 @@ class MockHub:
     def reset(self):
         with self.lock:
             self.faults = {"close_after": {}, "stall_after": {}, "flip": {}, "status": {},
-                           "ignore_range": set()}
+                           "ignore_range": set(), "portal": {}}
             self.log = []
             self.served = {}
             self.on_fetch = None
@@ -283,6 +283,11 @@ class MockHub:
             hd["Content-Range"] = "bytes %d-%d/%d" % (start, end - 1, size)
         if head:
             return self._send(h, code, hd, b"", True)
+        if self._pop("portal", path) is not None:
+            # a captive portal / proxy error page: a complete 200 that is not the file
+            page = b"<html><body>Please log in to the network</body></html>"
+            return self._send(h, 200, {"Content-Type": "text/html; charset=utf-8",
+                                       "Content-Length": str(len(page))}, page, head)
         if self.on_fetch is not None:
             self.on_fetch(path, (start, end))
         body = bytearray(data[start:end])

@@ -369,6 +369,29 @@ def scenario_http_errors():
           "tried 1 + 2 retries")
     check(not os.path.exists(os.path.join(d, SHARD2)), "nothing at the failed file's path")
     final_paths_clean(d)
+    # a captive portal's page (a complete 200 of the wrong size): discarded and retried
+    d = fresh("portal")
+    hub.reset()
+    hub.faults["portal"][SHARD1] = [1, 1]
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0 and "not the" in p.stderr and "text/html" in p.stderr
+          and "captive portal" in p.stderr, "a captive-portal page is discarded and retried: "
+          + p.stderr.strip()[-300:])
+    all_published(d)
+    # ... and when it never goes away, nothing of it is left to resume from
+    d = fresh("portalforever")
+    hub.reset()
+    hub.faults["portal"][SHARD1] = [1] * 50
+    p = pull("acme/tiny", d, "--retries", "1")
+    check(p.returncode == 1 and SHARD1 in p.stderr and "captive portal" in p.stderr,
+          "a persistent portal page fails naming the file")
+    left = 0
+    for root, _, files in os.walk(d):
+        for f in files:
+            if SHARD1.split("/")[-1] in f:
+                left += os.path.getsize(os.path.join(root, f))
+    check(left == 0, f"no bytes of the portal page kept as a partial file ({left} bytes)")
+    final_paths_clean(d)
 
 
 def scenario_stall():

@@ -39,22 +39,28 @@ typedef struct fdsink {
   size_t errlen;
 } fdsink;
 
+/* Empty the partial file and start its hashes and progress over (full downloads). */
+static int sink_restart(fdsink *s) {
+  if (ftruncate(s->fd, 0) != 0) {
+    snprintf(s->err, s->errlen, "%s: cannot truncate: %s", s->e->partial, strerror(errno));
+    return -1;
+  }
+  atomic_fetch_sub(&s->p->total_done, atomic_load(&s->e->done));
+  atomic_store(&s->e->done, 0);
+  s->e->need = s->e->size;
+  s->pos = 0;
+  df_pull_sha256_init(s->sha);
+  if (s->git) df_pull_gitsha_init(s->git, s->git_size);
+  s->hashing_reset = true;
+  return 0;
+}
+
 static int fd_sink(void *ud, uint64_t at, const void *data, size_t n) {
   fdsink *s = ud;
   if (at != s->pos) {
     if (at == 0 && s->allow_restart) {
       /* the server ignored Range: start the file over */
-      if (ftruncate(s->fd, 0) != 0) {
-        snprintf(s->err, s->errlen, "%s: cannot truncate: %s", s->e->partial, strerror(errno));
-        return -1;
-      }
-      atomic_fetch_sub(&s->p->total_done, atomic_load(&s->e->done));
-      atomic_store(&s->e->done, 0);
-      s->e->need = s->e->size;
-      s->pos = 0;
-      df_pull_sha256_init(s->sha);
-      if (s->git) df_pull_gitsha_init(s->git, s->git_size);
-      s->hashing_reset = true;
+      if (sink_restart(s) != 0) return -1;
     } else {
       snprintf(s->err, s->errlen, "server sent bytes from offset %llu, expected %llu",
                (unsigned long long)at, (unsigned long long)s->pos);
@@ -105,8 +111,19 @@ static int fetch_span(df_pull_state *p, void *h, const char *url, fdsink *s, uin
       if (s->pos == end) return 0;
       snprintf(err, errlen, "%s: the server sent %llu bytes, the listing says %llu", url,
                (unsigned long long)s->pos, (unsigned long long)end);
-      if (s->pos > end || (resp.total_size && resp.total_size != end)) return -1;
-      resp.retryable = true;
+      if (s->allow_restart && resp.status == 200 && resp.total_size != end) {
+        /* a whole answer of the wrong size (a captive portal, a proxy's error page): not
+         * the file, so nothing of it is kept; it may go away, so it is retried */
+        snprintf(err, errlen, "%s: HTTP 200 with %llu bytes%s%s%s, not the %llu-byte file (an "
+                 "error page or a captive portal?); discarded", url,
+                 (unsigned long long)resp.body_bytes, resp.content_type[0] ? " of " : "",
+                 resp.content_type, "", (unsigned long long)end);
+        if (sink_restart(s) != 0) return -1;
+        resp.retryable = true;
+      } else {
+        if (s->pos > end || (resp.total_size && resp.total_size != end)) return -1;
+        resp.retryable = true;
+      }
     }
     if (!resp.retryable || attempt >= net->retries) return -1;
     df_pull__note(p, false, "pull: %s: %s; retry %d of %d from byte %llu", s->e->path, err,

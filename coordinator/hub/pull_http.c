@@ -108,6 +108,10 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud) {
     copy_header_value(r->error_code, sizeof r->error_code, v, vl);
   } else if (header_is(buf, n, "X-Error-Message", &v, &vl)) {
     copy_header_value(r->error_msg, sizeof r->error_msg, v, vl);
+  } else if (header_is(buf, n, "Content-Type", &v, &vl)) {
+    copy_header_value(r->content_type, sizeof r->content_type, v, vl);
+    for (char *q = r->content_type; *q; q++) /* peer text in messages: printable ASCII */
+      if ((unsigned char)*q < 0x20 || (unsigned char)*q > 0x7e) *q = '?';
   } else if (header_is(buf, n, "Retry-After", &v, &vl)) {
     copy_header_value(tmp, sizeof tmp, v, vl);
     r->retry_after_s = strtol(tmp, NULL, 10);

@@ -43,6 +43,7 @@ typedef struct df_pull_resp {
   uint64_t body_start;    /* file offset of the first body byte: the Range start on 206, 0 on 200 */
   uint64_t body_bytes;    /* body bytes handed to the sink */
   long retry_after_s;     /* Retry-After seconds; 0 when absent */
+  char content_type[64];  /* Content-Type, for messages; "" when absent */
 } df_pull_resp;
 
 /* Receives body bytes of a 2xx response; `at` is the file offset of data[0] (so a server
