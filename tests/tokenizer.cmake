@@ -79,7 +79,7 @@ set_tests_properties(tok_tiktoken_cli_plain PROPERTIES
 # Brown corpus sentences, the stress set and a Kimi stress set; the C test compares every id.
 add_executable(test_tok_tiktoken_npm ${CMAKE_CURRENT_LIST_DIR}/test_tok_tiktoken_npm.c)
 target_link_libraries(test_tok_tiktoken_npm PRIVATE dftok PkgConfig::CMOCKA)
-foreach(enc o200k_base cl100k_base)
+foreach(enc o200k_base cl100k_base unicode16)
   set(fixture ${PROJECT_BINARY_DIR}/tok-tiktoken-npm-${enc})
   if(DF_NODE)
     add_test(NAME tok_tiktoken_npm_dump_${enc}

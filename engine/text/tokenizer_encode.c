@@ -397,6 +397,7 @@ done:
   free(maxend);
   df_tok__buf_free(&e.wb);
   df_tok__buf_free(&e.nb);
+  df_tok__buf_free(&e.rb);
   free(e.pa);
   free(e.pb);
   free(e.mt);

@@ -40,6 +40,7 @@ typedef struct pt_step {
   bool invert;            /* PT_SPLIT */
   bool individual_digits; /* PT_DIGITS */
   bool add_prefix_space;  /* PT_BYTELEVEL */
+  bool kimi_unicode;      /* PT_SPLIT: match with the reference's Unicode (unicode_kimi.h) */
 } pt_step;
 
 typedef struct added_tok {
@@ -189,6 +190,7 @@ typedef struct enc {
   size_t n, cap;
   df_tok_buf wb;        /* normalized text of the current section + prefix-space copies */
   df_tok_buf nb;        /* normalizer scratch */
+  df_tok_buf rb;        /* a piece with stand-ins for a kimi_unicode step */
   piece *pa, *pb;       /* piece lists (double buffer) */
   size_t cap_pa, cap_pb;
   mspan *mt;            /* split matches of one piece */

@@ -10,6 +10,7 @@
  */
 #include "engine/text/tokenizer_pretok.h"
 #include "engine/text/tokenizer_utf8.h"
+#include "engine/text/unicode_kimi.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +181,43 @@ int df_tok__add_regex_step(load_ctx *L, const char *pat, int behavior, bool inve
 
 /* ---- splitting -------------------------------------------------------------------------- */
 
+uint32_t df_tok__kimi_stand_in(uint32_t cp) {
+  size_t lo = 0, hi = sizeof df_kimi_remaps / sizeof *df_kimi_remaps;
+  if (cp < df_kimi_remaps[0].lo || cp > df_kimi_remaps[hi - 1].hi) return 0;
+  while (lo < hi) {
+    size_t m = lo + (hi - lo) / 2;
+    if (cp > df_kimi_remaps[m].hi) lo = m + 1;
+    else if (cp < df_kimi_remaps[m].lo) hi = m;
+    else return df_kimi_remaps[m].stand_in;
+  }
+  return 0;
+}
+
+/* The text a kimi_unicode step matches: s itself, or a copy in e->rb with every code point of
+ * unicode_kimi.h replaced by its stand-in (same length, so the match offsets are those of s).
+ * Every listed code point is 3 or 4 bytes long, so only lead bytes 0xE0.. are decoded. NULL
+ * when out of memory. */
+static const char *kimi_view(enc *e, const char *s, size_t n) {
+  bool copied = false;
+  for (size_t i = 0; i < n; i++) {
+    if ((uint8_t)s[i] < 0xE0) continue;
+    size_t clen;
+    uint32_t p = df_tok__kimi_stand_in(df_tok__cp_at(s, n, i, &clen));
+    if (p) {
+      if (!copied) {
+        e->rb.n = 0;
+        if (df_tok__buf_reserve(&e->rb, n) != 0) return NULL;
+        memcpy(e->rb.p, s, n);
+        e->rb.p[n] = 0;
+        copied = true;
+      }
+      df_tok__cp_to_utf8(p, e->rb.p + i);
+    }
+    i += clen - 1;
+  }
+  return copied ? e->rb.p : s;
+}
+
 /* All matches of `re` in s[0,n) and the text between them, in order, covering s. Empty
  * matches are kept as zero-length match pieces; the search then resumes one character on. */
 static int run_match(enc *e, pcre2_code *re, const char *s, size_t n, size_t *nm) {
@@ -252,7 +290,9 @@ int df_tok__split_pieces(enc *e, const pt_step *st, size_t nin, size_t *nout) {
       if (df_tok__grow((void **)&e->mt, &e->cap_mt, nm + 1, sizeof *e->mt) != 0) return -1;
       if (gap < in.len) e->mt[nm++] = (mspan){gap, in.len, false};
     } else if (st->re) {
-      int r = run_match(e, st->re, s, in.len, &nm);
+      const char *m = st->kimi_unicode ? kimi_view(e, s, in.len) : s;
+      if (!m) return -1;
+      int r = run_match(e, st->re, m, in.len, &nm);
       if (r != 0) return r;
     } else {
       if (df_tok__grow((void **)&e->mt, &e->cap_mt, 1, sizeof *e->mt) != 0) return -1;

@@ -20,6 +20,11 @@ int df_tok__load_pretok(load_ctx *L, json_t *p, const char *where);
 int df_tok__add_regex_step(load_ctx *L, const char *pat, int behavior, bool invert,
                            const char *where);
 
+/* The stand-in of cp for a kimi_unicode step (engine/text/unicode_kimi.h): a code point that
+ * the system PCRE2 puts in the same Kimi pattern classes as the reference's Unicode puts cp,
+ * with the same UTF-8 length; 0 when PCRE2's own answer for cp is the reference's. */
+uint32_t df_tok__kimi_stand_in(uint32_t cp);
+
 /* Apply the pre-tokenizer step st to the nin pieces e->pa[0..nin) (ranges of e->wb) and write
  * the pieces it makes, empty ones dropped, to e->pb (grown as needed), *nout of them;
  * ByteLevel's add_prefix_space appends the prefixed copies to e->wb. Returns 0, -1 when out of

