@@ -18,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_util import KEEPALIVE, Server, check, finish, request, sse_events  # noqa: E402
+from server_util import KEEPALIVE, Server, check, finish, metrics, request, sse_events  # noqa: E402
 
 EXE, MODEL = sys.argv[1:3]
 NAME = os.path.basename(MODEL.rstrip("/"))
@@ -47,6 +47,18 @@ def timed_health(port, timeout):
     except OSError as e:
         return None, "%s after %.1f s" % (e.__class__.__name__, time.monotonic() - t0)
     return st, "%d %s after %.2f s" % (st, b.decode(errors="replace"), time.monotonic() - t0)
+
+
+def health_from(port, source, timeout):
+    """GET /health from local address `source` (127.0.0.x: another client host on loopback)."""
+    sk = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
+    try:
+        sk.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        return sk.recv(4096).split(b"\r\n", 1)[0]
+    except OSError as e:
+        return repr(e).encode()
+    finally:
+        sk.close()
 
 
 def cpu_seconds(pid):
@@ -200,14 +212,41 @@ def main():
     finally:
         check(srv.stop() == 0, "server exits 0 on SIGTERM")
 
-    # Default limits: more idle sockets than the old limit of 256, /health answers at once.
+    # Default limits: more idle sockets than the old limit of 256 (from three hosts, each under
+    # the default --max-connections-per-host 128), /health answers at once.
     srv = Server(EXE, MODEL, "--no-draft")
     try:
-        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(300)]
+        idle = [socket.create_connection(("127.0.0.1", srv.port), source_address=(src, 0))
+                for src in ("127.0.0.3", "127.0.0.4") for _ in range(120)]
+        idle += [socket.create_connection(("127.0.0.1", srv.port), source_address=("127.0.0.5", 0))
+                 for _ in range(60)]
         time.sleep(0.5)
         st, what = timed_health(srv.port, 3)
         check(st == 200, "/health with 300 idle connections open: " + what)
         for s in idle:
+            s.close()
+        # one host holding many idle connections (a slowloris) gets no more than 128; the
+        # others are still served at once
+        hog = [socket.create_connection(("127.0.0.1", srv.port), source_address=("127.0.0.6", 0))
+               for _ in range(200)]
+        time.sleep(0.5)
+        refused = 0
+        for s in hog:
+            s.settimeout(0.05)
+            try:
+                refused += s.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                refused += 1
+        check(refused == 200 - 128, f"a host past --max-connections-per-host 128: its other "
+              f"{200 - 128} connections closed at once ({refused})")
+        first = health_from(srv.port, "127.0.0.7", 3)
+        check(first.startswith(b"HTTP/1.1 200"), "another host is served meanwhile: %r" % first)
+        m = metrics(srv.port)
+        check(m.get('deltafin_connections_refused_total{reason="per_host"}', 0) >= 72,
+              "/metrics counts the refused connections")
+        for s in hog:
             s.close()
         oversized_refused_cheaply(srv)
     finally:

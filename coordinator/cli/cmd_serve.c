@@ -46,6 +46,8 @@ static void serve_usage(FILE *f) {
           "  --max-body BYTES     largest request body (default 4194304); larger is 413\n"
           "  --max-connections N  simultaneous HTTP connections, 1..%d (default %d); more\n"
           "                       wait until one closes\n"
+          "  --max-connections-per-host N  connections one client address may hold at once,\n"
+          "                       0..%d (default %d; 0 = no limit); more are closed at once\n"
           "  --idle-timeout S     close a connection silent for S seconds before a complete\n"
           "                       request, between requests, or not reading its response;\n"
           "                       never while generating (default 10)\n"
@@ -67,12 +69,13 @@ static void serve_usage(FILE *f) {
           "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
           "                       falls back to the CPU with one line (docs/GPU.md)\n"
           "  --quiet              log only errors\n",
-          DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SCHED_K_MAX);
+          DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SRV_MAX_CONNS,
+          DF_SRV_DEFAULT_PER_HOST, DF_SCHED_K_MAX);
 }
 
 enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_KEYFILE, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
        O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
-       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_IDLE,
+       O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_PERHOST, O_IDLE,
        O_DEVICE };
 
 static bool is_loopback(const char *h) {
@@ -98,6 +101,7 @@ int df_cmd_serve(int argc, char **argv) {
       {"cluster-timeout", required_argument, 0, O_CTIMEOUT},
       {"state-dir", required_argument, 0, O_STATE},
       {"max-connections", required_argument, 0, O_MAXCONN},
+      {"max-connections-per-host", required_argument, 0, O_PERHOST},
       {"idle-timeout", required_argument, 0, O_IDLE},
       {"device", required_argument, 0, O_DEVICE},
       {0, 0, 0, 0}};
@@ -110,7 +114,8 @@ int df_cmd_serve(int argc, char **argv) {
   bool cluster = false;
   df_cluster_opts copts = {.wait_s = -1};
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
-          threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10;
+          threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10,
+          per_host = DF_SRV_DEFAULT_PER_HOST;
   bool quiet = false;
   int c;
   optind = 1;
@@ -143,6 +148,9 @@ int df_cmd_serve(int argc, char **argv) {
     case O_STATE: if (df_cli_dir("state-dir", optarg)) return 2; copts.state_dir = optarg; break;
     case O_MAXCONN:
       if (df_cli_int("max-connections", optarg, 1, DF_SRV_MAX_CONNS, &max_conns)) return 2;
+      break;
+    case O_PERHOST:
+      if (df_cli_int("max-connections-per-host", optarg, 0, DF_SRV_MAX_CONNS, &per_host)) return 2;
       break;
     case O_IDLE: if (df_cli_int("idle-timeout", optarg, 1, 86400, &idle_s)) return 2; break;
     case O_DRAFTSEQS:
@@ -256,6 +264,7 @@ int df_cmd_serve(int argc, char **argv) {
   }
   df_srv_opts sv = {.host = host, .port = (int)port, .api_key = key, .model_id = name,
                     .max_body = (size_t)body, .max_prompt = maxp, .max_conns = (unsigned)max_conns,
+                    .max_per_host = (int)per_host,
                     .idle_timeout_s = (unsigned)idle_s, .quiet = quiet, .cluster = cluster};
   if (df_srv_start(&sv, sched, m, tok, tmpl, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);

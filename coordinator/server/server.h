@@ -35,6 +35,9 @@ typedef struct df_srv df_srv;
  * libmicrohttpd's select() loop), 128 descriptors being kept for everything else. */
 #define DF_SRV_DEFAULT_CONNS 768
 #define DF_SRV_MAX_CONNS 896
+/* Connections one client address may hold by default (--max-connections-per-host): a host
+ * that opens and holds connections (slow or idle clients) cannot take every slot. */
+#define DF_SRV_DEFAULT_PER_HOST 128
 
 typedef struct df_srv_opts {
   const char *host;      /* address to bind (numeric or a name); NULL = "127.0.0.1" */
@@ -51,6 +54,9 @@ typedef struct df_srv_opts {
                             has not sent a complete request, between keep-alive requests, and
                             while it does not read a response being sent; not counted while a
                             generation is producing that response. 0 = 10 */
+  int max_per_host;      /* simultaneous connections from one client address (IPv4 or IPv6,
+                            loopback included); a connection past it is closed at once (counted
+                            in /metrics). 0 = no limit */
   int quiet;             /* no per-request log lines on stderr (errors are still logged) */
   int cluster;           /* routed experts run on df-node agents (reported in /metrics) */
 } df_srv_opts;
