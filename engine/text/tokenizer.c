@@ -119,20 +119,7 @@ int32_t df_tok_pad_id(const df_tok *t) { return t->pad_id; }
 /* ---- UTF-8 helpers shared with the chat template and the tools -------------------------- */
 
 size_t df_tok_utf8_invalid_at(const char *s, size_t len) {
-  const uint8_t *u = (const uint8_t *)s;
-  size_t i = 0;
-  while (i < len) {
-    if (u[i] < 0x80) {
-      i++;
-      continue;
-    }
-    uint32_t cp;
-    size_t bad;
-    int k = df_tok__utf8_seq(u + i, len - i, &cp, &bad);
-    if (k <= 0) return i;
-    i += (size_t)k;
-  }
-  return len;
+  return df_tok__utf8_invalid_at((const uint8_t *)s, len);
 }
 
 char *df_tok_utf8_sanitize(const char *s, size_t len, size_t *outlen) {

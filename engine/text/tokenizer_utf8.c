@@ -53,7 +53,7 @@ int df_tok__utf8_seq(const uint8_t *s, size_t n, uint32_t *cp, size_t *bad) {
   return need + 1;
 }
 
-bool df_tok__utf8_valid(const uint8_t *s, size_t n) {
+size_t df_tok__utf8_invalid_at(const uint8_t *s, size_t n) {
   size_t i = 0;
   while (i < n) {
     if (s[i] < 0x80) {
@@ -63,11 +63,13 @@ bool df_tok__utf8_valid(const uint8_t *s, size_t n) {
     uint32_t cp;
     size_t bad;
     int k = df_tok__utf8_seq(s + i, n - i, &cp, &bad);
-    if (k <= 0) return false;
+    if (k <= 0) return i;
     i += (size_t)k;
   }
-  return true;
+  return n;
 }
+
+bool df_tok__utf8_valid(const uint8_t *s, size_t n) { return df_tok__utf8_invalid_at(s, n) == n; }
 
 static const char k_fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 

@@ -26,6 +26,9 @@ int df_tok__utf8_seq(const uint8_t *s, size_t n, uint32_t *cp, size_t *bad);
 /* True when all of s[0..n) is well-formed UTF-8. */
 bool df_tok__utf8_valid(const uint8_t *s, size_t n);
 
+/* Offset of the first byte of s[n] that does not start a well-formed character, or n. */
+size_t df_tok__utf8_invalid_at(const uint8_t *s, size_t n);
+
 /* Append s[0..n) to b with ill-formed subparts replaced by U+FFFD. If `hold_tail` is true, a
  * trailing proper prefix of a character is not consumed: the number of bytes consumed is
  * returned in *used (== n when hold_tail is false). Returns 0 or -1 (OOM). */
