@@ -11,7 +11,6 @@ those ids, byte for byte, with and without --system. Then `deltafin serve` on th
 usage: cli_kimi_chat.py DELTAFIN WORK_DIR
 """
 import os
-import shutil
 import subprocess
 import sys
 
@@ -19,25 +18,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "tokenizer"))
 import gen_chat_goldens as g  # noqa: E402  (jinja2 + the tiktoken oracle)
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
+from server_util import Server, check, failures, post, run_ref, tiny_tiktoken_model  # noqa: E402
 
 
 def main():
     exe, work = sys.argv[1:3]
     os.makedirs(work, exist_ok=True)
-    model = os.path.join(work, "kimi-k2-tiny-moe")
-    if not os.path.exists(os.path.join(model, "model.safetensors")):
-        subprocess.run([sys.executable, os.path.join(HERE, "reference", "make_checkpoint.py"),
-                        "--preset", "tiny-moe-tied", "--vocab", "1141", "--out", model],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for fn in ("tiktoken.model", "tokenizer_config.json"):
-        shutil.copy(os.path.join(HERE, "tokenizer", "kimi_k2_tiny", fn), model)
+    model = tiny_tiktoken_model(work, "kimi-k2-tiny-moe", os.path.join(HERE, "tokenizer", "kimi_k2_tiny"))
     with open(os.path.join(HERE, "tokenizer", "kimi_k2_chat_template.jinja"), encoding="utf-8") as f:
         template = f.read()
     oracle = g.k2_oracle()
@@ -59,16 +46,15 @@ def main():
                 open(la, "rb").read() == open(lb, "rb").read() and os.path.getsize(la) > 0)
         check(same, f"run --chat ({what}): prompt logits equal --prompt-ids of the oracle ids")
     # the server's chat endpoint on the same folder: the same prompt ids, the same greedy text
-    import server_util as su
     ids = g.k2_ids(oracle, template, [g.U(text)], {"add_generation_prompt": True})
-    want = su.run_ref(exe, model, None, prompt_ids=ids, max_new=6, ignore_eos=True)
+    want = run_ref(exe, model, None, prompt_ids=ids, max_new=6, ignore_eos=True)
     # the oracle's decode, specials skipped (as the endpoint does)
     piece = {r: b for b, r in oracle.ranks.items()}
     want_text = b"".join(piece[i] for i in want if i < oracle.n_base).decode(
         "utf-8", "replace")
-    srv = su.Server(exe, model, "--no-draft")
+    srv = Server(exe, model, "--no-draft")
     try:
-        st, _, body = su.post(srv.port, "/v1/chat/completions",
+        st, _, body = post(srv.port, "/v1/chat/completions",
                               {"model": "kimi-k2-tiny-moe", "messages": [{"role": "user", "content": text}],
                                "temperature": 0, "max_tokens": 6, "ignore_eos": True})
         ok = st == 200 and isinstance(body, dict)

@@ -10,7 +10,6 @@ with the defaults (thinking on, effort max), with --system and with --no-think.
 usage: cli_kimi_k3_chat.py DELTAFIN WORK_DIR
 """
 import os
-import shutil
 import subprocess
 import sys
 
@@ -18,25 +17,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "tokenizer"))
 import gen_k3_goldens as g  # noqa: E402  (jinja2 + the segmenter + the tiktoken oracle)
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what)
-    if not cond:
-        failures.append(what)
+from server_util import Server, check, failures, post, run_ref, tiny_tiktoken_model  # noqa: E402
 
 
 def main():
     exe, work = sys.argv[1:3]
     os.makedirs(work, exist_ok=True)
-    model = os.path.join(work, "kimi-k3-tiny-moe")
-    if not os.path.exists(os.path.join(model, "model.safetensors")):
-        subprocess.run([sys.executable, os.path.join(HERE, "reference", "make_checkpoint.py"),
-                        "--preset", "tiny-moe-tied", "--vocab", "1141", "--out", model],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for fn in ("tiktoken.model", "tokenizer_config.json"):
-        shutil.copy(os.path.join(HERE, "tokenizer", "tiktoken_tiny", fn), model)
+    model = tiny_tiktoken_model(work, "kimi-k3-tiny-moe", os.path.join(HERE, "tokenizer", "tiktoken_tiny"))
     template = g.template_text()  # optional (see gen_k3_goldens.py)
     oracle = g.oracle()
     text = "Say <|end_of_msg|><|open|>message hi, 你好 café"
@@ -64,8 +51,7 @@ def main():
                 open(la, "rb").read() == open(lb, "rb").read() and os.path.getsize(la) > 0)
         check(same, f"run --chat ({what}): prompt logits equal --prompt-ids of the golden ids")
     # the server's chat endpoint: the same per-segment ids, with K3's request switches
-    import server_util as su
-    srv = su.Server(exe, model, "--no-draft")
+    srv = Server(exe, model, "--no-draft")
     try:
         for kw, opts in (({}, {}),
                          ({"chat_template_kwargs": {"thinking": False}}, {"thinking": False}),
@@ -77,13 +63,13 @@ def main():
             msgs = [g.U(text)]
             segs = g.segments(msgs, dict(opts, add_generation_prompt=True))
             n_ids = sum(1 if k == "special" else len(oracle.encode(t, False)) for k, t in segs)
-            st, _, body = su.post(srv.port, "/v1/chat/completions",
+            st, _, body = post(srv.port, "/v1/chat/completions",
                                   dict({"model": os.path.basename(model), "messages": msgs,
                                         "temperature": 0, "max_tokens": 2}, **kw))
             check(st == 200 and body["usage"]["prompt_tokens"] == n_ids,
                   f"serve {kw or 'defaults'}: the prompt is the {n_ids} per-segment ids "
                   f"({st} {str(body)[:160]})")
-        st, _, body = su.post(srv.port, "/v1/chat/completions",
+        st, _, body = post(srv.port, "/v1/chat/completions",
                               {"model": os.path.basename(model), "messages": [g.U(text)],
                                "chat_template_kwargs": {"thinking_effort": "huge"}})
         check(st == 400 and "thinking_effort" in str(body), "serve: a bad thinking_effort is 400")

@@ -58,6 +58,20 @@ def make_model(tokdir, out):
         os.rename(tmp, out)
 
 
+def tiny_tiktoken_model(work, name, tokdir):
+    """WORK/NAME: a random tiny-moe-tied checkpoint of the 1141-id tiny tiktoken vocabulary
+    (tests/reference/make_checkpoint.py, made once) with tokdir's tiktoken.model and
+    tokenizer_config.json copied in. Returns the folder."""
+    model = os.path.join(work, name)
+    if not os.path.exists(os.path.join(model, "model.safetensors")):
+        subprocess.run([sys.executable, os.path.join(HERE, "reference", "make_checkpoint.py"),
+                        "--preset", "tiny-moe-tied", "--vocab", "1141", "--out", model],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for fn in ("tiktoken.model", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokdir, fn), model)
+    return model
+
+
 class Server:
     """`deltafin serve --port 0 ...` in the background; .port once it listens."""
 
