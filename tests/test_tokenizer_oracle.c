@@ -23,6 +23,8 @@
 
 #include <cmocka.h>
 
+#include "oracle_dump.h"
+
 #include "engine/text/tokenizer.h"
 
 typedef struct tcase {
@@ -38,58 +40,6 @@ static const char *g_dir, *g_dump, *g_norm;
 static df_tok *g_tok;
 static tcase *g_cases;
 static size_t g_n;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Bounded reader over the dump. */
-typedef struct rd {
-  const uint8_t *p;
-  size_t n, i;
-  int bad;
-} rd;
-
-static uint32_t rd_u32(rd *r) {
-  if (r->n - r->i < 4) {
-    r->bad = 1;
-    return 0;
-  }
-  uint32_t v = (uint32_t)r->p[r->i] | (uint32_t)r->p[r->i + 1] << 8 |
-               (uint32_t)r->p[r->i + 2] << 16 | (uint32_t)r->p[r->i + 3] << 24;
-  r->i += 4;
-  return v;
-}
-
-static char *rd_str(rd *r, size_t *len) {
-  uint32_t n = rd_u32(r);
-  if (r->bad || r->n - r->i < n) {
-    r->bad = 1;
-    return NULL;
-  }
-  char *s = malloc((size_t)n + 1);
-  assert_non_null(s);
-  memcpy(s, r->p + r->i, n);
-  s[n] = 0;
-  r->i += n;
-  if (len) *len = n;
-  return s;
-}
-
-static int32_t *rd_ids(rd *r, size_t *n) {
-  uint32_t k = rd_u32(r);
-  if (r->bad || (r->n - r->i) / 4 < k) {
-    r->bad = 1;
-    return NULL;
-  }
-  int32_t *v = malloc(((size_t)k + 1) * sizeof *v);
-  assert_non_null(v);
-  for (uint32_t j = 0; j < k; j++) v[j] = (int32_t)rd_u32(r);
-  *n = k;
-  return v;
-}
 
 static int setup(void **state) {
   (void)state;
