@@ -8,10 +8,30 @@
  * asks which family a layer came from. Does not own: the blocks (engine/layers/), loading
  * (engine/model.c).
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/model_internal.h"
+
+/* A sublayer's output [R, H] must be finite: an honest computation from finite weights and
+ * inputs never gives NaN or Inf, so one that does means corrupt weights (or a numeric bug),
+ * and sampling from it would silently emit garbage. -1 + a message naming the layer, the
+ * sublayer and the row's position. One pass over R x H floats per sublayer (in cache). */
+static int check_finite(const df_model *m, df_t_tensor *out, int64_t R, int64_t l,
+                        const char *what, char *err, size_t errlen) {
+  const float *y = df_t_f32(out);
+  int64_t H = m->cfg.hidden_size;
+  for (int64_t k = 0; k < R * H; k++) {
+    if (isfinite(y[k])) continue;
+    snprintf(err, errlen, "layer %lld (%s) produced a non-finite value (%g) for the token at "
+             "position %lld: the checkpoint's weights of that layer are probably corrupt "
+             "(deltafin verify --deep DIR checks every tensor)", (long long)l, what,
+             (double)y[k], (long long)m->pos[k / H]);
+    return -1;
+  }
+  return 0;
+}
 
 /* One chunk of R <= max_rows rows. Row r belongs to sequence row_seq[r] and sits at
  * position m->pos[r] of that sequence's cache; rows of one sequence are consecutive and in
@@ -28,10 +48,13 @@ static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
     df_prof_lap(m->profiling, &m->prof.embed, &t0);
     rs->ops->sublayer_in(rs, l, L, 0, R, m->x, m->xn);
     L->attn->ops->forward(L->attn, &rows, m->xn, m->tmp);
+    if (check_finite(m, m->tmp, R, l, L->attn->ops->name, err, errlen) != 0) return -1;
     rs->ops->sublayer_out(rs, l, L, 0, R, m->x, m->tmp);
     df_prof_lap(m->profiling, &m->prof.attention, &t0);
     rs->ops->sublayer_in(rs, l, L, 1, R, m->x, m->xn);
-    if (L->ffn->ops->forward(L->ffn, &rows, m->xn, m->tmp, err, errlen) != 0) return -1;
+    if (L->ffn->ops->forward(L->ffn, &rows, m->xn, m->tmp, err, errlen) != 0 ||
+        check_finite(m, m->tmp, R, l, L->ffn->ops->name, err, errlen) != 0)
+      return -1;
     if (m->profiling) t0 = df_prof_now();
     rs->ops->sublayer_out(rs, l, L, 1, R, m->x, m->tmp);
   }
