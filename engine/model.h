@@ -147,6 +147,11 @@ void df_model_state_kind(const df_model *m, char *buf, size_t cap);
  * or the fp32 latent c_kv (kv_lora_rank) + shared RoPE key (qk_rope_head_dim) for MLA. */
 uint64_t df_model_kv_bytes_per_token(const df_model *m);
 
+/* State bytes of one sequence that do not grow with its length, over all layers: KDA's
+ * recurrent state per sequence (engine/layers/kda.h: S, conv windows, their base copy and
+ * the rollback log); 0 for models with KV caches only. */
+uint64_t df_model_kv_bytes_per_seq(const df_model *m);
+
 /* The routed-expert weights of (layer, expert): gate_proj/up_proj [I, H], down_proj [H, I]
  * in their stored dtype; FP8 (F8_E4M3) weights carry their block scales (df_t_block_scale),
  * and df_t_swiglu_ffn de-quantises them inside its kernels. Returns -1 if the layer is not a

@@ -52,7 +52,8 @@ const df_family *df_family_of(const df_model_config *c, char *err, size_t errlen
 /* Parse DIR/config.json of any family in the table into *out (config/model_config.h
  * df_cfg_load_for: the shared keys, then the family's own, each family file documenting its
  * keys). Supported model_type values: qwen3_moe, qwen3 (engine/models/qwen3_moe.c),
- * deepseek_v3, kimi_k2 (engine/models/deepseek_v3.c). Errors (-1, one line in err naming the
+ * deepseek_v3, kimi_k2 (engine/models/deepseek_v3.c), kimi_linear and the kimi_k3 wrapper of
+ * it (engine/models/kimi_linear.c). Errors (-1, one line in err naming the
  * file and key): missing/unreadable file, JSON syntax (line:column), unknown model_type (the
  * message lists the supported ones), a missing, mistyped or out-of-range key. On error *out
  * is zeroed. */
