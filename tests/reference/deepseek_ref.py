@@ -6,7 +6,8 @@ under model_type "kimi_k2"), written from the semantics of transformers'
 models/deepseek_v3/modeling_deepseek_v3.py (DeepseekV3Attention, DeepseekV3TopkRouter,
 DeepseekV3MoE, DeepseekV3DecoderLayer, yarn_get_mscale) and modeling_rope_utils.py (YaRN).
 Reuses qwen3_ref.py's RoPE parameters, greedy decoding and CLI conventions; does not own
-file formats (safetensors_io.py) or checkpoint generation (deepseek_ckpt.py).
+file formats (safetensors_io.py) or checkpoint generation (deepseek_ckpt.py). model_for(dir)
+also hands kimi_linear / kimi_k3 folders to kimi_linear_ref.py.
 
 Numeric modes: as qwen3_ref.py. fp32 (the engine's contract): stored weights widened exactly
 to float32 — FP8 E4M3 weights are decoded through a 256-entry table and multiplied, in
@@ -361,6 +362,9 @@ def model_for(model_dir, dtype="fp32", threads=1):
     """The reference Model of whichever family DIR/config.json declares."""
     with open(os.path.join(model_dir, "config.json")) as f:
         mt = json.load(f).get("model_type")
+    if mt in ("kimi_linear", "kimi_k3"):
+        import kimi_linear_ref
+        return kimi_linear_ref.Model(model_dir, dtype, threads)
     return (Model if mt in SUPPORTED_TYPES else qr.Model)(model_dir, dtype, threads)
 
 

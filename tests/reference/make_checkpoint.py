@@ -2,7 +2,7 @@
 """tests/reference/make_checkpoint.py — deterministic random Qwen3 / Qwen3-MoE checkpoints.
 
 Owns: the presets (tiny golden-fixture shapes, benchmark sizes; the deepseek_v3 / kimi_k2
-presets are written by deepseek_ckpt.py), the Hugging Face folder
+presets are written by deepseek_ckpt.py, the kimi_linear ones by kimi_linear_ckpt.py), the Hugging Face folder
 layout they are written in (config.json, generation_config.json, model.safetensors or
 model-0000i-of-0000n.safetensors + model.safetensors.index.json, real tensor names), and
 the weight distributions. Does not own: the container format (safetensors_io.py) or the
@@ -75,6 +75,18 @@ _MOE_BASE = {
     "max_position_embeddings": 512,
     "tie_word_embeddings": True,
     "attention_bias": False,
+}
+
+# Kimi-Linear-48B-A3B-like tiny shape (tiny-kl-48b, tiny-kl-sharded)
+_KL_48B = {
+    "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 5, "intermediate_size": 96,
+    "linear_attn_config": {"num_heads": 2, "head_dim": 24, "short_conv_kernel_size": 4,
+                           "kda_layers": [1, 2, 4], "full_attn_layers": [3, 5]},
+    "num_attention_heads": 4, "q_lora_rank": None, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8, "v_head_dim": 16,
+    "num_experts": 8, "num_experts_per_token": 2, "moe_intermediate_size": 32,
+    "num_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "routed_scaling_factor": 2.446, "rms_norm_eps": 1e-5,
 }
 
 PRESETS = {
@@ -156,6 +168,60 @@ PRESETS = {
             "fp8_block": [128, 128],
         },
         "seed": 8008, "shards": 1},
+    # kimi_linear (kimi_linear_ckpt.py), shaped like Kimi-Linear-48B-A3B: softplus decay gate,
+    # A_log [1,1,H,1], low-rank output gate g_a/g_b, conv weights and o_norm BF16; KDA 2 heads x
+    # 24 (projection 48 != hidden 64, != MLA's 4 heads); layers 0,1,3 KDA, 2,4 MLA (1-based
+    # kda_layers [1,2,4], full_attn_layers [3,5]); layer 0 dense; NoPE MLA with plain q_proj,
+    # no output gate; 8 experts top-2 + 1 shared, routed_scaling_factor 2.446 (as the 48B)
+    "tiny-kl-48b": {
+        "family": "kimi_linear",
+        "config": _KL_48B,
+        "seed": 9101, "shards": 1, "knobs": {"margin_unit": 0.25, "router_scale": 1.5}},
+    # tiny-kl-48b byte for byte, split over 2 files + index
+    "tiny-kl-sharded": {
+        "family": "kimi_linear",
+        "config": _KL_48B,
+        "seed": 9101, "shards": 2, "knobs": {"margin_unit": 0.25, "router_scale": 1.5}},
+    # K3-style KDA/MLA switches under a kimi_k3 wrapper (text_config, tensors under
+    # language_model.): gate_lower_bound -5 (sigmoid decay), use_full_rank_gate (g_proj),
+    # A_log [8] for 4 heads (zero padded), F32 conv / o_norm; MLA with q_lora 48 and the
+    # sigmoid output gate; layers 3, 4 consecutive MLA at the end; 2 shared experts
+    "tiny-kl-k3gate": {
+        "family": "kimi_linear",
+        "config": {
+            "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 5, "intermediate_size": 96,
+            "linear_attn_config": {"num_heads": 4, "head_dim": 16, "short_conv_kernel_size": 4,
+                                   "kda_layers": [1, 2, 3], "full_attn_layers": [4, 5],
+                                   "gate_lower_bound": -5.0, "use_full_rank_gate": True},
+            "num_attention_heads": 4, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8, "v_head_dim": 16, "mla_use_output_gate": True,
+            "num_experts": 8, "num_experts_per_token": 2, "moe_intermediate_size": 32,
+            "num_shared_experts": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+            "routed_scaling_factor": 2.0, "rms_norm_eps": 1e-5,
+        },
+        "seed": 9202, "shards": 1,
+        "knobs": {"margin_unit": 0.25, "router_scale": 1.5, "wrapper": True, "kda_f32": True, "a_log_layout": "flat",
+                  "a_log_pad": 8, "a_log_mean": 0.5, "dt_mean": -3.0}},
+    # mixed switches, bare kimi_linear: lower-bound gate with the low-rank output gate, A_log
+    # [3] unpadded, KDA 3 heads x 24 (72 != hidden 96) vs MLA 6 heads with q_lora 40;
+    # first_k_dense_replace 0 + moe_layer_freq 2 (layers 0, 2 MoE; 1, 3 dense); no shared
+    # experts; 8 experts in 2 groups keep 1, top-2; no renormalisation; rms_norm_eps 1e-6
+    "tiny-kl-mixed": {
+        "family": "kimi_linear",
+        "config": {
+            "vocab_size": 512, "hidden_size": 96, "num_hidden_layers": 4, "intermediate_size": 80,
+            "linear_attn_config": {"num_heads": 3, "head_dim": 24, "short_conv_kernel_size": 4,
+                                   "kda_layers": [1, 3], "full_attn_layers": [2, 4],
+                                   "gate_lower_bound": -5.0},
+            "num_attention_heads": 6, "q_lora_rank": 40, "kv_lora_rank": 24, "qk_nope_head_dim": 8,
+            "qk_rope_head_dim": 8, "v_head_dim": 12, "mla_use_output_gate": False,
+            "num_experts": 8, "num_experts_per_token": 2, "moe_intermediate_size": 40,
+            "num_shared_experts": 0, "first_k_dense_replace": 0, "moe_layer_freq": 2,
+            "num_expert_group": 2, "topk_group": 1, "moe_renormalize": False,
+            "routed_scaling_factor": 1.5, "rms_norm_eps": 1e-6,
+        },
+        "seed": 9303, "shards": 1,
+        "knobs": {"margin_unit": 0.25, "router_scale": 1.5, "a_log_layout": "flat", "dt_mean": -3.0}},
     # ~1.9 GB: benchmark target (16 MoE layers x 64 experts x 3 x 1024 x 256)
     "bench2g": {
         "config": dict(_MOE_BASE, **{
@@ -404,6 +470,9 @@ def write_preset(name, out):
     if p.get("family") == "deepseek":
         import deepseek_ckpt
         return deepseek_ckpt.write_checkpoint(out, p["config"], p["seed"], p["shards"], p.get("knobs"))
+    if p.get("family") == "kimi_linear":
+        import kimi_linear_ckpt
+        return kimi_linear_ckpt.write_checkpoint(out, p["config"], p["seed"], p["shards"], p.get("knobs"))
     return write_checkpoint(out, p["config"], p["seed"], p["shards"], "BF16", p.get("knobs"))
 
 
@@ -453,6 +522,10 @@ def main(argv=None):
                 import deepseek_ckpt
                 c = p["config"]
                 size = sum(s.nbytes for s in deepseek_ckpt.tensor_specs(c, 0, knobs=p.get("knobs")))
+            elif p.get("family") == "kimi_linear":
+                import kimi_linear_ckpt
+                c = dict(p["config"], model_type="kimi_linear")
+                size = sum(s.nbytes for s in kimi_linear_ckpt.tensor_specs(p["config"], 0, knobs=p.get("knobs")))
             else:
                 c = full_config(p["config"], "bfloat16")
                 size = sum(s.nbytes for s in tensor_specs(c, 0, knobs=p.get("knobs")))
@@ -462,6 +535,15 @@ def main(argv=None):
         ap.error("--out is required")
 
     p = preset_args(a.preset)
+    if p.get("family") == "kimi_linear":  # the Kimi Linear family takes no shape overrides
+        import kimi_linear_ckpt
+        t0 = time.time()
+        seed = p["seed"] if a.seed is None else a.seed
+        cfg, files, nbytes = kimi_linear_ckpt.write_checkpoint(a.out, p["config"], seed, a.shards or p["shards"],
+                                                               p.get("knobs"))
+        print("wrote %s: %s, %.1f MB of tensors, %.2f s" % (a.out, cfg["model_type"], nbytes / 1e6, time.time() - t0),
+              file=sys.stderr)
+        return 0
     if p.get("family") == "deepseek":  # the DeepSeek-V3 family takes no shape overrides
         import deepseek_ckpt
         t0 = time.time()

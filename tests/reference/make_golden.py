@@ -76,10 +76,13 @@ def main(argv=None):
     p = mc.preset_args(a.preset)
     knobs = dict(mc.GEN_DEFAULTS, **p.get("knobs", {}))
     cfg, files, nbytes = mc.write_preset(a.preset, a.out)
+    cfg = cfg.get("text_config", cfg)  # K3-style wrapper: the text model's keys
     V = cfg["vocab_size"]
     eos = {cfg["eos_token_id"], cfg["bos_token_id"]}
     m32 = dr.model_for(a.out, "fp32")
-    ds = isinstance(m32, dr.Model)
+    ds = "hf_mask_differs" in m32.stats  # deepseek_ref.py / kimi_linear_ref.py
+    ref_file = {"deepseek_ref": "deepseek_ref.py", "kimi_linear_ref": "kimi_linear_ref.py"}.get(
+        type(m32).__module__, "qwen3_ref.py")
 
     best, best_key = None, None
     for c in range(a.candidates):
@@ -119,7 +122,7 @@ def main(argv=None):
         "min_router_margin": _f(best["router"]),
         "max_abs_diff_fp32_vs_bf16": _f(diff),
         "greedy_ids_bf16": ids_bf,
-        "reference": "tests/reference/%s fp32" % ("deepseek_ref.py" if ds else "qwen3_ref.py"),
+        "reference": "tests/reference/%s fp32" % ref_file,
     }
     with open(os.path.join(a.out, "golden.json"), "w") as f:
         f.write(dump_json(golden))

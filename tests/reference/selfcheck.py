@@ -13,13 +13,21 @@ Owns: the ctest `reference_selfcheck`. Checks, each printed as one PASS/FAIL lin
   * the KV-cached path (one token at a time, and chunked prefill) equals the full-sequence
     path within 2e-4 on every fixture and on extra generated shapes (attention_bias, linear
     RoPE, F16 and F32 storage; a deepseek_v3 with FP8 128x128 blocks and plain RoPE);
-  * fixtures of both families (qwen3_ref.py, deepseek_ref.py by model_type).
+  * fixtures of every family (qwen3_ref.py, deepseek_ref.py, kimi_linear_ref.py by model_type);
+  * Kimi Linear: the --no-cache greedy path equals the cached one; the KDA recurrence equals
+    the float64 matrix form S = (I - beta k k^T) Diag(exp g) S + beta k v^T; the two decay-gate
+    forms give different logits; a zero-padded A_log [>= H], an unpadded [H] and the 48B
+    [1, 1, H, 1] layout with the same first H values give bitwise equal logits, and so do the
+    kimi_k3 wrapper (text_config + language_model. prefix) and the bare kimi_linear folder;
+    the conv window and recurrent state carried across a cached prefill are exactly the
+    state a longer prefill passes through.
 Writes only under a temporary folder. Exit status 0 when everything passes.
 
 Usage: selfcheck.py [--fixtures DIR]   (default: tests/fixtures next to this folder)
 """
 
 import argparse
+import copy
 import glob
 import json
 import os
@@ -35,6 +43,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import deepseek_ckpt as dc  # noqa: E402
 import deepseek_ref as dr  # noqa: E402
+import kimi_linear_ckpt as klc  # noqa: E402
+import kimi_linear_ref as klr  # noqa: E402
 import make_checkpoint as mc  # noqa: E402
 import qwen3_ref as qr  # noqa: E402
 import safetensors_io as st  # noqa: E402
@@ -227,6 +237,111 @@ def check_extra_shapes(tmp):
         cache_vs_full(model, ids, label)
 
 
+def _kl_logits(d, ids):
+    with torch.no_grad():
+        return klr.Model(d, "fp32").forward(ids)
+
+
+def check_kimi_linear(tmp, fixtures):
+    rng = np.random.default_rng(9)
+    ids = [int(x) for x in rng.integers(0, 510, 24)]
+
+    # greedy --no-cache path == cached path (ids and step logits)
+    fx = os.path.join(fixtures, "tiny-kl-48b")
+    if os.path.exists(os.path.join(fx, "golden.json")):
+        m = klr.Model(fx, "fp32")
+        with open(os.path.join(fx, "golden.json")) as f:
+            g = json.load(f)
+        with torch.no_grad():
+            a_ids, a_pl, a_st = qr.generate(m, g["prompt_ids"][:32], 12, use_cache=True)
+            b_ids, b_pl, b_st = qr.generate(m, g["prompt_ids"][:32], 12, use_cache=False)
+        d = float((torch.stack(a_st) - torch.stack(b_st)).abs().max())
+        report(a_ids == b_ids and d <= CACHE_TOL, "kimi_linear: greedy --no-cache == cached", "step logits %.2e" % d)
+
+    # the recurrence against the float64 matrix form
+    T, H, Dk, Dv = 9, 3, 8, 6
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(T, H, Dk, generator=gen)
+    k = torch.randn(T, H, Dk, generator=gen)
+    q = q / q.norm(dim=-1, keepdim=True) * Dk ** -0.5
+    k = k / k.norm(dim=-1, keepdim=True)
+    v = torch.randn(T, H, Dv, generator=gen)
+    g = -torch.rand(T, H, Dk, generator=gen) * 2
+    beta = torch.rand(T, H, generator=gen)
+    S0 = torch.randn(H, Dk, Dv, generator=gen) * 0.1
+    o, S = klr.kda_recurrence(q, k, v, g, beta, S0.clone())
+    Sd = S0.double()
+    od = []
+    for t in range(T):
+        rows = []
+        for h in range(H):
+            kk = k[t, h].double()
+            A = (torch.eye(Dk, dtype=torch.float64) - beta[t, h].double() * torch.outer(kk, kk)) \
+                @ torch.diag(torch.exp(g[t, h].double()))
+            Sd[h] = A @ Sd[h] + beta[t, h].double() * torch.outer(kk, v[t, h].double())
+            rows.append(Sd[h].t() @ q[t, h].double())
+        od.append(torch.stack(rows))
+    d = max(float((o.double() - torch.stack(od)).abs().max()), float((S.double() - Sd).abs().max()))
+    report(d <= 1e-5, "kimi_linear: KDA recurrence == float64 matrix form", "max |diff| %.2e" % d)
+
+    # prefill of n tokens leaves the state that n single steps leave (conv windows, S, K/V)
+    p = mc.preset_args("tiny-kl-mixed")
+    d0 = os.path.join(tmp, "kl-mixed")
+    klc.write_checkpoint(d0, p["config"], p["seed"], 1, p["knobs"])
+    m = klr.Model(d0, "fp32")
+    with torch.no_grad():
+        c1, c2 = m.new_cache(), m.new_cache()
+        m.forward(ids, c1)
+        for t in ids:
+            m.forward([t], c2)
+    ds = 0.0
+    for li in range(m.cfg.num_hidden_layers):
+        if m.cfg.is_kda[li]:
+            ds = max(ds, float((c1.state[li] - c2.state[li]).abs().max()))
+            ds = max(ds, max(float((a - b).abs().max()) for a, b in zip(c1.conv[li], c2.conv[li])))
+        else:
+            ds = max(ds, float((c1.k[li] - c2.k[li]).abs().max()), float((c1.v[li] - c2.v[li]).abs().max()))
+    report(ds <= CACHE_TOL, "kimi_linear: prefill state == single-step state", "max |diff| %.2e" % ds)
+
+    # the two decay-gate forms differ (same weights, gate_lower_bound toggled)
+    base = mc.preset_args("tiny-kl-48b")
+    da = os.path.join(tmp, "kl-softplus")
+    klc.write_checkpoint(da, base["config"], base["seed"], 1, base["knobs"])
+    cfg_lb = copy.deepcopy(base["config"])
+    cfg_lb["linear_attn_config"]["gate_lower_bound"] = -5.0
+    db = os.path.join(tmp, "kl-lowerbound")
+    klc.write_checkpoint(db, cfg_lb, base["seed"], 1, base["knobs"])
+    la, lb = _kl_logits(da, ids), _kl_logits(db, ids)
+    mb = klr.Model(db, "fp32")
+    report(mb.cfg.gate_lower_bound == -5.0 and float((la - lb).abs().max()) > 1e-2,
+           "kimi_linear: softplus and lower-bound decay gates differ", "max |diff| %.3g" % float((la - lb).abs().max()))
+
+    # A_log layouts: [1,1,H,1] (48B) == [H] and zero padded [>= H] == [H] (K3), bitwise
+    dflat = os.path.join(tmp, "kl-48b-flat")
+    klc.write_checkpoint(dflat, base["config"], base["seed"], 1, dict(base["knobs"], a_log_layout="flat"))
+    ok48 = torch.equal(la, _kl_logits(dflat, ids))
+    k3 = mc.preset_args("tiny-kl-k3gate")
+    dpad = os.path.join(tmp, "kl-k3-pad")
+    dunp = os.path.join(tmp, "kl-k3-unpadded")
+    dbare = os.path.join(tmp, "kl-k3-bare")
+    klc.write_checkpoint(dpad, k3["config"], k3["seed"], 1, k3["knobs"])
+    klc.write_checkpoint(dunp, k3["config"], k3["seed"], 1, dict(k3["knobs"], a_log_pad=0))
+    klc.write_checkpoint(dbare, k3["config"], k3["seed"], 1, dict(k3["knobs"], wrapper=False))
+    ck_pad, ck_unp = st.Checkpoint(dpad), st.Checkpoint(dunp)
+    name = "language_model.model.layers.0.self_attn.A_log"
+    H = k3["config"]["linear_attn_config"]["num_heads"]
+    shapes_ok = ck_pad.shape(name) == [k3["knobs"]["a_log_pad"]] and ck_unp.shape(name) == [H] \
+        and not ck_pad.float32(name)[H:].any() and ck_pad.float32(name)[:H].any()
+    lpad = _kl_logits(dpad, ids)
+    okpad = shapes_ok and torch.equal(lpad, _kl_logits(dunp, ids))
+    report(ok48 and okpad, "kimi_linear: A_log [1,1,H,1] == [H] == zero-padded [>= H], bitwise",
+           "48b %s, padded %s" % (ok48, okpad))
+    bare = klr.Model(dbare, "fp32")
+    report(bare.cfg.prefix == "" and klr.Model(dpad, "fp32").cfg.prefix == "language_model."
+           and torch.equal(lpad, _kl_logits(dbare, ids)),
+           "kimi_linear: kimi_k3 wrapper == bare kimi_linear folder, bitwise")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Self-check of the reference implementation and fixtures.")
     ap.add_argument("--fixtures", default=os.path.join(os.path.dirname(HERE), "fixtures"))
@@ -241,6 +356,7 @@ def main(argv=None):
         for gpath in goldens:
             check_fixture(gpath, tmp)
         check_extra_shapes(tmp)
+        check_kimi_linear(tmp, a.fixtures)
     print("%s: %d failure(s), %.1f s" % ("FAILED" if failures else "OK", len(failures), time.time() - t0))
     return 1 if failures else 0
 
