@@ -316,7 +316,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   /* draft: catch up to seq[0..L-1], then propose d1..dk */
   int64_t D = s->dkv->len;
   if (D > L - 1) D = L - 1;
-  df_kv_truncate(s->dkv, D);
+  D = df_kv_truncate_or_reset(s->dkv, D); /* a recurrent draft state may only reach back so far */
   if (df_model_forward(s->d, s->dkv, &s->seq[D], L - D, DF_LOGITS_LAST, s->dlogits, err,
                        errlen) != 0)
     goto draft_failed;
@@ -396,7 +396,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   s->seq[L + a] = x;
   s->len = L + a + 1;
   df_kv_truncate(s->tkv, L + a);
-  if (s->dkv->len > L + a) df_kv_truncate(s->dkv, L + a);
+  if (s->dkv->len > L + a) df_kv_truncate_or_reset(s->dkv, L + a);
   s->pending = true;
   memcpy(out, s->seq + L, (size_t)(a + 1) * sizeof *out);
   double t2 = now_ms();

@@ -111,8 +111,8 @@ static void st_rollback(df_kv_rec *r, int64_t n) {
   if (n == s->len) return;
   uint64_t sn = (uint64_t)(a->d.n_head * a->d.head_dim * a->d.head_dim),
            wn = (uint64_t)(3 * a->C * (a->d.conv_width - 1));
-  if (n == 0) {
-    memset(s->mem, 0, (size_t)state_floats(a) * sizeof(float));
+  if (n == 0) { /* the log's rows are dead once base_len == len == 0 */
+    memset(s->mem, 0, (size_t)(2 * (sn + wn)) * sizeof(float));
     s->len = s->base_len = 0;
     return;
   }
