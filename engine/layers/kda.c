@@ -56,31 +56,40 @@ static void head_step(const kda *a, int64_t h, float *S, float *win, const float
       const float *tw = a->taps + (which * C + c) * W;
       float *wn = win + (which * C + c) * (W - 1);
       float x = pre[which * C + c], y = 0.0f;
-      for (int64_t j = 0; j < W - 1; j++) y = fmaf(tw[j], wn[j], y);
-      y = fmaf(tw[W - 1], x, y);
+      bool need = which > 0 || o; /* q only feeds the output; its window still moves */
+      if (need) {
+        for (int64_t j = 0; j < W - 1; j++) y = fmaf(tw[j], wn[j], y);
+        y = fmaf(tw[W - 1], x, y);
+      }
       for (int64_t j = 0; j + 1 < W - 1; j++) wn[j] = wn[j + 1];
       if (W > 1) wn[W - 2] = x;
-      dst[dd] = y / (1.0f + expf(-y));
+      if (need) dst[dd] = y / (1.0f + expf(-y));
     }
   }
   float *q = qkv[0], *k = qkv[1], *v = qkv[2];
   float nk = sqrtf(df_k_dot(k, k, D) + 1e-6f);
   for (int64_t dd = 0; dd < D; dd++) k[dd] = k[dd] / nk;
   const float *gh = g + h * D;
-  for (int64_t dd = 0; dd < D; dd++) { /* S <- S * exp(g)[:, None] */
+  /* S <- S * exp(g)[:, None], and u = S^T k^ over the decayed rows (key rows ascending; one
+   * pass over S: each row is decayed just before it is read) */
+  memset(u, 0, (size_t)D * sizeof(float));
+  for (int64_t dd = 0; dd < D; dd++) {
     float e = expf(gh[dd]);
     float *row = S + dd * D;
     for (int64_t j = 0; j < D; j++) row[j] *= e;
+    df_k_axpy(u, k[dd], row, D);
   }
-  memset(u, 0, (size_t)D * sizeof(float)); /* u = v - S^T k^ (key rows ascending) */
-  for (int64_t dd = 0; dd < D; dd++) df_k_axpy(u, k[dd], S + dd * D, D);
   for (int64_t j = 0; j < D; j++) u[j] = v[j] - u[j];
-  for (int64_t dd = 0; dd < D; dd++) df_k_axpy(S + dd * D, beta * k[dd], u, D);
-  if (!o) return;
-  float nq = sqrtf(df_k_dot(q, q, D) + 1e-6f), scale = 1.0f / sqrtf((float)D);
-  for (int64_t dd = 0; dd < D; dd++) q[dd] = (q[dd] / nq) * scale;
-  memset(o, 0, (size_t)D * sizeof(float)); /* o = S^T q^ */
-  for (int64_t dd = 0; dd < D; dd++) df_k_axpy(o, q[dd], S + dd * D, D);
+  if (o) {
+    float nq = sqrtf(df_k_dot(q, q, D) + 1e-6f), scale = 1.0f / sqrtf((float)D);
+    for (int64_t dd = 0; dd < D; dd++) q[dd] = (q[dd] / nq) * scale;
+    memset(o, 0, (size_t)D * sizeof(float));
+  }
+  /* S <- S + beta k^ (x) u, and o = S^T q^ over the updated rows (ascending) */
+  for (int64_t dd = 0; dd < D; dd++) {
+    df_k_axpy(S + dd * D, beta * k[dd], u, D);
+    if (o) df_k_axpy(o, q[dd], S + dd * D, D);
+  }
 }
 
 /* Every head of one logged row onto (S, win), no output (folds and replays). */
