@@ -2,10 +2,11 @@
  *
  * Owns: per-layer key and value tensors [n_kv, ctx, head_dim] fp32 — or, for multi-head
  * latent attention (MLA, DeepSeek-V2/V3), the compressed latent c_kv [ctx, kv_lora_rank] and
- * the RoPE key shared by all heads [ctx, rope_dim] per layer, never expanded per head — and
- * the number of positions filled. Truncation (speculative decoding's rollback) only moves the length:
- * positions past it are overwritten by the next forward. Does not own: how K/V are
- * computed (the token mixers, engine/layers/).
+ * the RoPE key shared by all heads [ctx, rope_dim] per layer, never expanded per head —, a
+ * layer's recurrent state (df_kv_rec, e.g. KDA's, engine/layers/kda.h) and the number of
+ * positions filled. Truncation (speculative decoding's rollback) moves the length (positions
+ * past it are overwritten by the next forward) and puts every recurrent state back exactly.
+ * Does not own: how K/V or a recurrent state are computed (the token mixers, engine/layers/).
  */
 #ifndef DF_ENGINE_KV_CACHE_H
 #define DF_ENGINE_KV_CACHE_H

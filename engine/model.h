@@ -63,7 +63,9 @@ typedef struct df_model_opts {
    * is admitted (engine/device/admission.h: reserve, resident + KV + draft + work charged first,
    * hottest experts in the rest) and the model is uploaded for the torch compute path.
    * Whatever fails there (no CUDA, admission refused, upload error) leaves the model on
-   * the CPU, never an error; df_model_device_note says what happened. */
+   * the CPU, never an error; df_model_device_note says what happened. One exception: a
+   * model with a layer kind the torch path does not run (KDA, NoPE MLA: kimi_linear) is an
+   * error for CUDA / TORCH_CPU (naming the model type), and stays on the CPU under AUTO. */
   df_t_device device;
   int64_t device_seqs;       /* KV caches of max_ctx the caller will keep (0 = 1) */
   uint64_t device_extra;     /* further bytes charged first, e.g. a draft model (0 = none) */
