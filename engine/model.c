@@ -456,6 +456,17 @@ df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t e
   return kv;
 }
 
+void df_model_expert_tensor_name(const df_model *m, int layer, int expert, int part, char *buf,
+                                 size_t cap) {
+  static const char *const parts[3] = {"gate_proj", "up_proj", "down_proj"};
+  if (m->family->expert_tensor_name) {
+    m->family->expert_tensor_name(&m->cfg, layer, expert, part, buf, cap);
+    return;
+  }
+  snprintf(buf, cap, "%smodel.layers.%d.mlp.experts.%d.%s.weight", m->cfg.tensor_prefix, layer,
+           expert, parts[part]);
+}
+
 int df_model_expert_weights(const df_model *m, int layer, int expert, const df_t_tensor **gate,
                             const df_t_tensor **up, const df_t_tensor **down) {
   if (layer < 0 || layer >= m->cfg.num_hidden_layers) return -1;

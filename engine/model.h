@@ -154,6 +154,13 @@ uint64_t df_model_kv_bytes_per_token(const df_model *m);
  * the rollback log); 0 for models with KV caches only. */
 uint64_t df_model_kv_bytes_per_seq(const df_model *m);
 
+/* The checkpoint name of routed expert `expert`'s weight `part` (0 gate, 1 up, 2 down) on
+ * `layer`, as the model's family binds it (engine/models/family.h expert_tensor_name), into
+ * buf (cap bytes, truncated). Its FP8 block scale, when there is one, is that name +
+ * "_scale_inv". */
+void df_model_expert_tensor_name(const df_model *m, int layer, int expert, int part, char *buf,
+                                 size_t cap);
+
 /* The routed-expert weights of (layer, expert): gate_proj/up_proj [I, H], down_proj [H, I]
  * in their stored dtype; FP8 (F8_E4M3) weights carry their block scales (df_t_block_scale),
  * and df_t_swiglu_ffn de-quantises them inside its kernels. Returns -1 if the layer is not a

@@ -43,6 +43,11 @@ typedef struct df_family {
   /* `deltafin inspect`'s lines on the family's attention and MoE shape for config c, each
    * "<label padded to 13>text\n", written to f. */
   void (*summary)(const df_model_config *c, FILE *f);
+  /* The checkpoint name of routed expert e's weight `part` (0 gate, 1 up, 2 down) of layer l
+   * into buf (cap bytes; FP8 scales add "_scale_inv"), for the cluster manifest and expert
+   * streaming. NULL: "model.layers.<l>.mlp.experts.<e>.{gate,up,down}_proj.weight". */
+  void (*expert_tensor_name)(const df_model_config *c, int64_t l, int64_t e, int part, char *buf,
+                             size_t cap);
 } df_family;
 
 /* The family whose parser read config c (c->family), or NULL + message when c was not

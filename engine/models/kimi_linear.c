@@ -265,6 +265,14 @@ static int build_mla(const df_family_ctx *fc, int64_t l, df_layer *L, char *err,
   return (L->attn = df_mla_new(fc->env, fc->ws, l, &a, &dims, err, errlen)) ? 0 : -1;
 }
 
+/* block_sparse_moe.experts.<e>.w1 (gate), w3 (up), w2 (down), under the config's prefix. */
+static void expert_tensor_name(const df_model_config *c, int64_t l, int64_t e, int part,
+                               char *buf, size_t cap) {
+  static const char *const w[3] = {"w1", "w3", "w2"};
+  snprintf(buf, cap, "%smodel.layers.%lld.block_sparse_moe.experts.%lld.%s.weight",
+           c->tensor_prefix, (long long)l, (long long)e, w[part]);
+}
+
 static int build_layer(const df_family_ctx *fc, int64_t l, df_layer *L, char *err,
                        size_t errlen) {
   const df_model_config *c = fc->cfg;
@@ -306,9 +314,12 @@ static int build_layer(const df_family_ctx *fc, int64_t l, df_layer *L, char *er
   if (!(L->ffn = df_moe_new(fc->env, fc->ws, l, Hd, &rt, &w, err, errlen))) return -1;
   for (int64_t e = 0; e < E; e++) {
     const df_t_tensor *g, *u, *d;
-    LIN(g, NM("block_sparse_moe.experts.%lld.w1.weight", (long long)e), I, Hd, true);
-    LIN(u, NM("block_sparse_moe.experts.%lld.w3.weight", (long long)e), I, Hd, true);
-    LIN(d, NM("block_sparse_moe.experts.%lld.w2.weight", (long long)e), Hd, I, true);
+    expert_tensor_name(c, l, e, 0, nm, sizeof nm);
+    LIN(g, nm, I, Hd, true);
+    expert_tensor_name(c, l, e, 1, nm, sizeof nm);
+    LIN(u, nm, I, Hd, true);
+    expert_tensor_name(c, l, e, 2, nm, sizeof nm);
+    LIN(d, nm, Hd, I, true);
     df_moe_set_expert(L->ffn, e, g, u, d);
   }
   return 0;
@@ -331,6 +342,12 @@ static void summary(const df_model_config *c, FILE *f) {
           (long long)c->kv_lora_rank, (long long)c->qk_nope_head_dim,
           (long long)c->qk_rope_head_dim, (long long)c->v_head_dim,
           c->mla_output_gate ? ", sigmoid output gate" : "");
+  uint64_t H = (uint64_t)c->kda_heads, D = (uint64_t)c->kda_head_dim, C = H * D,
+           W = (uint64_t)(c->kda_conv - 1);
+  fprintf(f, "kda state    per layer and sequence: S %llu B + conv windows %llu B, twice (the "
+          "rollback base), + a log of max(chunk, 64) rows x %llu B\n",
+          (unsigned long long)(H * D * D * 4), (unsigned long long)(3 * C * W * 4),
+          (unsigned long long)((4 * C + H) * 4));
   if (n_moe > 0)
     fprintf(f, "moe          %lld of %lld layers, %lld experts in %lld groups (keep %lld), "
             "top-%lld, sigmoid + correction bias, %lld shared, expert width %lld, scaling %g%s\n",
@@ -350,4 +367,5 @@ const df_family df_family_kimi_linear = {
     .build_layer = build_layer,
     .residual_new = df_residual_prenorm_of,
     .summary = summary,
+    .expert_tensor_name = expert_tensor_name,
 };
