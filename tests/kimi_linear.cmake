@@ -30,7 +30,9 @@ set_tests_properties(test_kimi_linear PROPERTIES FIXTURES_REQUIRED kl_ref_runs)
 # Speculative decoding over a kimi_linear target (coordinator/generate/spec.c): a random
 # qwen3 draft and another kimi_linear model as drafts (mostly rejected: the target's and the
 # draft's recurrent states are rolled back nearly every round) and the target as its own
-# draft (all accepted) give exactly the greedy ids of the target alone.
+# draft (all accepted) give exactly the greedy ids of the target alone; the serving scheduler
+# (3 slots reused by 6 requests, prefill budgets of 7 next to decode steps, both drafts)
+# answers exactly the text of those ids.
 df_add_cmocka_test(test_kimi_linear_spec SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kimi_linear_spec.c
   LIBS dfcoord)
 
