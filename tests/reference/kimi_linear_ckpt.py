@@ -55,13 +55,17 @@ chosen per preset so the per-step decay exp(g) stays mostly in (0.5, 1): the sta
 several tokens of memory, as a trained model's does.
 """
 
+import argparse
 import json
 import os
+import sys
+import time
 
 import numpy as np
 
-import make_checkpoint as mc
-import safetensors_io as st
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_checkpoint as mc  # noqa: E402
+import safetensors_io as st  # noqa: E402
 
 KL_TYPES = ("kimi_linear", "kimi_k3")
 
@@ -92,9 +96,9 @@ def text_config(c, torch_dtype):
         "auto_map": {"AutoConfig": "configuration_kimi.KimiLinearConfig",
                      "AutoModel": "modeling_kimi.KimiLinearModel",
                      "AutoModelForCausalLM": "modeling_kimi.KimiLinearForCausalLM"},
-        "bos_token_id": V - 2,
-        "eos_token_id": V - 1,
-        "pad_token_id": V - 2,
+        "bos_token_id": c.get("bos_token_id", V - 2),
+        "eos_token_id": c.get("eos_token_id", V - 1),
+        "pad_token_id": c.get("pad_token_id", V - 2),
         "first_k_dense_replace": c["first_k_dense_replace"],
         "head_dim": c["hidden_size"] // c["num_attention_heads"],
         "hidden_act": "silu",
@@ -275,3 +279,78 @@ def write_checkpoint(out, cfg_keys, seed, shards=1, knobs=None):
     mc._dump_json(mc.generation_config(cfg), os.path.join(out, "generation_config.json"))
     files = st.save_checkpoint(out, specs, n_shards=shards)
     return cfg, ["config.json", "generation_config.json"] + files, sum(s.nbytes for s in specs)
+
+
+# ---------------------------------------------------------------------------------------------
+# header-only copy of the real moonshotai/Kimi-Linear-48B-A3B-Instruct folder (for `inspect`)
+
+# The published config.json values. Sources (stored copies of the published file, read in
+# this repository's reference work): a Swift MLX port's test fixture `kimiConfig` (quoting the
+# HF config.json: bos 163584, eos 163586, pad 163839, head_dim 72, rms_norm_eps 1e-05,
+# model_max_length 1048576, transformers 4.57.1 after conversion), the Megatron-Bridge
+# kimi_linear_bridge unit test ("the official Kimi-Linear-48B-A3B architecture truncated to
+# four layers": hidden 2304, intermediate 9216, 32 heads / 32 kv heads, kv_lora 512, q_lora
+# null, 128/64/128, KDA 32 x 128, conv 4, 256 experts top-8, moe_intermediate 1024, 1 shared,
+# routed_scaling_factor 2.446, first_k_dense_replace 1) and a Rust loader's
+# resolve_model_config_reports_supported_kimi_linear test (the 27-layer kda_layers /
+# full_attn_layers lists). vLLM's KimiLinearConfig / kimi_linear.py read the same keys.
+KIMI_LINEAR_48B = {
+    "vocab_size": 163840, "hidden_size": 2304, "num_hidden_layers": 27, "intermediate_size": 9216,
+    "linear_attn_config": {"num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4,
+                           "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19,
+                                          21, 22, 23, 25, 26],
+                           "full_attn_layers": [4, 8, 12, 16, 20, 24, 27]},
+    "num_attention_heads": 32, "q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "num_experts": 256, "num_experts_per_token": 8, "moe_intermediate_size": 1024,
+    "num_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "routed_scaling_factor": 2.446, "rms_norm_eps": 1e-5,
+    "bos_token_id": 163584, "eos_token_id": 163586, "pad_token_id": 163839,
+}
+
+
+def write_header_only(out, shards=20, cfg_keys=None):
+    """config.json, generation_config.json, model.safetensors.index.json and `shards`
+    .safetensors files that hold only their headers (8-byte length + JSON; data_offsets
+    describe the full tensors, the weight bytes are absent). The shard count of the published
+    folder is not verified; shapes and dtypes follow the tensor list above (48B layout)."""
+    c = dict(KIMI_LINEAR_48B if cfg_keys is None else cfg_keys)
+    cfg = full_config(c, "bfloat16")
+    specs = tensor_specs(c, 0, None)
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        if f.endswith(".safetensors") or f == st.INDEX_NAME:
+            os.remove(os.path.join(out, f))
+    mc._dump_json(cfg, os.path.join(out, "config.json"))
+    mc._dump_json(mc.generation_config(cfg), os.path.join(out, "generation_config.json"))
+    weight_map, total = {}, 0
+    for i, gr in enumerate(st.split_shards(specs, shards)):
+        name = st.shard_file_name(i, shards)
+        _, head = st.header_bytes(gr, {"format": "pt"})
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(head)
+        for s in gr:
+            weight_map[s.name] = name
+            total += s.nbytes
+    mc._dump_json({"metadata": {"total_size": total}, "weight_map": weight_map}, os.path.join(out, st.INDEX_NAME))
+    return cfg, len(specs), total
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Kimi Linear checkpoints (presets: make_checkpoint.py --preset).")
+    ap.add_argument("--header-only", action="store_true",
+                    help="write the real Kimi-Linear-48B-A3B folder's config, index and header-only shards")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shards", type=int, default=20)
+    a = ap.parse_args(argv)
+    if not a.header_only:
+        ap.error("only --header-only is handled here; presets are written by make_checkpoint.py --preset")
+    t0 = time.time()
+    cfg, n, total = write_header_only(a.out, a.shards)
+    print("wrote %s: kimi_linear header-only, %d tensors, %.2f GB described, %d shards, %.1f s"
+          % (a.out, n, total / 1e9, a.shards, time.time() - t0), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

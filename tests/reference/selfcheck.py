@@ -19,8 +19,9 @@ Owns: the ctest `reference_selfcheck`. Checks, each printed as one PASS/FAIL lin
     forms give different logits; a zero-padded A_log [>= H], an unpadded [H] and the 48B
     [1, 1, H, 1] layout with the same first H values give bitwise equal logits, and so do the
     kimi_k3 wrapper (text_config + language_model. prefix) and the bare kimi_linear folder;
-    the conv window and recurrent state carried across a cached prefill are exactly the
-    state a longer prefill passes through.
+    the conv windows, recurrent state and K/V after a prefill equal those after the same
+    tokens one at a time; kimi_linear_ckpt.py --header-only writes a consistent header-only
+    copy of the real Kimi-Linear-48B-A3B folder.
 Writes only under a temporary folder. Exit status 0 when everything passes.
 
 Usage: selfcheck.py [--fixtures DIR]   (default: tests/fixtures next to this folder)
@@ -340,6 +341,40 @@ def check_kimi_linear(tmp, fixtures):
     report(bare.cfg.prefix == "" and klr.Model(dpad, "fp32").cfg.prefix == "language_model."
            and torch.equal(lpad, _kl_logits(dbare, ids)),
            "kimi_linear: kimi_k3 wrapper == bare kimi_linear folder, bitwise")
+
+    # header-only copy of the real 48B folder: headers consistent with the index and shapes
+    dh = os.path.join(tmp, "kl-48b-headers")
+    cfg, n, total = klc.write_header_only(dh, 20)
+    with open(os.path.join(dh, st.INDEX_NAME)) as f:
+        idx = json.load(f)
+    heads = {}
+    ok = idx["metadata"]["total_size"] == total and len(idx["weight_map"]) == n
+    for fname in sorted(set(idx["weight_map"].values())):
+        raw = open(os.path.join(dh, fname), "rb").read()
+        (hn,) = struct.unpack("<Q", raw[:8])
+        ok = ok and len(raw) == 8 + hn
+        h = json.loads(raw[8:])
+        h.pop("__metadata__", None)
+        end = 0
+        for name, info in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            ok = ok and info["data_offsets"][0] == end and idx["weight_map"].get(name) == fname
+            end = info["data_offsets"][1]
+            heads[name] = info
+    want = {"model.layers.0.self_attn.A_log": ("F32", [1, 1, 32, 1]),
+            "model.layers.0.self_attn.q_proj.weight": ("BF16", [4096, 2304]),
+            "model.layers.0.self_attn.q_conv1d.weight": ("BF16", [4096, 1, 4]),
+            "model.layers.0.mlp.gate_proj.weight": ("BF16", [9216, 2304]),
+            "model.layers.3.self_attn.q_proj.weight": ("BF16", [32 * 192, 2304]),
+            "model.layers.3.self_attn.kv_a_proj_with_mqa.weight": ("BF16", [576, 2304]),
+            "model.layers.26.self_attn.kv_b_proj.weight": ("BF16", [32 * 256, 512]),
+            "model.layers.26.block_sparse_moe.experts.255.w2.weight": ("BF16", [2304, 1024]),
+            "model.layers.1.block_sparse_moe.gate.e_score_correction_bias": ("F32", [256]),
+            "lm_head.weight": ("BF16", [163840, 2304])}
+    for name, (dt, shape) in want.items():
+        ok = ok and name in heads and heads[name]["dtype"] == dt and heads[name]["shape"] == shape
+    kda = sum(1 for i in range(27) if "model.layers.%d.self_attn.A_log" % i in heads)
+    report(ok and kda == 20 and cfg["model_type"] == "kimi_linear",
+           "kimi_linear: header-only Kimi-Linear-48B-A3B folder", "%d tensors, %.2f GB described" % (n, total / 1e9))
 
 
 def main(argv=None):
