@@ -47,3 +47,11 @@ add_test(NAME run_kimi_linear_torch_refused COMMAND deltafin run --model ${DF_FI
   --prompt-ids 1,2,3 --max-new 2 --device torch-cpu)
 set_tests_properties(run_kimi_linear_torch_refused PROPERTIES WILL_FAIL FALSE
   PASS_REGULAR_EXPRESSION "torch compute path does not run model type kimi_k3")
+
+# deltafin inspect on the real Kimi-Linear-48B-A3B layout (config and 20,493 tensor headers
+# from tests/reference/kimi_linear_ckpt.py --header-only, shards made sparse to their
+# described size): every published name and shape binds, and the memory plan counts the MLA
+# cache per token and the KDA state per sequence.
+add_test(NAME inspect_kimi_linear_48b COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/kl_48b_inspect.py
+  $<TARGET_FILE:deltafin> ${DF_PYTHON} ${DF_REFERENCE} ${PROJECT_BINARY_DIR}/kl-48b-inspect)
+set_tests_properties(inspect_kimi_linear_48b PROPERTIES TIMEOUT 300)
