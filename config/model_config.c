@@ -38,12 +38,16 @@ typedef struct {
   char *err;
   size_t errlen;
   char no_mscale_types[128]; /* model types whose rope_scaling refuses mscale (messages) */
+  char pfx[96]; /* the object path of the keys being read, e.g. "text_config." (messages) */
 } ctx;
 
 /* What a family's parser reads through (model_config.h df_cfg_reader). */
 struct df_cfg_reader {
   ctx *c;
   json_t *root;
+  json_t *outer[4]; /* objects df_cfg_enter left, innermost last */
+  size_t pfx_len[4];
+  int depth;
 };
 
 static void fail(ctx *c, const char *fmt, ...) {
@@ -85,19 +89,19 @@ static int get_int(ctx *c, json_t *o, const char *key, bool required, int64_t de
   json_t *v = get(o, key);
   if (!v) {
     if (required) {
-      fail(c, "missing required key '%s'", key);
+      fail(c, "missing required key '%s%s'", c->pfx, key);
       return -1;
     }
     *out = def;
     return 0;
   }
   if (!json_is_integer(v)) {
-    fail(c, "key '%s': expected an integer, got %s", key, type_name(v));
+    fail(c, "key '%s%s': expected an integer, got %s", c->pfx, key, type_name(v));
     return -1;
   }
   json_int_t x = json_integer_value(v);
   if (x < lo || x > hi) {
-    fail(c, "key '%s': %lld is out of range (expected %lld..%lld)", key, (long long)x,
+    fail(c, "key '%s%s': %lld is out of range (expected %lld..%lld)", c->pfx, key, (long long)x,
          (long long)lo, (long long)hi);
     return -1;
   }
@@ -113,7 +117,7 @@ static int get_num(ctx *c, json_t *o, const char *key, double def, double *out) 
     return 0;
   }
   if (!json_is_number(v)) {
-    fail(c, "key '%s': expected a number, got %s", key, type_name(v));
+    fail(c, "key '%s%s': expected a number, got %s", c->pfx, key, type_name(v));
     return -1;
   }
   *out = json_number_value(v);
@@ -127,7 +131,7 @@ static int get_bool(ctx *c, json_t *o, const char *key, bool def, bool *out) {
     return 0;
   }
   if (!json_is_boolean(v)) {
-    fail(c, "key '%s': expected true or false, got %s", key, type_name(v));
+    fail(c, "key '%s%s': expected true or false, got %s", c->pfx, key, type_name(v));
     return -1;
   }
   *out = json_is_true(v);
@@ -142,7 +146,7 @@ static int get_str(ctx *c, json_t *o, const char *key, const char *def, const ch
     return 0;
   }
   if (!json_is_string(v)) {
-    fail(c, "key '%s': expected a string, got %s", key, type_name(v));
+    fail(c, "key '%s%s': expected a string, got %s", c->pfx, key, type_name(v));
     return -1;
   }
   *out = json_string_value(v);
@@ -165,18 +169,18 @@ static int get_eos(ctx *c, json_t *o, const char *key, int64_t vocab, int64_t *i
   if (!v) return 0;
   if (json_is_integer(v)) return get_int(c, o, key, true, 0, 0, hi, &ids[(*n)++]);
   if (!json_is_array(v)) {
-    fail(c, "key '%s': expected an integer or a list of integers, got %s", key, type_name(v));
+    fail(c, "key '%s%s': expected an integer or a list of integers, got %s", c->pfx, key, type_name(v));
     return -1;
   }
   size_t cnt = json_array_size(v);
   if (cnt > DF_CFG_MAX_EOS) {
-    fail(c, "key '%s': %zu token ids, more than the %d supported", key, cnt, DF_CFG_MAX_EOS);
+    fail(c, "key '%s%s': %zu token ids, more than the %d supported", c->pfx, key, cnt, DF_CFG_MAX_EOS);
     return -1;
   }
   for (size_t i = 0; i < cnt; i++) {
     json_t *e = json_array_get(v, i);
     if (!json_is_integer(e)) {
-      fail(c, "key '%s[%zu]': expected an integer, got %s", key, i, type_name(e));
+      fail(c, "key '%s%s[%zu]': expected an integer, got %s", c->pfx, key, i, type_name(e));
       return -1;
     }
     json_int_t x = json_integer_value(e);
@@ -403,18 +407,18 @@ int df_cfg_layer_list(df_cfg_reader *r, const char *key, int64_t n_layers, bool 
   json_t *mo = get(r->root, key);
   if (!mo) return 0;
   if (!json_is_array(mo)) {
-    fail(c, "key '%s': expected a list of layer indices, got %s", key, type_name(mo));
+    fail(c, "key '%s%s': expected a list of layer indices, got %s", c->pfx, key, type_name(mo));
     return -1;
   }
   for (size_t i = 0; i < json_array_size(mo); i++) {
     json_t *e = json_array_get(mo, i);
     if (!json_is_integer(e)) {
-      fail(c, "key '%s[%zu]': expected an integer, got %s", key, i, type_name(e));
+      fail(c, "key '%s%s[%zu]': expected an integer, got %s", c->pfx, key, i, type_name(e));
       return -1;
     }
     json_int_t x = json_integer_value(e);
     if (x < 0 || x >= n_layers) {
-      fail(c, "key '%s[%zu]': layer %lld is out of range (expected 0..%lld)", key, i,
+      fail(c, "key '%s%s[%zu]': layer %lld is out of range (expected 0..%lld)", c->pfx, key, i,
            (long long)x, (long long)(n_layers - 1));
       return -1;
     }
@@ -425,6 +429,66 @@ int df_cfg_layer_list(df_cfg_reader *r, const char *key, int64_t n_layers, bool 
 
 int df_cfg_quant_fp8(df_cfg_reader *r, df_model_config *m) { return parse_quant(r->c, r->root, m); }
 
+int df_cfg_layer_list1(df_cfg_reader *r, const char *key, int64_t n_layers, bool *in_list) {
+  ctx *c = r->c;
+  for (int64_t i = 0; i < n_layers; i++) in_list[i] = false;
+  json_t *mo = get(r->root, key);
+  if (!mo) return 0;
+  if (!json_is_array(mo)) {
+    fail(c, "key '%s%s': expected a list of 1-based layer numbers, got %s", c->pfx, key,
+         type_name(mo));
+    return -1;
+  }
+  for (size_t i = 0; i < json_array_size(mo); i++) {
+    json_t *e = json_array_get(mo, i);
+    if (!json_is_integer(e)) {
+      fail(c, "key '%s%s[%zu]': expected an integer, got %s", c->pfx, key, i, type_name(e));
+      return -1;
+    }
+    json_int_t x = json_integer_value(e);
+    if (x < 1 || x > n_layers) {
+      fail(c, "key '%s%s[%zu]': layer %lld is out of range (1-based: expected 1..%lld)", c->pfx,
+           key, i, (long long)x, (long long)n_layers);
+      return -1;
+    }
+    in_list[x - 1] = true;
+  }
+  return 0;
+}
+
+int df_cfg_enter(df_cfg_reader *r, const char *key, bool required) {
+  ctx *c = r->c;
+  json_t *o = get(r->root, key);
+  if (!o) {
+    if (!required) return 1;
+    fail(c, "missing required key '%s%s'", c->pfx, key);
+    return -1;
+  }
+  if (!json_is_object(o)) {
+    fail(c, "key '%s%s': expected an object, got %s", c->pfx, key, type_name(o));
+    return -1;
+  }
+  if (r->depth >= 4) {
+    fail(c, "key '%s%s': nested too deep", c->pfx, key);
+    return -1;
+  }
+  r->outer[r->depth] = r->root;
+  r->pfx_len[r->depth++] = strlen(c->pfx);
+  size_t n = strlen(c->pfx);
+  snprintf(c->pfx + n, sizeof c->pfx - n, "%s.", key);
+  r->root = o;
+  return 0;
+}
+
+void df_cfg_leave(df_cfg_reader *r) {
+  if (r->depth <= 0) return;
+  r->depth--;
+  r->root = r->outer[r->depth];
+  r->c->pfx[r->pfx_len[r->depth]] = '\0';
+}
+
+const char *df_cfg_prefix(const df_cfg_reader *r) { return r->c->pfx; }
+
 /* The model_type values of families[0..n) joined by ", "; rope_mscale 0/1 keeps only the
  * families with that rope_mscale, -1 keeps all. */
 static void type_list(const df_cfg_family *const *families, size_t n, int rope_mscale,
@@ -434,6 +498,8 @@ static void type_list(const df_cfg_family *const *families, size_t n, int rope_m
   for (size_t f = 0; f < n; f++) {
     if (rope_mscale >= 0 && families[f]->rope_mscale != (rope_mscale == 1)) continue;
     for (const char *const *t = families[f]->model_types; *t && o < cap; t++)
+      o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", *t);
+    for (const char *const *t = families[f]->wrapper_types; t && *t && o < cap; t++)
       o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", *t);
   }
 }
@@ -452,6 +518,32 @@ static int parse_model(ctx *c, json_t *root, const df_cfg_family *const *familie
   for (size_t f = 0; f < n_fam && !fam; f++)
     for (const char *const *t = families[f]->model_types; *t && !fam; t++)
       if (strcmp(mt, *t) == 0) fam = families[f];
+  /* a wrapper (e.g. kimi_k3): the text model's config is its text_config object, its
+   * tensors are named under "language_model." */
+  for (size_t f = 0; f < n_fam && !fam; f++)
+    for (const char *const *t = families[f]->wrapper_types; t && *t && !fam; t++) {
+      if (strcmp(mt, *t) != 0) continue;
+      json_t *tc = get(root, "text_config");
+      if (!tc || !json_is_object(tc)) {
+        fail(c, "key 'text_config': model type '%.64s' needs its text model's config as an "
+             "object, got %s", mt, tc ? type_name(tc) : "nothing");
+        return -1;
+      }
+      const char *tmt;
+      if (get_str(c, tc, "model_type", NULL, &tmt) != 0) return -1;
+      bool ok = false;
+      for (const char *const *u = families[f]->model_types; tmt && *u && !ok; u++)
+        ok = strcmp(tmt, *u) == 0;
+      if (!ok) {
+        fail(c, "key 'text_config.model_type': '%.64s' is not a text model of '%.64s' "
+             "(supported: %s)", tmt ? tmt : "(absent)", mt, families[f]->model_types[0]);
+        return -1;
+      }
+      fam = families[f];
+      root = tc;
+      copy_str(c->pfx, sizeof c->pfx, "text_config.");
+      copy_str(m->tensor_prefix, sizeof m->tensor_prefix, "language_model.");
+    }
   if (!fam) {
     fail(c, "key 'model_type': unsupported model type '%.64s' (supported: %s)", mt, supported);
     return -1;
@@ -542,13 +634,13 @@ static int parse_model(ctx *c, json_t *root, const df_cfg_family *const *familie
       get_eos(c, root, "eos_token_id", m->vocab_size, m->eos_token_ids, &m->n_eos, NULL))
     return -1;
 
-  return fam->parse(&(df_cfg_reader){c, root}, mt, m);
+  return fam->parse(&(df_cfg_reader){.c = c, .root = root}, mt, m);
 }
 
 int df_cfg_parse_for(const char *json, size_t len, const char *name,
                      const df_cfg_family *const *families, size_t n_families,
                      df_model_config *out, char *err, size_t errlen) {
-  ctx c = {name ? name : "config.json", err, errlen, ""};
+  ctx c = {name ? name : "config.json", err, errlen, "", ""};
   json_t *root = NULL;
   int rc = -1;
   df_model_config *m = NULL;
@@ -585,7 +677,7 @@ static int read_file(const char *dir, const char *name, bool optional, char **pa
   char *b = NULL;
   *buf = NULL;
   *path_out = NULL;
-  ctx c = {name, err, errlen, ""};
+  ctx c = {name, err, errlen, "", ""};
   if (!dir) {
     fail(&c, "NULL model folder");
     goto done;
@@ -669,7 +761,7 @@ static void gen_defaults(const df_model_config *mc, df_gen_config *g) {
 
 int df_gen_cfg_parse(const char *json, size_t len, const char *name, const df_model_config *mc,
                      df_gen_config *out, char *err, size_t errlen) {
-  ctx c = {name ? name : "generation_config.json", err, errlen, ""};
+  ctx c = {name ? name : "generation_config.json", err, errlen, "", ""};
   json_t *root = NULL;
   int rc = -1;
   if (!out) {

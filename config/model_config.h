@@ -21,6 +21,8 @@ typedef enum {
   DF_ARCH_QWEN3_MOE = 2, /* sparse MoE decoder: routed experts on the MoE layers */
   DF_ARCH_DEEPSEEK_V3 = 3, /* deepseek_v3 / kimi_k2: MLA attention, sigmoid group-limited
                               routing with correction bias, shared experts, dense first layers */
+  DF_ARCH_KIMI_LINEAR = 4, /* kimi_linear (and the kimi_k3 wrapper's text tower): KDA linear
+                              attention + NoPE MLA, DeepSeek-V3-style MoE */
 } df_arch;
 
 /* How the router turns gate logits into expert weights. */
@@ -110,6 +112,15 @@ typedef struct df_model_config {
   int64_t bos_token_id;              /* -1 when absent */
   int64_t eos_token_ids[DF_CFG_MAX_EOS]; /* config.json eos_token_id (int or list) */
   int n_eos;
+  char tensor_prefix[32];            /* prepended to every tensor name: "" or, for a wrapper
+                                        config (kimi_k3's text_config), "language_model." */
+  /* Kimi Linear (linear_attn_config, configuration_kimi.py; 0 / false otherwise): */
+  bool is_kda_layer[DF_CFG_MAX_LAYERS]; /* (i + 1) in kda_layers; else i + 1 in full_attn_layers */
+  int64_t kda_heads, kda_head_dim, kda_conv; /* num_heads, head_dim, short_conv_kernel_size */
+  bool kda_lower_bound;              /* gate_lower_bound present: the sigmoid decay gate */
+  double kda_gate_lb;                /* gate_lower_bound */
+  bool kda_full_rank_gate;           /* use_full_rank_gate: g_proj instead of g_a/g_b_proj */
+  bool mla_nope, mla_output_gate;    /* mla_use_nope, mla_use_output_gate */
 } df_model_config;
 
 /* Defaults of generation_config.json; absent keys keep the transformers defaults. */
@@ -140,6 +151,9 @@ struct df_cfg_family {
   const char *const *model_types; /* NULL-terminated model_type values it reads, in the
                                      order error messages list them */
   bool rope_mscale;               /* YaRN rope_scaling may carry mscale / mscale_all_dim */
+  const char *const *wrapper_types; /* NULL-terminated model_type values whose text model is
+                                       their "text_config" object (one of model_types), with
+                                       tensors under "language_model."; NULL = none */
   /* Read the family's own keys into *m (arch, MoE map, router, ...) after the shared ones
    * are in *m; model_type is the one that matched. 0, or -1 with the message set. */
   int (*parse)(df_cfg_reader *r, const char *model_type, df_model_config *m);
@@ -187,6 +201,15 @@ int df_cfg_str(df_cfg_reader *r, const char *key, const char *def, const char **
 /* A list of layer indices in 0..n_layers-1 (e.g. mlp_only_layers): in_list[i] = i listed;
  * absent: none. */
 int df_cfg_layer_list(df_cfg_reader *r, const char *key, int64_t n_layers, bool *in_list);
+/* A list of 1-BASED layer numbers in 1..n_layers (Kimi Linear's kda_layers /
+ * full_attn_layers): in_list[i] = (i + 1) listed; absent: none. */
+int df_cfg_layer_list1(df_cfg_reader *r, const char *key, int64_t n_layers, bool *in_list);
+/* Read the keys of the object `key` until df_cfg_leave (messages name them "key.sub").
+ * 0 entered; 1 absent (not required); -1 missing when required, or not an object. */
+int df_cfg_enter(df_cfg_reader *r, const char *key, bool required);
+void df_cfg_leave(df_cfg_reader *r);
+/* The object path keys are read under, e.g. "text_config." or "" (for messages). */
+const char *df_cfg_prefix(const df_cfg_reader *r);
 /* quantization_config: null or absent = DF_QUANT_NONE; quant_method "fp8" with fmt "e4m3"
  * (or absent) and weight_block_size [n, k] of positive integers = DF_QUANT_FP8_BLOCK; other
  * methods or formats are refused by name. */

@@ -129,7 +129,7 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
       }
       if (df_tm_forward(m->tm, R, m->row_ids, m->pos, m->row_seq, kvs, m->row_out, m->backend,
                         m->xs, m->ys, m->route_counts, err, errlen) != 0) {
-        for (int t = 0; t < n_seqs; t++) kvs[t]->len = start[t];
+        for (int t = 0; t < n_seqs; t++) df_kv_rewind(kvs[t], start[t]);
         return -1;
       }
       for (int64_t r = 0; r < R; r++)
@@ -138,7 +138,7 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
       continue;
     }
     if (forward_chunk(m, kvs, m->row_seq, m->row_ids, R, err, errlen) != 0) {
-      for (int t = 0; t < n_seqs; t++) kvs[t]->len = start[t];
+      for (int t = 0; t < n_seqs; t++) df_kv_rewind(kvs[t], start[t]);
       return -1;
     }
     /* rows that need logits, gathered so lm_head streams its weights once per chunk */

@@ -86,15 +86,55 @@ void df_kv_destroy(df_kv_cache **kvp) {
     if (kv->k) df_t_destroy(&kv->k[l]);
     if (kv->v) df_t_destroy(&kv->v[l]);
   }
+  if (kv->rec)
+    for (int64_t l = 0; l < kv->n_layers; l++)
+      if (kv->rec[l]) kv->rec[l]->ops->destroy(kv->rec[l]);
+  free(kv->rec);
   free(kv->k);
   free(kv->v);
   free(kv);
   *kvp = NULL;
 }
 
+static bool recs_can(const df_kv_cache *kv, int64_t n) {
+  for (int64_t l = 0; l < kv->n_layers; l++)
+    if (kv->rec[l] && !kv->rec[l]->ops->can_rollback(kv->rec[l], n)) return false;
+  return true;
+}
+
+static void recs_rollback(df_kv_cache *kv, int64_t n) {
+  for (int64_t l = 0; l < kv->n_layers; l++)
+    if (kv->rec[l]) kv->rec[l]->ops->rollback(kv->rec[l], n);
+}
+
+bool df_kv_can_truncate(const df_kv_cache *kv, int64_t n) {
+  return n >= 0 && n <= kv->len && recs_can(kv, n);
+}
+
 void df_kv_truncate(df_kv_cache *kv, int64_t n) {
   assert(n >= 0 && n <= kv->len);
+  if (!recs_can(kv, n)) {
+    fprintf(stderr, "df_kv_truncate: a recurrent state cannot be rolled back from %lld to %lld "
+            "positions (only to 0 or within its logged rows)\n", (long long)kv->len,
+            (long long)n);
+    abort();
+  }
+  if (n < kv->len) recs_rollback(kv, n);
   kv->len = n;
+}
+
+int64_t df_kv_truncate_or_reset(df_kv_cache *kv, int64_t n) {
+  if (!df_kv_can_truncate(kv, n)) n = 0;
+  df_kv_truncate(kv, n);
+  return n;
+}
+
+int64_t df_kv_rewind(df_kv_cache *kv, int64_t n) {
+  if (n < 0) n = 0;
+  if (!recs_can(kv, n)) n = 0;
+  recs_rollback(kv, n);
+  kv->len = n;
+  return n;
 }
 
 uint64_t df_kv_bytes_per_token(const df_kv_cache *kv) { return kv->bytes_per_token; }
@@ -123,7 +163,8 @@ df_kv_cache *df_kv_new_layers(int64_t n_layers, int64_t ctx, uint64_t bytes_per_
   kv->bytes_per_seq = bytes_per_seq;
   kv->k = calloc((size_t)n_layers, sizeof *kv->k);
   kv->v = calloc((size_t)n_layers, sizeof *kv->v);
-  if (!kv->k || !kv->v) goto oom;
+  kv->rec = calloc((size_t)n_layers, sizeof *kv->rec);
+  if (!kv->k || !kv->v || !kv->rec) goto oom;
   return kv;
 oom:
   snprintf(err, errlen, "KV cache: out of memory");

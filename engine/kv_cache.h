@@ -2,18 +2,35 @@
  *
  * Owns: per-layer key and value tensors [n_kv, ctx, head_dim] fp32 — or, for multi-head
  * latent attention (MLA, DeepSeek-V2/V3), the compressed latent c_kv [ctx, kv_lora_rank] and
- * the RoPE key shared by all heads [ctx, rope_dim] per layer, never expanded per head — and
- * the number of positions filled. Truncation (speculative decoding's rollback) only moves the length:
- * positions past it are overwritten by the next forward. Does not own: how K/V are
- * computed (the token mixers, engine/layers/).
+ * the RoPE key shared by all heads [ctx, rope_dim] per layer, never expanded per head —, a
+ * layer's recurrent state (df_kv_rec, e.g. KDA's, engine/layers/kda.h) and the number of
+ * positions filled. Truncation (speculative decoding's rollback) moves the length (positions
+ * past it are overwritten by the next forward) and puts every recurrent state back exactly.
+ * Does not own: how K/V or a recurrent state are computed (the token mixers, engine/layers/).
  */
 #ifndef DF_ENGINE_KV_CACHE_H
 #define DF_ENGINE_KV_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "engine/tensor/torch_shim.h"
+
+/* A recurrent (length-independent) state of one layer, such as KDA's delta-rule state and
+ * conv windows (engine/layers/kda.h), owned by the cache slot of its layer. */
+typedef struct df_kv_rec df_kv_rec;
+typedef struct df_kv_rec_ops {
+  /* True when the state can be put back exactly as if only the first n positions had been
+   * fed (n <= the positions it holds). */
+  bool (*can_rollback)(const df_kv_rec *r, int64_t n);
+  /* Put it back to n positions (can_rollback(n) true); n == 0 zeroes it. Never fails. */
+  void (*rollback)(df_kv_rec *r, int64_t n);
+  void (*destroy)(df_kv_rec *r); /* frees r */
+} df_kv_rec_ops;
+struct df_kv_rec {
+  const df_kv_rec_ops *ops;
+};
 
 typedef struct df_kv_cache {
   int64_t n_layers;
@@ -28,6 +45,8 @@ typedef struct df_kv_cache {
   int64_t kv_lora_rank; /* > 0 marks an MLA cache */
   uint64_t bytes_per_token; /* state bytes one position takes over all layers */
   uint64_t bytes_per_seq;   /* state bytes independent of the length (recurrent states) */
+  df_kv_rec **rec;          /* [n_layers] a layer's recurrent state (owned), or NULL: a layer
+                               holds k/v tensors, a recurrent state, or both */
 } df_kv_cache;
 
 /* A cache of n_layers empty slots (k[l] = v[l] = NULL) for ctx tokens, for a model whose
@@ -64,8 +83,27 @@ df_kv_cache *df_kv_new_mla_on(const df_t_device *dev, int64_t n_layers, int64_t 
 void df_kv_destroy(df_kv_cache **kv);
 
 /* Roll back to n positions (0 <= n <= len; asserts otherwise). The next forward continues
- * at position n exactly as if the positions past n had never been computed. */
+ * at position n exactly as if the positions past n had never been computed. A KV cache
+ * only moves its length; a recurrent state (kv->rec) is restored exactly (kda.h: its
+ * state before its last logged rows, then those rows up to n replayed), which reaches back
+ * a bounded number of positions: n == 0 and n == len always work, other n only when
+ * df_kv_can_truncate says so. Any other n aborts the process with a message on stderr
+ * (a caller bug: the result would silently be wrong). */
 void df_kv_truncate(df_kv_cache *kv, int64_t n);
+
+/* True when df_kv_truncate(kv, n) is legal: 0 <= n <= len and every recurrent layer state
+ * can be put back to n. */
+bool df_kv_can_truncate(const df_kv_cache *kv, int64_t n);
+
+/* Roll back to n positions when df_kv_can_truncate(kv, n), else to 0 (for a cache the
+ * caller refills from its own copy of the ids, e.g. a speculative draft's). Returns the new
+ * length (n or 0). */
+int64_t df_kv_truncate_or_reset(df_kv_cache *kv, int64_t n);
+
+/* After a failed forward: every recurrent layer state back to n positions (each layer may
+ * hold more than len positions when the failure came mid-chunk) and len = n; when a layer
+ * cannot reach n the whole cache is reset to 0. Returns the new length. */
+int64_t df_kv_rewind(df_kv_cache *kv, int64_t n);
 
 /* Bytes held by the cache: bytes_per_token * ctx + bytes_per_seq. */
 uint64_t df_kv_bytes(const df_kv_cache *kv);

@@ -72,7 +72,9 @@ static int share_tensor(df_model *m, const df_model *src, const char *name,
                         const df_t_tensor **dst, char *err, size_t errlen) {
   const df_st_tensor *t = df_st_find(m->st, name);
   if (!t || !*dst) return 0;
-  const char *cands[] = {"model.embed_tokens.weight", "lm_head.weight"};
+  char cands[2][96];
+  snprintf(cands[0], sizeof cands[0], "%smodel.embed_tokens.weight", src->cfg.tensor_prefix);
+  snprintf(cands[1], sizeof cands[1], "%slm_head.weight", src->cfg.tensor_prefix);
   for (int i = 0; i < 2; i++) {
     const df_st_tensor *r = df_st_find(src->st, cands[i]);
     if (!r || r->dtype != t->dtype || r->ndim != t->ndim || r->nbytes != t->nbytes) continue;
@@ -187,7 +189,7 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
                   .rope_cos = m->rope_cos, .rope_sin = m->rope_sin, .layers = tl,
                   .n_group = c->n_group, .topk_group = c->topk_group,
                   .routed_scaling = (float)c->routed_scaling_factor};
-  uint64_t kv_per_token = 0;
+  uint64_t kv_per_token = 0, kv_per_seq = 0;
   for (int64_t l = 0; l < L; l++) {
     const df_layer *w = &m->layers[l];
     df_tm_layer *t = &tl[l];
@@ -195,6 +197,7 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
     w->attn->ops->describe(w->attn, &d, t);
     w->ffn->ops->describe(w->ffn, &d, t);
     kv_per_token += w->attn->ops->state_bytes_per_token(w->attn);
+    kv_per_seq += w->attn->ops->state_bytes_per_seq(w->attn);
     if (!w->ffn->ops->expert_weights) continue;
     for (int64_t e = 0; e < E && !opts->device_host_experts; e++) {
       const df_t_tensor *g, *u, *dn;
@@ -204,7 +207,7 @@ static int device_attach(df_model *m, const df_model_opts *opts, char *err, size
   }
   /* work: planned activations, the fp32 copy of the largest weight (twice: the widened
    * weight and the product's workspace), the logits of a chunk */
-  uint64_t kv = kv_per_token * (uint64_t)m->max_ctx * (uint64_t)seqs;
+  uint64_t kv = (kv_per_token * (uint64_t)m->max_ctx + kv_per_seq) * (uint64_t)seqs;
   uint64_t work = m->bytes.buffers + 2 * (max_w / (df_dtype_size(df_t_dtype(m->lm_head)))) * 4;
   df_admit_in in = {.device = nm, .free_bytes = free_b, .total_bytes = total_b,
                     .resident_bytes = m->bytes.resident,
@@ -281,23 +284,23 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
                           .backend = &m->backend, .profiling = &m->profiling, .prof = &m->prof};
   int64_t H = c->hidden_size;
   int64_t s_emb[2] = {c->vocab_size, H}, s_norm[1] = {H};
-  if (!(m->embed = df_bind(&m->bind, "model.embed_tokens.weight", 2, s_emb, false, false, err,
-                           errlen)) ||
-      !(m->final_norm = df_bind(&m->bind, "model.norm.weight", 1, s_norm, false, false, err,
-                                errlen)))
+  char n_emb[96], n_norm[96], n_head[96]; /* under the config's tensor prefix */
+  snprintf(n_emb, sizeof n_emb, "%smodel.embed_tokens.weight", c->tensor_prefix);
+  snprintf(n_norm, sizeof n_norm, "%smodel.norm.weight", c->tensor_prefix);
+  snprintf(n_head, sizeof n_head, "%slm_head.weight", c->tensor_prefix);
+  if (!(m->embed = df_bind(&m->bind, n_emb, 2, s_emb, false, false, err, errlen)) ||
+      !(m->final_norm = df_bind(&m->bind, n_norm, 1, s_norm, false, false, err, errlen)))
     goto fail;
   if (c->tie_word_embeddings) {
     m->lm_head = m->embed;
-  } else if (!(m->lm_head = df_bind(&m->bind, "lm_head.weight", 2, s_emb, false, false, err,
-                                    errlen))) {
+  } else if (!(m->lm_head = df_bind(&m->bind, n_head, 2, s_emb, false, false, err, errlen))) {
     goto fail;
   }
   if (opts && opts->share_from) {
-    if (share_tensor(m, opts->share_from, "model.embed_tokens.weight", &m->embed, err, errlen) != 0)
-      goto fail;
+    if (share_tensor(m, opts->share_from, n_emb, &m->embed, err, errlen) != 0) goto fail;
     if (c->tie_word_embeddings)
       m->lm_head = m->embed;
-    else if (share_tensor(m, opts->share_from, "lm_head.weight", &m->lm_head, err, errlen) != 0)
+    else if (share_tensor(m, opts->share_from, n_head, &m->lm_head, err, errlen) != 0)
       goto fail;
   }
   m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
@@ -341,8 +344,25 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
         m->bytes.experts / (uint64_t)c->num_experts * (uint64_t)c->num_experts_per_tok;
   m->backend = df_model_local_experts(m, err, errlen);
   if (!m->backend) goto fail;
-  if (opts && opts->device.kind != DF_T_DEV_CPU && device_attach(m, opts, err, errlen) != 0)
-    goto fail;
+  if (opts && opts->device.kind != DF_T_DEV_CPU) {
+    /* a block without a torch view (describe NULL: KDA, NoPE MLA) keeps the model on the
+     * CPU kernels: refused when the device was asked for by name, a note under auto */
+    const char *kind = NULL;
+    for (int64_t l = 0; l < c->num_hidden_layers && !kind; l++)
+      if (!m->layers[l].attn->ops->describe) kind = m->layers[l].attn->ops->state_kind;
+    if (kind && opts->device.kind != DF_T_DEV_AUTO) {
+      char nm[32];
+      df_t_device_name(&opts->device, nm, sizeof nm);
+      snprintf(err, errlen, "--device %s: the torch compute path does not run model type %s "
+               "yet (its layers hold %s); use --device cpu", nm, c->model_type, kind);
+      goto fail;
+    }
+    if (kind)
+      snprintf(m->device_note, sizeof m->device_note, "--device auto: the torch compute path "
+               "does not run model type %s yet; running on the CPU", c->model_type);
+    else if (device_attach(m, opts, err, errlen) != 0)
+      goto fail;
+  }
   *out = m;
   return 0;
 fail:
@@ -404,8 +424,7 @@ uint64_t df_model_kv_bytes_per_token(const df_model *m) {
   return b;
 }
 
-/* Bytes of a sequence's state that do not grow with its length (recurrent states). */
-static uint64_t kv_bytes_per_seq(const df_model *m) {
+uint64_t df_model_kv_bytes_per_seq(const df_model *m) {
   uint64_t b = 0;
   for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++)
     b += m->layers[l].attn->ops->state_bytes_per_seq(m->layers[l].attn);
@@ -419,7 +438,7 @@ df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t e
              (long long)ctx, (long long)m->max_ctx);
     return NULL;
   }
-  uint64_t per_token = df_model_kv_bytes_per_token(m), per_seq = kv_bytes_per_seq(m);
+  uint64_t per_token = df_model_kv_bytes_per_token(m), per_seq = df_model_kv_bytes_per_seq(m);
   df_kv_cache *kv = df_kv_new_layers(m->cfg.num_hidden_layers, ctx, per_token, per_seq, err,
                                      errlen);
   if (!kv) return NULL;
@@ -435,6 +454,17 @@ df_kv_cache *df_model_kv_new(const df_model *m, int64_t ctx, char *err, size_t e
     }
   }
   return kv;
+}
+
+void df_model_expert_tensor_name(const df_model *m, int layer, int expert, int part, char *buf,
+                                 size_t cap) {
+  static const char *const parts[3] = {"gate_proj", "up_proj", "down_proj"};
+  if (m->family->expert_tensor_name) {
+    m->family->expert_tensor_name(&m->cfg, layer, expert, part, buf, cap);
+    return;
+  }
+  snprintf(buf, cap, "%smodel.layers.%d.mlp.experts.%d.%s.weight", m->cfg.tensor_prefix, layer,
+           expert, parts[part]);
 }
 
 int df_model_expert_weights(const df_model *m, int layer, int expert, const df_t_tensor **gate,

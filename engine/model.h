@@ -63,7 +63,9 @@ typedef struct df_model_opts {
    * is admitted (engine/device/admission.h: reserve, resident + KV + draft + work charged first,
    * hottest experts in the rest) and the model is uploaded for the torch compute path.
    * Whatever fails there (no CUDA, admission refused, upload error) leaves the model on
-   * the CPU, never an error; df_model_device_note says what happened. */
+   * the CPU, never an error; df_model_device_note says what happened. One exception: a
+   * model with a layer kind the torch path does not run (KDA, NoPE MLA: kimi_linear) is an
+   * error for CUDA / TORCH_CPU (naming the model type), and stays on the CPU under AUTO. */
   df_t_device device;
   int64_t device_seqs;       /* KV caches of max_ctx the caller will keep (0 = 1) */
   uint64_t device_extra;     /* further bytes charged first, e.g. a draft model (0 = none) */
@@ -146,6 +148,18 @@ void df_model_state_kind(const df_model *m, char *buf, size_t cap);
 /* KV-cache bytes one token takes over all layers: fp32 K and V per kv head (qwen3 families),
  * or the fp32 latent c_kv (kv_lora_rank) + shared RoPE key (qk_rope_head_dim) for MLA. */
 uint64_t df_model_kv_bytes_per_token(const df_model *m);
+
+/* State bytes of one sequence that do not grow with its length, over all layers: KDA's
+ * recurrent state per sequence (engine/layers/kda.h: S, conv windows, their base copy and
+ * the rollback log); 0 for models with KV caches only. */
+uint64_t df_model_kv_bytes_per_seq(const df_model *m);
+
+/* The checkpoint name of routed expert `expert`'s weight `part` (0 gate, 1 up, 2 down) on
+ * `layer`, as the model's family binds it (engine/models/family.h expert_tensor_name), into
+ * buf (cap bytes, truncated). Its FP8 block scale, when there is one, is that name +
+ * "_scale_inv". */
+void df_model_expert_tensor_name(const df_model *m, int layer, int expert, int part, char *buf,
+                                 size_t cap);
 
 /* The routed-expert weights of (layer, expert): gate_proj/up_proj [I, H], down_proj [H, I]
  * in their stored dtype; FP8 (F8_E4M3) weights carry their block scales (df_t_block_scale),

@@ -6,9 +6,10 @@ usage: cluster_test.py SCENARIO BUILD_DIR FIXTURES_DIR WORK_DIR
 SCENARIO:
   exact     local only / one node holding every expert / three nodes with uneven budgets
             whose sum, not any one, covers the routed experts: identical ids and logits
-  ds_fp8, ds_bf16
+  ds_fp8, ds_bf16, kl_48b
             the same three-node comparison on the deepseek_v3 / kimi_k2 fixtures
-            (tiny-ds-fp8: F8_E4M3 experts with 32x32 block scales; tiny-ds-bf16); one node
+            (tiny-ds-fp8: F8_E4M3 experts with 32x32 block scales; tiny-ds-bf16) and the
+            kimi_linear one (tiny-kl-48b: block_sparse_moe.experts.<e>.w1/w3/w2); one node
             streams its tensors, which stay FP8 on the wire and in its cache
   stream    nodes without the checkpoint get the tensors streamed (SHA-256 checked,
             content-addressed cache); a second run reuses the cache
@@ -219,11 +220,13 @@ def expert_pair_bytes(model):
     import struct
     with open(os.path.join(model, "model.safetensors"), "rb") as f:
         hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-    first = min(int(k.split(".")[2]) for k in hdr if ".mlp.experts.0." in k)
-    pre = "model.layers.%d.mlp.experts.0." % first
+    moe = ".block_sparse_moe.experts." if any(".block_sparse_moe.experts." in k for k in hdr) \
+        else ".mlp.experts."  # Kimi Linear's or DeepSeek / Qwen's routed experts
+    first = min(int(k.split(".")[2]) for k in hdr if moe + "0." in k)
+    pre = "model.layers.%d%s0." % (first, moe)
     sizes = {k[len(pre):]: v["data_offsets"][1] - v["data_offsets"][0]
              for k, v in hdr.items() if k.startswith(pre)}
-    pairs = {tuple(k.split(".")[2:6:3]) for k in hdr if ".mlp.experts." in k}
+    pairs = {tuple(k.split(".")[2:6:3]) for k in hdr if moe in k}
     return sum(sizes.values()), sizes, len(pairs)
 
 
@@ -727,7 +730,8 @@ def main():
         {"exact": scen_exact, "stream": scen_stream, "kill": scen_kill,
          "security": scen_security, "device": scen_device, "idle": scen_idle, "wrongkey": scen_wrongkey,
          "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"), "ds_fp8_device": scen_ds_fp8_device,
-         "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16"), "shutdown": scen_shutdown,
+         "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16"),
+         "kl_48b": lambda: scen_exact_ds("tiny-kl-48b"), "shutdown": scen_shutdown,
          "state_modes": scen_state_modes}[SCEN]()
     finally:
         for q in procs:

@@ -441,10 +441,10 @@ static const err_case err_cases[] = {
     {"duplicate key", "{\"model_type\":\"qwen3\",\"model_type\":\"qwen3\"}", NULL, NULL,
      "config.json:1:"},
     {"missing model_type", NULL, NULL, "model_type",
-     "config.json: missing required key 'model_type' (supported: qwen3_moe, qwen3, deepseek_v3, kimi_k2)"},
+     "config.json: missing required key 'model_type' (supported: qwen3_moe, qwen3, deepseek_v3, kimi_k2, kimi_linear, kimi_k3)"},
     {"unknown model_type", NULL, "{\"model_type\":\"llama\"}", NULL,
      "config.json: key 'model_type': unsupported model type 'llama' (supported: qwen3_moe, "
-     "qwen3, deepseek_v3, kimi_k2)"},
+     "qwen3, deepseek_v3, kimi_k2, kimi_linear, kimi_k3)"},
     {"model_type not a string", NULL, "{\"model_type\":3}", NULL,
      "config.json: key 'model_type': expected a string, got an integer"},
     {"missing vocab_size", NULL, NULL, "vocab_size",
@@ -632,7 +632,7 @@ static void test_load_errors(void **state) {
   assert_int_equal(df_cfg_load(dir, &m, err, sizeof err), -1);
   assert_non_null(strstr(err, dir));
   assert_non_null(strstr(err, "/config.json: key 'model_type': unsupported model type "
-                              "'mixtral' (supported: qwen3_moe, qwen3, deepseek_v3, kimi_k2)"));
+                              "'mixtral' (supported: qwen3_moe, qwen3, deepseek_v3, kimi_k2, kimi_linear, kimi_k3)"));
   write_text(dir, "config.json", "{\n\"model_type\": \"qwen3\",\n\"hidden_size\": 1\n");
   assert_int_equal(df_cfg_load(dir, &m, err, sizeof err), -1);
   assert_non_null(strstr(err, "/config.json:4:0: JSON syntax error"));

@@ -86,6 +86,11 @@ int df_cmd_inspect(int argc, char **argv) {
   df_model_state_kind(m, kind, sizeof kind);
   printf("  KV cache per token   %12llu bytes (%s, all layers)\n", (unsigned long long)kv_tok,
          kind);
+  uint64_t kv_seq = df_model_kv_bytes_per_seq(m);
+  if (kv_seq)
+    printf("  state per sequence   %12llu bytes (%.3f MiB): recurrent state + conv windows, their "
+           "rollback base and log, all layers\n", (unsigned long long)kv_seq,
+           kv_seq / (1024.0 * 1024.0));
   df_model_destroy(&m);
   return 0;
 }

@@ -13,8 +13,6 @@
 #include "engine/tensor/torch_shim.h"
 #include "transport/keys.h"
 
-static const char *const parts[3] = {"gate_proj", "up_proj", "down_proj"};
-
 /* Fill *t from the checkpoint's tensor `name` (2-D); its bytes go to *data. */
 static int manifest_tensor(const df_st_model *st, const char *name, df_proto_tensor *t,
                            const uint8_t **data, char *err, size_t errlen) {
@@ -74,8 +72,7 @@ int df_cluster_manifest_build(const df_model *m, df_cluster_manifest *mf, char *
       uint64_t pb = 0;
       for (int k = 0; k < 3; k++) {
         char name[DF_PROTO_MAX_TNAME + 1];
-        snprintf(name, sizeof name, "model.layers.%lld.mlp.experts.%lld.%s.weight", (long long)l,
-                 (long long)e, parts[k]);
+        df_model_expert_tensor_name(m, (int)l, (int)e, k, name, sizeof name);
         df_proto_tensor *t = &mf->t[mf->tpp * p + k];
         if (manifest_tensor(st, name, t, &mf->data[mf->tpp * p + k], err, errlen) != 0) goto fail;
         bool fp8 = df_t_dtype(w[k]) == DF_DT_F8_E4M3;
@@ -90,8 +87,9 @@ int df_cluster_manifest_build(const df_model *m, df_cluster_manifest *mf, char *
         const df_t_tensor *sc = df_t_block_scale(w[k], &bn, &bk);
         df_proto_tensor *ts = &mf->t[mf->tpp * p + 3 + k];
         const uint8_t **sd = &mf->data[mf->tpp * p + 3 + k];
-        snprintf(name, sizeof name, "model.layers.%lld.mlp.experts.%lld.%s.weight_scale_inv",
-                 (long long)l, (long long)e, parts[k]);
+        char wname[DF_PROTO_MAX_TNAME + 1];
+        df_model_expert_tensor_name(m, (int)l, (int)e, k, wname, sizeof wname);
+        snprintf(name, sizeof name, "%.*s_scale_inv", DF_PROTO_MAX_TNAME - 10, wname);
         if (manifest_tensor(st, name, ts, sd, err, errlen) != 0) goto fail;
         if (!sc || bn != mf->block_n || bk != mf->block_k || *sd != df_t_data(sc)) {
           snprintf(err, errlen, "cluster manifest: %s is not the block scale the engine bound "

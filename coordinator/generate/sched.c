@@ -396,7 +396,7 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
       }
       df_kv_truncate(sl->dkv, 0);
     }
-    if (sl->dkv->len > j->len - 1) df_kv_truncate(sl->dkv, j->len - 1);
+    if (sl->dkv->len > j->len - 1) df_kv_truncate_or_reset(sl->dkv, j->len - 1);
     /* catch up: the draft's cache gets every committed id, then proposes d1 */
     q[nq] = (df_batch_seq){.kv = sl->dkv, .ids = j->seq + sl->dkv->len,
                            .n = j->len - sl->dkv->len, .mode = DF_LOGITS_LAST,
@@ -440,7 +440,7 @@ static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_
   }
   if (a == k) x = df_argmax_f32(sl->vlogits + (int64_t)k * s->V, s->V);
   df_kv_truncate(sl->kv, L + a);
-  if (sl->dkv->len > L + a) df_kv_truncate(sl->dkv, L + a);
+  if (sl->dkv->len > L + a) df_kv_truncate_or_reset(sl->dkv, L + a);
   j->drounds++;
   j->ddrafted += k;
   j->daccepted += a;

@@ -73,7 +73,8 @@ uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx) {
   if (ctx <= 0) ctx = df_model_max_ctx(draft);
   df_model_bytes b = df_model_memory(draft);
   uint64_t V = (uint64_t)df_model_cfg(draft)->vocab_size;
-  return df_model_kv_bytes_per_token(draft) * (uint64_t)ctx + b.buffers + (b.total - b.shared) +
+  return df_model_kv_bytes_per_token(draft) * (uint64_t)ctx + df_model_kv_bytes_per_seq(draft) +
+         b.buffers + (b.total - b.shared) +
          (uint64_t)(DF_SPEC_K_MAX + 1) * V * sizeof(float);
 }
 
@@ -316,7 +317,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   /* draft: catch up to seq[0..L-1], then propose d1..dk */
   int64_t D = s->dkv->len;
   if (D > L - 1) D = L - 1;
-  df_kv_truncate(s->dkv, D);
+  D = df_kv_truncate_or_reset(s->dkv, D); /* a recurrent draft state may only reach back so far */
   if (df_model_forward(s->d, s->dkv, &s->seq[D], L - D, DF_LOGITS_LAST, s->dlogits, err,
                        errlen) != 0)
     goto draft_failed;
@@ -396,7 +397,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   s->seq[L + a] = x;
   s->len = L + a + 1;
   df_kv_truncate(s->tkv, L + a);
-  if (s->dkv->len > L + a) df_kv_truncate(s->dkv, L + a);
+  if (s->dkv->len > L + a) df_kv_truncate_or_reset(s->dkv, L + a);
   s->pending = true;
   memcpy(out, s->seq + L, (size_t)(a + 1) * sizeof *out);
   double t2 = now_ms();

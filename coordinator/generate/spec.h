@@ -110,9 +110,9 @@ void df_spec_disable(df_spec *s, const char *reason);
 void df_spec_set_quiet(df_spec *s, bool quiet);
 
 /* Bytes a draft still needs to run a sequence of ctx tokens (0 = its max_ctx): its KV cache
- * (df_model_kv_bytes_per_token x ctx), its planned buffers, its weights not shared with the
- * target (df_model_bytes.total - .shared) and the generator's per-draft scratch
- * ((DF_SPEC_K_MAX + 1) x vocab fp32). */
+ * (df_model_kv_bytes_per_token x ctx + df_model_kv_bytes_per_seq, a recurrent state), its
+ * planned buffers, its weights not shared with the target (df_model_bytes.total - .shared)
+ * and the generator's per-draft scratch ((DF_SPEC_K_MAX + 1) x vocab fp32). */
 uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx);
 
 /* Load the draft model in draft_dir for `target` (loaded from target_dir), the way

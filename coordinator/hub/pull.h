@@ -48,7 +48,8 @@ void df_pull_opts_init(df_pull_opts *o);
  * the manifest lists what was published and what is pending. */
 int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err, size_t errlen);
 
-/* True for a routed-expert tensor name: "...layers.<L>.mlp.experts.<E>.<rest>". */
+/* True for a routed-expert tensor name: "...layers.<L>.mlp.experts.<E>.<rest>" (or Kimi
+ * Linear's "...layers.<L>.block_sparse_moe.experts.<E>.<rest>"). */
 bool df_pull_is_expert_tensor(const char *name);
 
 #endif

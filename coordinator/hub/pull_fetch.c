@@ -17,8 +17,13 @@
 
 bool df_pull_is_expert_tensor(const char *name) {
   const char *p = strstr(name, ".mlp.experts.");
+  size_t skip = strlen(".mlp.experts.");
+  if (!p) { /* Kimi Linear: block_sparse_moe.experts.<e>.w1/w2/w3 */
+    p = strstr(name, ".block_sparse_moe.experts.");
+    skip = strlen(".block_sparse_moe.experts.");
+  }
   if (!p || !strstr(name, "layers.")) return false;
-  p += strlen(".mlp.experts.");
+  p += skip;
   if (*p < '0' || *p > '9') return false;
   while (*p >= '0' && *p <= '9') p++;
   return *p == '.';

@@ -246,7 +246,6 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
       const df_t_tensor *w3[3];
       if (df_model_expert_weights(m, l, e, &w3[0], &w3[1], &w3[2]) != 0) continue;
       slot *sl = &s->slots[l * s->n_experts + e];
-      static const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
       const df_st_tensor *t[MAX_PIECES];
       const df_t_tensor *sc[3] = {NULL, NULL, NULL};
       bool any_sparse = false;
@@ -256,15 +255,16 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
         const void *bound = NULL;
         if (k < 3) {
           bound = df_t_data(w3[k]);
-          snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[k]);
+          df_model_expert_tensor_name(m, l, e, k, nm, sizeof nm);
         } else {
           int64_t bn = 0, bk = 0;
           sc[k - 3] = df_t_block_scale(w3[k - 3], &bn, &bk);
           if (sc[k - 3]) bound = df_t_data(sc[k - 3]);
           if (k > 3 && (bn != sl->bn || bk != sl->bk)) bound = NULL;
           sl->bn = bn, sl->bk = bk;
-          snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.%s.weight_scale_inv", l, e,
-                   proj[k - 3]);
+          char wn[224];
+          df_model_expert_tensor_name(m, l, e, k - 3, wn, sizeof wn);
+          snprintf(nm, sizeof nm, "%s_scale_inv", wn);
         }
         t[k] = df_st_find(st, nm);
         if (!t[k] || !bound || t[k]->data != bound || t[k]->ndim != 2) {

@@ -7,8 +7,8 @@
  *   x = residual(x, token_mixer(norm_0(x)))      then   x = residual(x, channel_mixer(norm_1(x)))
  * where the residual scheme says how a sublayer's input is formed and how its output is
  * folded back into the stream (plain pre-norm today; room for Attention Residuals).
- * Token mixers: GQA with RoPE and q/k norm (gqa.h), MLA in the absorbed form (mla.h); room
- * for NoPE, gated outputs and KDA. Channel mixers: dense GLU (glu.h), routed MoE with its
+ * Token mixers: GQA with RoPE and q/k norm (gqa.h), MLA in the absorbed form with or without
+ * RoPE and an output gate (mla.h), Kimi Delta Attention with a recurrent state (kda.h). Channel mixers: dense GLU (glu.h), routed MoE with its
  * router policy and optional shared experts (moe.h); room for latent MoE.
  * Each block owns its weights (views of the checkpoint's mmap, bound by its family file in
  * engine/models/), its scratch (from the model's workspace, engine/layers/workspace.h) and,
@@ -64,7 +64,7 @@ typedef struct df_layer_env {
 typedef struct df_token_mixer df_token_mixer;
 
 typedef struct df_token_mixer_ops {
-  const char *name;       /* "gqa", "mla" */
+  const char *name;       /* "gqa", "mla", "kda" */
   const char *state_kind; /* what its per-sequence state holds, e.g. "fp32 K and V" */
   /* out[r] = the mixer's output for row r, from the normed rows xn [R, hidden] fp32 and the
    * rows' sequences' state of this layer, which it first extends by the R new positions.
@@ -75,12 +75,14 @@ typedef struct df_token_mixer_ops {
    * sequence independent of its length (a recurrent state; 0 for KV caches). */
   uint64_t (*state_bytes_per_token)(const df_token_mixer *tm);
   uint64_t (*state_bytes_per_seq)(const df_token_mixer *tm);
-  /* Allocate this layer's state in kv (slots kv->k[layer], kv->v[layer], zeroed) for
-   * kv->ctx tokens on device dev (NULL = host). -1 + message (the allocator's) on failure. */
+  /* Allocate this layer's state in kv (slots kv->k[layer], kv->v[layer], zeroed, for
+   * kv->ctx tokens; or a recurrent state in kv->rec[layer], engine/kv_cache.h df_kv_rec)
+   * on device dev (NULL = host). -1 + message (the allocator's) on failure. */
   int (*state_new)(const df_token_mixer *tm, df_kv_cache *kv, const df_t_device *dev,
                    char *err, size_t errlen);
   /* The torch compute path's view: this layer's weights into *t and the mixer's global
-   * fields into *d (engine/tensor/torch_shim.h df_tm_desc). */
+   * fields into *d (engine/tensor/torch_shim.h df_tm_desc). NULL: the torch path does not
+   * run this kind (engine/model.c refuses a named device, keeps `auto` on the CPU). */
   void (*describe)(const df_token_mixer *tm, df_tm_desc *d, df_tm_layer *t);
   void (*destroy)(df_token_mixer *tm); /* frees the mixer, not its weights or scratch */
 } df_token_mixer_ops;

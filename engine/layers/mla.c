@@ -19,6 +19,7 @@ typedef struct mla {
   df_t_tensor *qabs; /* [R, nh*KL] absorbed queries */
   df_t_tensor *lat;  /* [R, nh*KL] attention output in latent space */
   df_t_tensor *att;  /* [R, nh*dv] */
+  df_t_tensor *gate; /* [R, nh*dv] output gate logits, when w.g */
 } mla;
 
 static double yarn_mscale(double scale, double mscale) {
@@ -54,10 +55,12 @@ static void mla_forward(df_token_mixer *tm, const df_rows *rows, const df_t_tens
   for (int64_t r = 0; r < R; r++) /* kv_a_layernorm on the latent part of each row */
     df_k_rmsnorm(ckv + r * (KL + dr), 1, KL, df_t_data(w->kv_a_norm), df_t_dtype(w->kv_a_norm),
                  eps, ckv + r * (KL + dr));
-  const float *cs = df_t_f32(a->env->rope_cos), *sn = df_t_f32(a->env->rope_sin);
-  df_k_rope_slices(q + dn, R, nh * (dn + dr), nh, dn + dr, dr, a->d.rope_interleave, rows->pos,
-                   cs, sn);
-  df_k_rope_slices(ckv + KL, R, KL + dr, 1, 0, dr, a->d.rope_interleave, rows->pos, cs, sn);
+  if (!a->d.nope) {
+    const float *cs = df_t_f32(a->env->rope_cos), *sn = df_t_f32(a->env->rope_sin);
+    df_k_rope_slices(q + dn, R, nh * (dn + dr), nh, dn + dr, dr, a->d.rope_interleave,
+                     rows->pos, cs, sn);
+    df_k_rope_slices(ckv + KL, R, KL + dr, 1, 0, dr, a->d.rope_interleave, rows->pos, cs, sn);
+  }
   /* append each row's latent and RoPE key to its own sequence's cache */
   for (int64_t r = 0; r < R; r++) {
     df_kv_cache *kv = rows->kvs[rows->seq[r]];
@@ -71,6 +74,12 @@ static void mla_forward(df_token_mixer *tm, const df_rows *rows, const df_t_tens
     df_t_mla_attention(a->q, r0, r1 - r0, rows->pos[r0], nh, dn, dr, dv, w->kv_b, kv->k[l],
                        kv->v[l], a->d.scale, a->qabs, a->lat, a->env->att_scratch, a->att);
     r0 = r1;
+  }
+  if (w->g) { /* att *= sigmoid(g_proj xn), after the heads' concat, before o_proj */
+    df_t_linear(xn, 0, R, w->g, NULL, a->gate);
+    float *at = df_t_f32(a->att);
+    const float *gt = df_t_f32(a->gate);
+    for (int64_t i = 0; i < R * nh * dv; i++) at[i] = at[i] * (1.0f / (1.0f + expf(-gt[i])));
   }
   df_t_linear(a->att, 0, R, w->o, NULL, out);
 }
@@ -121,6 +130,12 @@ static const df_token_mixer_ops mla_ops = {"mla", "fp32 latent c_kv + shared k_r
                                            mla_bytes_per_seq, mla_state_new, mla_describe,
                                            mla_destroy};
 
+/* NoPE / gated MLA: describe NULL, the torch compute path does not run it yet. */
+static const df_token_mixer_ops mla_nope_ops = {"mla", "fp32 latent c_kv + shared k, NoPE MLA",
+                                                mla_forward, mla_bytes_per_token,
+                                                mla_bytes_per_seq, mla_state_new, NULL,
+                                                mla_destroy};
+
 df_token_mixer *df_mla_new(const df_layer_env *env, df_ws *ws, int64_t layer,
                            const df_mla_weights *w, const df_mla_dims *dims, char *err,
                            size_t errlen) {
@@ -129,7 +144,7 @@ df_token_mixer *df_mla_new(const df_layer_env *env, df_ws *ws, int64_t layer,
     snprintf(err, errlen, "out of memory");
     return NULL;
   }
-  a->base.ops = &mla_ops;
+  a->base.ops = dims->nope || w->g ? &mla_nope_ops : &mla_ops;
   a->base.layer = layer;
   a->w = *w;
   a->d = *dims;
@@ -141,7 +156,8 @@ df_token_mixer *df_mla_new(const df_layer_env *env, df_ws *ws, int64_t layer,
       !(a->ckv = df_ws_f32(ws, "mla.ckv", R, KL + dr, err, errlen)) ||
       !(a->qabs = df_ws_f32(ws, "mla.qabs", R, nh * KL, err, errlen)) ||
       !(a->lat = df_ws_f32(ws, "mla.lat", R, nh * KL, err, errlen)) ||
-      !(a->att = df_ws_f32(ws, "mla.att", R, nh * dv, err, errlen))) {
+      !(a->att = df_ws_f32(ws, "mla.att", R, nh * dv, err, errlen)) ||
+      (w->g && !(a->gate = df_ws_f32(ws, "mla.gate", R, nh * dv, err, errlen)))) {
     free(a);
     return NULL;
   }

@@ -13,7 +13,8 @@
  * mscale_all_dim)^2 when rope_scaling sets mscale_all_dim. Its per-sequence state is the
  * latent cache: c_kv [ctx, kv_lora_rank] and k_rope [ctx, qk_rope_head_dim] fp32, never
  * expanded per head ((kv_lora_rank + qk_rope_head_dim) * 4 bytes per token). Any linear
- * weight may be F8_E4M3 with block scales. Does not own: the kernels
+ * weight may be F8_E4M3 with block scales. Kimi Linear's variant (dims.nope, weights.g):
+ * the same path without RoPE, and an optional sigmoid output gate. Does not own: the kernels
  * (engine/kernels/kernels_deepseek.c, kernels_fp8.c), binding (engine/models/).
  */
 #ifndef DF_ENGINE_LAYERS_MLA_H
@@ -28,6 +29,9 @@ typedef struct df_mla_weights {
   const df_t_tensor *q_a, *q_a_norm, *q_b;  /* [ql, H], [ql], [nh*(dn+dr), ql], or NULL */
   const df_t_tensor *kv_a, *kv_a_norm, *kv_b; /* [KL+dr, H], [KL], [nh*(dn+dv), KL] */
   const df_t_tensor *o;                     /* o_proj [H, nh*dv] */
+  const df_t_tensor *g; /* output gate g_proj [nh*dv, H] (Kimi Linear mla_use_output_gate:
+                           att *= sigmoid(g_proj x) before o_proj, docs/K3.md §3.5 step 7),
+                           or NULL */
 } df_mla_weights;
 
 /* The MLA shape of a layer. */
@@ -35,6 +39,8 @@ typedef struct df_mla_dims {
   int64_t n_head, q_lora_rank, kv_lora_rank; /* q_lora_rank 0: q_proj */
   int64_t dn, dr, dv;     /* qk_nope_head_dim, qk_rope_head_dim, v_head_dim */
   bool rope_interleave;   /* RoPE pairs (2i, 2i+1) instead of (i, i + d/2) */
+  bool nope;              /* no RoPE at all (Kimi Linear mla_use_nope): q_rope and the shared
+                             k_rope enter the score unrotated (docs/K3.md §3.5) */
   float eps;              /* q_a / kv_a RMSNorm eps */
   float scale;            /* softmax scale (df_mla_scale) */
 } df_mla_dims;

@@ -7,10 +7,12 @@
 
 extern const df_family df_family_qwen3_moe;   /* engine/models/qwen3_moe.c: qwen3_moe, qwen3 */
 extern const df_family df_family_deepseek_v3; /* engine/models/deepseek_v3.c: deepseek_v3, kimi_k2 */
+extern const df_family df_family_kimi_linear; /* engine/models/kimi_linear.c: kimi_linear (+ kimi_k3 wrapper) */
 
 static const df_cfg_family *const families[] = {
     &df_family_qwen3_moe.config,
     &df_family_deepseek_v3.config,
+    &df_family_kimi_linear.config,
 };
 
 #define N_FAMILIES (sizeof families / sizeof families[0])
@@ -36,6 +38,7 @@ const char *df_cfg_arch_name(df_arch a) {
   case DF_ARCH_QWEN3: return "qwen3";
   case DF_ARCH_QWEN3_MOE: return "qwen3_moe";
   case DF_ARCH_DEEPSEEK_V3: return "deepseek_v3";
+  case DF_ARCH_KIMI_LINEAR: return "kimi_linear";
   }
   return "unknown";
 }

@@ -43,6 +43,11 @@ typedef struct df_family {
   /* `deltafin inspect`'s lines on the family's attention and MoE shape for config c, each
    * "<label padded to 13>text\n", written to f. */
   void (*summary)(const df_model_config *c, FILE *f);
+  /* The checkpoint name of routed expert e's weight `part` (0 gate, 1 up, 2 down) of layer l
+   * into buf (cap bytes; FP8 scales add "_scale_inv"), for the cluster manifest and expert
+   * streaming. NULL: "model.layers.<l>.mlp.experts.<e>.{gate,up,down}_proj.weight". */
+  void (*expert_tensor_name)(const df_model_config *c, int64_t l, int64_t e, int part, char *buf,
+                             size_t cap);
 } df_family;
 
 /* The family whose parser read config c (c->family), or NULL + message when c was not
@@ -52,7 +57,8 @@ const df_family *df_family_of(const df_model_config *c, char *err, size_t errlen
 /* Parse DIR/config.json of any family in the table into *out (config/model_config.h
  * df_cfg_load_for: the shared keys, then the family's own, each family file documenting its
  * keys). Supported model_type values: qwen3_moe, qwen3 (engine/models/qwen3_moe.c),
- * deepseek_v3, kimi_k2 (engine/models/deepseek_v3.c). Errors (-1, one line in err naming the
+ * deepseek_v3, kimi_k2 (engine/models/deepseek_v3.c), kimi_linear and the kimi_k3 wrapper of
+ * it (engine/models/kimi_linear.c). Errors (-1, one line in err naming the
  * file and key): missing/unreadable file, JSON syntax (line:column), unknown model_type (the
  * message lists the supported ones), a missing, mistyped or out-of-range key. On error *out
  * is zeroed. */
