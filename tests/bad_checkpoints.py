@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bad checkpoints through the CLI: each corruption of a valid fixture must make
 `deltafin run` exit with status 1 and print exactly one line naming the file and, where one
-is involved, the tensor — never crash.
+is involved, the tensor (or, for a NaN weight, the layer) — never crash.
 
 usage: bad_checkpoints.py DELTAFIN FIXTURE_DIR WORK_DIR
 """
@@ -121,9 +121,26 @@ def case_config_layers(d):
     return ["model.layers.%d." % n, "missing"]
 
 
+def case_nan_weight(d):
+    """A NaN in layer 1's attention output projection: every token's layer-1 output is NaN,
+    which the forward refuses, naming the layer (it used to print ids of garbage, exit 0)."""
+    name = "model.layers.1.self_attn.o_proj.weight"
+    def fn(h, data):
+        t = h[name]
+        assert t["dtype"] == "BF16"
+        b = t["data_offsets"][0]
+        data[b:b + 2] = struct.pack("<H", 0x7FC0)  # bf16 quiet NaN
+    p = os.path.join(d, "model.safetensors")
+    h, data = read_st(p)
+    data = bytearray(data)
+    fn(h, data)
+    write_st(p, h, bytes(data))
+    return ["layer 1", "non-finite", "nan", "position 0"]
+
+
 CASES = [case_truncated, case_header_past_end, case_offsets_out_of_range, case_overlapping,
          case_dtype_f8, case_dtype_i32, case_shape, case_missing, case_bad_json,
-         case_config_layers]
+         case_config_layers, case_nan_weight]
 
 
 def main():
@@ -138,6 +155,11 @@ def main():
                            capture_output=True, text=True, timeout=60)
         lines = r.stderr.strip().splitlines()
         ok = r.returncode == 1 and len(lines) == 1 and all(w in lines[0] for w in want)
+        if case is case_nan_weight:  # and verify --deep names the tensor
+            v = subprocess.run([exe, "verify", "--deep", "--quiet", d], capture_output=True,
+                               text=True, timeout=60)
+            ok = ok and v.returncode == 1 and "model.layers.1.self_attn.o_proj.weight (BF16): 1 of its values are NaN or Inf (the first at flat index 0)" in v.stderr
+            print("    verify --deep: exit %d  %s" % (v.returncode, v.stderr.strip()))
         print("%-28s %s  exit %d  %s" % (case.__name__, "ok  " if ok else "FAIL", r.returncode,
                                          r.stderr.strip()))
         if not ok:

@@ -34,17 +34,20 @@ static void on_report(void *ud, df_verify_level lvl, const char *path, const cha
 }
 
 static void verify_usage(FILE *f) {
-  fprintf(f, "usage: deltafin verify DIR [--quick] [--quiet] [--json]\n"
+  fprintf(f, "usage: deltafin verify DIR [--quick] [--deep] [--quiet] [--json]\n"
              "  checks, offline and without writing: each file's size and SHA-256 against\n"
              "  the manifest deltafin pull wrote, the safetensors headers against config.json,\n"
-             "  and that tokenizer.json loads. Exit 0 when nothing is wrong, 1 otherwise.\n"
+             "  and that the tokenizer (tokenizer.json or tiktoken.model) loads. Exit 0 when\n"
+             "  nothing is wrong, 1 otherwise.\n"
              "  --quick   sizes only, no hashing\n"
+             "  --deep    also read every floating-point tensor: NaN or Inf values are problems\n"
              "  --quiet   print problems only\n"
              "  --json    one JSON object per finding on stdout\n");
 }
 
 int df_cmd_verify(int argc, char **argv) {
   static const struct option opts[] = {{"quick", no_argument, 0, 'k'},
+                                       {"deep", no_argument, 0, 'd'},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"json", no_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
@@ -57,6 +60,7 @@ int df_cmd_verify(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
     case 'k': vo.skip_hashes = true; break;
+    case 'd': vo.deep = true; break;
     case 'q': o.quiet = true; break;
     case 'j': o.json = true; break;
     case 'h': verify_usage(stdout); return 0;

@@ -127,6 +127,72 @@ static void list_extra(vctx *v, const char *rel) {
   closedir(d);
 }
 
+/* Non-finite values of a floating-point tensor (IEEE layouts; F8_E4M3 has NaN only,
+ * S.1111.111); *first the index of the first. Other dtypes: 0. */
+static uint64_t count_nonfinite(const df_st_tensor *t, uint64_t *first) {
+  const uint8_t *p = t->data;
+  size_t es = df_dtype_size(t->dtype);
+  uint64_t n = es ? t->nbytes / es : 0, bad = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    bool nf;
+    switch (t->dtype) {
+    case DF_DT_BF16: {
+      uint16_t v;
+      memcpy(&v, p + 2 * i, 2);
+      nf = (v & 0x7F80) == 0x7F80;
+      break;
+    }
+    case DF_DT_F16: {
+      uint16_t v;
+      memcpy(&v, p + 2 * i, 2);
+      nf = (v & 0x7C00) == 0x7C00;
+      break;
+    }
+    case DF_DT_F32: {
+      uint32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      nf = (v & 0x7F800000u) == 0x7F800000u;
+      break;
+    }
+    case DF_DT_F64: {
+      uint64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      nf = (v & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+      break;
+    }
+    case DF_DT_F8_E4M3: nf = (p[i] & 0x7F) == 0x7F; break;
+    case DF_DT_F8_E5M2: nf = (p[i] & 0x7C) == 0x7C; break;
+    default: return 0;
+    }
+    if (nf && bad++ == 0) *first = i;
+  }
+  return bad;
+}
+
+/* --deep: every floating-point tensor's values. */
+static void check_values(vctx *v, const df_st_model *stm) {
+  size_t nt = df_st_count(stm), bad_tensors = 0, scanned = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < nt; i++) {
+    const df_st_tensor *t = df_st_at(stm, i);
+    uint64_t first = 0, bad = count_nonfinite(t, &first);
+    if (t->dtype == DF_DT_BF16 || t->dtype == DF_DT_F16 || t->dtype == DF_DT_F32 ||
+        t->dtype == DF_DT_F64 || t->dtype == DF_DT_F8_E4M3 || t->dtype == DF_DT_F8_E5M2) {
+      scanned++;
+      bytes += t->nbytes;
+    }
+    if (!bad) continue;
+    bad_tensors++;
+    const char *fp = df_st_file_path(stm, t->file_index), *slash = strrchr(fp, '/');
+    report(v, DF_VERIFY_PROBLEM, slash ? slash + 1 : fp, /* the folder's own file */
+           "tensor %s (%s): %llu of its values are NaN or Inf (the first at flat index %llu)",
+           t->name, df_dtype_name(t->dtype), (unsigned long long)bad, (unsigned long long)first);
+  }
+  if (!bad_tensors)
+    report(v, DF_VERIFY_OK, "", "%zu floating-point tensors (%.1f MiB): every value finite",
+           scanned, (double)bytes / 1048576.0);
+}
+
 static bool exists(const char *dir, const char *name) {
   char p[4400];
   snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -195,6 +261,7 @@ int df_verify_dir(const char *dir, const df_verify_opts *o, df_verify_result *re
         } else {
           size_t nt = df_st_count(stm);
           int nf = df_st_file_count(stm);
+          if (v.o->deep) check_values(&v, stm);
           df_st_close(&stm);
           df_model *m = NULL;
           df_model_opts mo = {.max_ctx = 8, .max_rows = 1, .threads = 1};
@@ -208,12 +275,13 @@ int df_verify_dir(const char *dir, const df_verify_opts *o, df_verify_result *re
       }
     }
   }
-  if (exists(dir, "tokenizer.json")) {
+  if (exists(dir, "tokenizer.json") || exists(dir, "tiktoken.model")) {
+    const char *tf = exists(dir, "tokenizer.json") ? "tokenizer.json" : "tiktoken.model";
     df_tok *tok = NULL;
     if (df_tok_load(dir, &tok, e2, sizeof e2) != 0)
-      report(&v, DF_VERIFY_PROBLEM, "tokenizer.json", "%s", e2);
+      report(&v, DF_VERIFY_PROBLEM, tf, "%s", e2);
     else
-      report(&v, DF_VERIFY_OK, "tokenizer.json", "loads (%zu ids)", df_tok_vocab_size(tok));
+      report(&v, DF_VERIFY_OK, tf, "loads (%zu ids)", df_tok_vocab_size(tok));
     df_tok_destroy(&tok);
   }
   df_pull_manifest_free(&man);

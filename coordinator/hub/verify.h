@@ -28,6 +28,8 @@ typedef void (*df_verify_report)(void *ud, df_verify_level level, const char *pa
 
 typedef struct df_verify_opts {
   bool skip_hashes;          /* sizes only (fast); default: hash every byte */
+  bool deep;                 /* also read every floating-point tensor and report the ones
+                                holding NaN or Inf (what the forward refuses at run time) */
   df_verify_report report;   /* may be NULL */
   void *ud;
 } df_verify_opts;
