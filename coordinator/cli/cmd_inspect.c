@@ -1,23 +1,111 @@
-/* coordinator/cli/cmd_inspect.c — `deltafin inspect DIR`: config summary, tensor inventory and
- * memory plan (resident part vs routed experts, KV cache bytes per token: K and V per kv
- * head, or the MLA latent + shared RoPE key for deepseek_v3 / kimi_k2). */
+/* coordinator/cli/cmd_inspect.c — `deltafin inspect DIR [--nodes SIZES]`: config summary,
+ * tensor inventory, parameter counts and memory plan (resident part vs routed experts, KV cache
+ * bytes per token: K and V per kv head, or the MLA latent + shared RoPE key; recurrent state
+ * per sequence), and the expert placement a cluster of nodes with the given memory budgets
+ * would get (coordinator/cluster/cluster_place.h, the rule the coordinator uses). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coordinator/cli/cli.h"
+#include "coordinator/cluster/cluster_place.h"
 #include "engine/model.h"
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-int df_cmd_inspect(int argc, char **argv) {
-  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-    printf("usage: deltafin inspect DIR\n"
-           "  config summary, tensor inventory and memory plan (resident part vs routed experts,\n"
-           "  weight bytes read per decoded token, KV cache bytes per token) of a model folder\n");
+#define MAX_NODES 64
+
+static void inspect_usage(FILE *f) {
+  fprintf(f, "usage: deltafin inspect DIR [--nodes SIZE,SIZE,...]\n"
+             "  config summary, tensor inventory, parameters and memory plan (resident part vs\n"
+             "  routed experts, weight bytes read per decoded token, KV cache bytes per token,\n"
+             "  state per sequence) of a model folder\n"
+             "  --nodes   expert memory of each df-node (as df-node --memory: 64G, 512M, ...):\n"
+             "            print the placement the coordinator would choose for them\n");
+}
+
+/* "64G" -> bytes (K/M/G/T, powers of 1024); -1 on a malformed size. */
+static int parse_size(const char *s, size_t n, uint64_t *out) {
+  char buf[32];
+  if (n == 0 || n >= sizeof buf) return -1;
+  memcpy(buf, s, n);
+  buf[n] = 0;
+  char *end;
+  double v = strtod(buf, &end);
+  if (end == buf || !(v > 0)) return -1;
+  double mul = 1;
+  if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+  else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
+  else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+  else if (*end == 'T' || *end == 't') mul = 1099511627776.0, end++;
+  if (*end == 'i' && end[1] == 'B') end += 2;
+  else if (*end == 'B') end++;
+  if (*end || v * mul >= 1.8e19) return -1;
+  *out = (uint64_t)(v * mul);
+  return 0;
+}
+
+/* The coordinator's placement for nodes of budgets[n] (one replica where room is left). */
+static int print_placement(const df_model *m, const uint64_t *budgets, int n) {
+  const df_model_config *c = df_model_cfg(m);
+  int64_t n_moe = 0;
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) n_moe += c->is_moe_layer[l];
+  df_model_bytes b = df_model_memory(m);
+  int64_t P = n_moe * c->num_experts;
+  if (P <= 0) {
+    printf("\nplacement: the model has no routed experts; a cluster would not help\n");
     return 0;
   }
+  uint64_t pair = b.experts / (uint64_t)P;
+  int32_t *prim = malloc((size_t)P * sizeof *prim), *repl = malloc((size_t)P * sizeof *repl);
+  if (!prim || !repl) {
+    free(prim);
+    free(repl);
+    fprintf(stderr, "deltafin inspect: out of memory\n");
+    return 1;
+  }
+  int64_t placed = df_cluster_place(P, pair, n, budgets, 1, prim, repl);
+  printf("\nplacement on %d node(s): %lld (layer, expert) pairs of %.1f MiB\n", n, (long long)P,
+         pair / 1048576.0);
+  for (int i = 0; i < n; i++) {
+    int64_t np = 0, nr = 0;
+    for (int64_t p = 0; p < P; p++) np += prim[p] == i, nr += repl[p] == i;
+    printf("  node %d (%.1f GiB)  %lld pairs (%.3f GiB) + %lld replicas (%.3f GiB)\n", i + 1,
+           gib(budgets[i]), (long long)np, gib((uint64_t)np * pair), (long long)nr,
+           gib((uint64_t)nr * pair));
+  }
+  int64_t local = P - placed;
+  printf("  coordinator          %lld pairs (%.3f GiB) + the resident part (%.3f GiB)%s\n",
+         (long long)local, gib((uint64_t)local * pair), gib(b.resident),
+         local ? ": the nodes' budgets do not hold every expert" : "");
+  free(prim);
+  free(repl);
+  return 0;
+}
+
+int df_cmd_inspect(int argc, char **argv) {
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    inspect_usage(stdout);
+    return 0;
+  }
+  uint64_t budgets[MAX_NODES];
+  int n_nodes = 0;
+  if (argc == 4 && !strcmp(argv[2], "--nodes")) {
+    for (const char *s = argv[3];;) {
+      size_t k = strcspn(s, ",");
+      if (n_nodes == MAX_NODES || parse_size(s, k, &budgets[n_nodes]) != 0) {
+        fprintf(stderr, "deltafin inspect: --nodes: expected up to %d sizes like 64G,64G, got "
+                "'%s'\n", MAX_NODES, argv[3]);
+        return 2;
+      }
+      n_nodes++;
+      if (!s[k]) break;
+      s += k + 1;
+    }
+    argc = 2;
+  }
   if (argc != 2 || argv[1][0] == '-') {
-    fprintf(stderr, "usage: deltafin inspect DIR\n");
+    inspect_usage(stderr);
     return 2;
   }
   char err[1024];
@@ -45,20 +133,30 @@ int df_cmd_inspect(int argc, char **argv) {
   printf("\ntensors:\n");
   const df_st_model *st = df_model_tensors(m);
   int64_t last_layer = -1;
-  uint64_t ex_bytes = 0, ex_n = 0;
+  uint64_t ex_bytes = 0, ex_n = 0, numel = 0, ex_numel = 0, embed_numel = 0;
   const char *ex_dt = "";
+  char ex_prefix[160] = "";
   for (size_t i = 0, n = df_st_count(st); i <= n; i++) {
     const df_st_tensor *t = i < n ? df_st_at(st, i) : NULL;
     long long layer = -1;
-    int off = 0;
-    bool expert = t && sscanf(t->name, "model.layers.%lld.mlp.experts.%n", &layer, &off) == 1 && off > 0;
+    /* a routed expert's tensor: "<...>layers.L.<...>.experts.E.<...>" (every family's
+     * spelling: mlp.experts, block_sparse_moe.experts, a language_model. prefix) */
+    const char *lp = t ? strstr(t->name, "layers.") : NULL, *ep = t ? strstr(t->name, ".experts.") : NULL;
+    bool expert = lp && ep && ep > lp && sscanf(lp, "layers.%lld.", &layer) == 1;
     if ((!expert || layer != last_layer) && ex_n) {
-      printf("  model.layers.%lld.mlp.experts.*  %llu tensors  %s  %.1f MiB\n",
-             (long long)last_layer, (unsigned long long)ex_n, ex_dt, ex_bytes / 1048576.0);
+      printf("  %s*  %llu tensors  %s  %.1f MiB\n", ex_prefix, (unsigned long long)ex_n, ex_dt,
+             ex_bytes / 1048576.0);
       ex_n = ex_bytes = 0;
     }
     if (!t) break;
+    uint64_t ne = df_dtype_bits(t->dtype) ? t->nbytes * 8 / (uint64_t)df_dtype_bits(t->dtype) : 0;
+    numel += ne;
+    size_t nl = strlen(t->name);
+    if (nl >= 19 && !strcmp(t->name + nl - 19, "embed_tokens.weight")) embed_numel += ne;
     if (expert) {
+      ex_numel += ne;
+      if (layer != last_layer)
+        snprintf(ex_prefix, sizeof ex_prefix, "%.*s", (int)(ep - t->name) + 9, t->name);
       last_layer = layer;
       ex_n++;
       ex_bytes += t->nbytes;
@@ -73,6 +171,14 @@ int df_cmd_inspect(int argc, char **argv) {
   }
   df_model_bytes b = df_model_memory(m);
   uint64_t kv_tok = df_model_kv_bytes_per_token(m);
+  /* active per token: everything but the routed experts and the embedding table (a token
+   * reads one row of it), plus top-k of num_experts routed experts */
+  double active = (double)(numel - ex_numel - embed_numel);
+  if (c->num_experts > 0) active += (double)ex_numel * (double)c->num_experts_per_tok /
+                                    (double)c->num_experts;
+  printf("\nparameters   %.2f B total, %.2f B active per token (all but the embedding table and "
+         "the routed experts, plus %lld of %lld routed experts per MoE layer)\n", numel / 1e9,
+         active / 1e9, (long long)c->num_experts_per_tok, (long long)c->num_experts);
   printf("\nmemory plan:\n");
   printf("  checkpoint tensors   %12llu bytes (%.3f GiB) in %d file(s)\n",
          (unsigned long long)b.total, gib(b.total), df_st_file_count(st));
@@ -84,13 +190,14 @@ int df_cmd_inspect(int argc, char **argv) {
          (unsigned long long)b.active_per_token, gib(b.active_per_token));
   char kind[256];
   df_model_state_kind(m, kind, sizeof kind);
-  printf("  KV cache per token   %12llu bytes (%s, all layers)\n", (unsigned long long)kv_tok,
-         kind);
+  printf("  KV cache per token   %12llu bytes (all layers; their state: %s)\n",
+         (unsigned long long)kv_tok, kind);
   uint64_t kv_seq = df_model_kv_bytes_per_seq(m);
   if (kv_seq)
     printf("  state per sequence   %12llu bytes (%.3f MiB): recurrent state + conv windows, their "
            "rollback base and log, all layers\n", (unsigned long long)kv_seq,
            kv_seq / (1024.0 * 1024.0));
+  int rc = n_nodes ? print_placement(m, budgets, n_nodes) : 0;
   df_model_destroy(&m);
-  return 0;
+  return rc;
 }
