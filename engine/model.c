@@ -484,3 +484,18 @@ void df_model_set_expert_backend(df_model *m, df_expert_backend *be) {
   }
   m->backend = be;
 }
+
+int64_t df_host_mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+uint64_t df_model_seq_state_bytes(const df_model *m, int64_t ctx) {
+  return df_model_kv_bytes_per_token(m) * (uint64_t)ctx + df_model_kv_bytes_per_seq(m);
+}

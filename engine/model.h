@@ -220,4 +220,12 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
 int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n,
                      df_logits_mode mode, float *logits, char *err, size_t errlen);
 
+/* The host's available memory (MemAvailable of /proc/meminfo) in bytes, or -1 when it cannot
+ * be read. */
+int64_t df_host_mem_available(void);
+
+/* Bytes one sequence's state takes at ctx tokens (KV cache per token x ctx + the recurrent
+ * state per sequence): what each of `deltafin serve --parallel N` slots allocates. */
+uint64_t df_model_seq_state_bytes(const df_model *m, int64_t ctx);
+
 #endif

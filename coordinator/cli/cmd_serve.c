@@ -255,6 +255,26 @@ int df_cmd_serve(int argc, char **argv) {
   }
   if (df_chat_template_load(model_dir, &tmpl, err, sizeof err) != 0)
     fprintf(stderr, "deltafin serve: warning: %s; /v1/chat/completions is unavailable\n", err);
+  {
+    /* the batch limit fits memory: each slot holds a sequence's KV cache for the context and
+     * its recurrent state (Kimi Linear's KDA), allocated when first used */
+    uint64_t per_slot = df_model_seq_state_bytes(m, df_model_max_ctx(m));
+    int64_t avail = df_host_mem_available();
+    if (avail > 0 && per_slot > 0 && (double)per_slot * (double)par > 0.8 * (double)avail) {
+      int64_t fit = (int64_t)(0.8 * (double)avail / (double)per_slot);
+      if (fit < 1) {
+        fprintf(stderr, "deltafin serve: one sequence's state (%.1f MiB for %lld tokens) does not "
+                "fit the %.1f MiB available; lower --ctx\n", per_slot / 1048576.0,
+                (long long)df_model_max_ctx(m), avail / 1048576.0);
+        goto done;
+      }
+      fprintf(stderr, "deltafin serve: --parallel %lld lowered to %lld: each sequence's state "
+              "takes %.1f MiB (%lld tokens of KV cache + recurrent state) and %.1f MiB is "
+              "available\n", (long long)par, (long long)fit, per_slot / 1048576.0,
+              (long long)df_model_max_ctx(m), avail / 1048576.0);
+      par = fit;
+    }
+  }
   df_sched_opts so = {.max_seqs = (int)par, .max_queue = (int)queue, .ctx = df_model_max_ctx(m),
                       .prefill_budget = chunk, .draft = dm, .draft_k = (int)draft_k,
                       .draft_max_seqs = (int)draft_seqs};

@@ -78,18 +78,6 @@ uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx) {
          (uint64_t)(DF_SPEC_K_MAX + 1) * V * sizeof(float);
 }
 
-/* MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read. */
-static int64_t mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  long long kb = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-  fclose(f);
-  return kb < 0 ? -1 : (int64_t)kb * 1024;
-}
-
 /* Why the draft does not fit (into why), or false when it does or cannot be judged. */
 static bool short_of_memory(const df_spec *s, const df_model *draft, char *why, size_t whylen) {
   int64_t reserve = s->pp.mem_reserve;
@@ -100,7 +88,7 @@ static bool short_of_memory(const df_spec *s, const df_model *draft, char *why, 
     reserve = e && *e && end && *end == 0 ? (int64_t)v : DF_SPEC_MEM_RESERVE_DEFAULT;
   }
   if (reserve < 0) return false;
-  int64_t avail = mem_available();
+  int64_t avail = df_host_mem_available();
   if (avail < 0) return false;
   uint64_t need = df_spec_draft_need_bytes(draft, s->ctx);
   if ((double)avail - (double)need >= (double)reserve) return false;

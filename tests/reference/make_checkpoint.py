@@ -232,6 +232,24 @@ PRESETS = {
             "tie_word_embeddings": False,
         }),
         "seed": 4004, "shards": 4},
+    # ~1.9 GB: the kimi_linear benchmark model, bench2g's shape and active size (hidden 1024,
+    # 16 layers, 64 experts top-8 of width 256, vocab 32000) with Kimi Linear's layer mix:
+    # 12 KDA layers (8 heads x 128) and 4 NoPE MLA (every 4th, 16 heads, kv_lora 256)
+    "bench-kl": {
+        "family": "kimi_linear",
+        "config": {
+            "vocab_size": 32000, "hidden_size": 1024, "num_hidden_layers": 16,
+            "intermediate_size": 3072,
+            "linear_attn_config": {"num_heads": 8, "head_dim": 128, "short_conv_kernel_size": 4,
+                                   "kda_layers": [i for i in range(1, 17) if i % 4],
+                                   "full_attn_layers": [4, 8, 12, 16]},
+            "num_attention_heads": 16, "q_lora_rank": None, "kv_lora_rank": 256,
+            "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+            "num_experts": 64, "num_experts_per_token": 8, "moe_intermediate_size": 256,
+            "num_shared_experts": 1, "first_k_dense_replace": 0, "moe_layer_freq": 1,
+            "routed_scaling_factor": 2.446, "rms_norm_eps": 1e-5,
+        },
+        "seed": 9404, "shards": 4, "knobs": {"margin_unit": 0.25, "router_scale": 1.5}},
     # ~200 MB: memory / RSS tests
     "rss200m": {
         "config": dict(_MOE_BASE, **{
