@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/text/chat_template.h"
+#include "engine/text/chat_types.h"
 #include "engine/text/tokenizer.h"
 
 typedef enum df_xtml_kind {
