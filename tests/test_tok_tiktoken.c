@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -435,6 +436,74 @@ static void test_malformed(void **state) {
                  "no tokens (expected one line per token: base64 of its bytes, a space, its "
                  "rank)");
   }
+  /* a token longer than the reader takes is named as such; CRLF line ends are read as Python's
+   * splitlines() reads them; a byte-order mark is shown */
+  {
+    static char longl[5000];
+    memset(longl, 'A', 4100);
+    strcpy(longl + 4100, " 258\n");
+    expect_error(make_tt("long", 0, NULL, longl, k_cfg), "tiktoken.model",
+                 "line 259: a token of 4100 base64 characters: at most 4096 (tokens of at most "
+                 "3072 bytes) are read");
+  }
+  expect_error(make_tt("bom", 1, "\xef\xbb\xbf" "AA== 0", "", k_cfg), "tiktoken.model",
+               "line 1: \"\\xEF\\xBB\\xBFAA==\": expected the token's bytes in standard base64 "
+               "(A-Z a-z 0-9 + /, '='-padded to a multiple of 4 characters)");
+  {
+    char dir[700], path[800], p2[800];
+    const char *ok = make_tt("crlf_src", 0, NULL, "", k_cfg);
+    snprintf(dir, sizeof dir, "%s/crlf", g_tmp);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tiktoken.model", ok);
+    snprintf(p2, sizeof p2, "%s/tiktoken.model", dir);
+    FILE *in = fopen(path, "rb"), *out = fopen(p2, "wb");
+    int ch;
+    while ((ch = fgetc(in)) != EOF) {
+      if (ch == '\n') fputc('\r', out);
+      fputc(ch, out);
+    }
+    fclose(in);
+    fclose(out);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", ok);
+    snprintf(p2, sizeof p2, "%s/tokenizer_config.json", dir);
+    unlink(p2);
+    assert_int_equal(link(path, p2), 0);
+    assert_int_equal(df_tok_load(dir, &t, err, sizeof err), 0);
+    assert_int_equal(df_tok_encode(t, "abcab", 5, 0, &ids, &n, err, sizeof err), 0);
+    assert_true(n == 2 && ids[0] == 257 && ids[1] == 256);
+    free(ids);
+    df_tok_destroy(&t);
+  }
+  /* what stands in a file's place is refused at once, naming the file: a FIFO is never
+   * waited on, a folder named tiktoken.model is this format's file, not "no tokenizer.json" */
+  {
+    char dir[700], path[800];
+    snprintf(dir, sizeof dir, "%s/fifo_cfg", g_tmp);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tiktoken.model", make_tt("fifo_src", 0, NULL, "", NULL));
+    char p2[800];
+    snprintf(p2, sizeof p2, "%s/tiktoken.model", dir);
+    unlink(p2);
+    assert_int_equal(link(path, p2), 0);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    expect_error(dir, "tokenizer_config.json", "not a regular file (a FIFO)");
+    snprintf(dir, sizeof dir, "%s/dir_model", g_tmp);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+    mkdir(path, 0755);
+    expect_error(dir, "tiktoken.model", "not a regular file (a folder)");
+  }
+  expect_error(make_tt("special_str", 0, NULL, "",
+                       "{\"tokenizer_class\": \"TikTokenTokenizer\", \"added_tokens_decoder\": "
+                       "{\"300\": {\"content\": \"[X]\", \"special\": \"yes\"}}}"),
+               "tokenizer_config.json", "added_tokens_decoder[\"300\"].special: expected true or false");
+  expect_error(make_tt("add_bos_str", 0, NULL, "",
+                       "{\"tokenizer_class\": \"TikTokenTokenizer\", \"added_tokens_decoder\": "
+                       "{\"258\": {\"content\": \"[BOS]\"}}, \"bos_token\": \"[BOS]\", "
+                       "\"add_bos_token\": \"yes\"}"),
+               "tokenizer_config.json", "add_bos_token: expected true or false");
   /* the config */
   expect_error(make_tt("no_cfg", 0, NULL, "", NULL), "tokenizer_config.json",
                "No such file or directory (a tiktoken.model tokenizer needs it: "

@@ -77,24 +77,6 @@ int df_chat_template_from_text(const char *text, size_t len, const char *origin,
   return -1;
 }
 
-static char *read_text_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  df_tok_buf b = {0};
-  char tmp[8192];
-  size_t r;
-  while ((r = fread(tmp, 1, sizeof tmp, f)) > 0) {
-    if (df_tok__buf_put(&b, tmp, r) != 0) {
-      df_tok__buf_free(&b);
-      fclose(f);
-      return NULL;
-    }
-  }
-  fclose(f);
-  if (!b.p && df_tok__buf_put(&b, "", 0) != 0) return NULL;
-  *len = b.n;
-  return b.p;
-}
 
 static bool is_str(const json_t *v, const char *s) {
   return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
@@ -147,12 +129,8 @@ int df_chat_template_load(const char *dir, df_chat_template **out, char *err, si
   int rc = -1;
   json_t *cfg = NULL;
   if (stat(path, &st) == 0) {
-    json_error_t je;
-    cfg = json_load_file(path, 0, &je);
-    if (!cfg) {
-      df_tok__seterr(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
-      return -1;
-    }
+    cfg = df_tok__load_json(path, err, errlen);
+    if (!cfg) return -1;
     json_t *ct = json_object_get(cfg, "chat_template");
     if (json_is_array(ct)) { /* [{"name": "default", "template": "..."}, ...] */
       json_t *pick = NULL, *v;
@@ -184,7 +162,11 @@ int df_chat_template_load(const char *dir, df_chat_template **out, char *err, si
   }
   w = snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
   size_t len = 0;
-  char *text = (w > 0 && (size_t)w < sizeof path) ? read_text_file(path, &len) : NULL;
+  struct stat jst;
+  bool have_jinja = w > 0 && (size_t)w < sizeof path && stat(path, &jst) == 0;
+  char *text = NULL;
+  if (have_jinja && !(text = df_tok__read_file(path, 1 << 20, &len, err, errlen)))
+    goto done; /* there, but a FIFO, a folder, too large or unreadable: say which */
   if (!text && is_kimi_k3(cfg)) { /* K3 folders carry no template: XTML is built in */
     if (!(*out = calloc(1, sizeof **out))) {
       df_tok__seterr(err, errlen, "%s: out of memory", dir);

@@ -322,12 +322,8 @@ static int32_t config_token_id(df_tok *t, json_t *v) {
 static int load_config(df_tok *t, const char *cfgpath, char *err, size_t errlen) {
   struct stat st;
   if (stat(cfgpath, &st) != 0) return 0;
-  json_error_t je;
-  json_t *c = json_load_file(cfgpath, 0, &je);
-  if (!c) {
-    df_tok__seterr(err, errlen, "%s: line %d column %d: %s", cfgpath, je.line, je.column, je.text);
-    return -1;
-  }
+  json_t *c = df_tok__load_json(cfgpath, err, errlen);
+  if (!c) return -1;
   int rc = -1;
   if (!json_is_object(c)) {
     df_tok__seterr(err, errlen, "%s: expected a JSON object", cfgpath);
@@ -341,6 +337,14 @@ static int load_config(df_tok *t, const char *cfgpath, char *err, size_t errlen)
     *dst[i] = config_token_id(t, v);
     if (*dst[i] < 0) {
       df_tok__seterr(err, errlen, "%s: %s: not a token of the vocabulary", cfgpath, names[i]);
+      goto done;
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    const char *k = i ? "add_eos_token" : "add_bos_token";
+    json_t *v = json_object_get(c, k);
+    if (v && !json_is_boolean(v) && !json_is_null(v)) {
+      df_tok__seterr(err, errlen, "%s: %s: expected true or false", cfgpath, k);
       goto done;
     }
   }
@@ -433,20 +437,18 @@ int df_tok_load(const char *path, df_tok **out, char *err, size_t errlen) {
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     if (S_ISDIR(st.st_mode) && !is_file(file)) {
+      /* anything named tiktoken.model (a FIFO, a folder) is this format: its loader says
+       * what is wrong with it */
+      struct stat ts;
       w = snprintf(tt, sizeof tt, "%s/tiktoken.model", path);
-      if (w > 0 && (size_t)w < sizeof tt && is_file(tt))
+      if (w > 0 && (size_t)w < sizeof tt && stat(tt, &ts) == 0)
         return load_tiktoken(tt, cfg, out, err, errlen);
     } else if (!S_ISDIR(st.st_mode) && strcmp(base, "tiktoken.model") == 0) {
       return load_tiktoken(file, cfg, out, err, errlen);
     }
   }
-  json_error_t je;
-  json_t *root = json_load_file(file, 0, &je);
+  json_t *root = df_tok__load_json(file, err, errlen);
   if (!root) {
-    if (je.line < 0) /* the file itself could not be read: jansson gives no position */
-      df_tok__seterr(err, errlen, "%s: %s", file, je.text);
-    else
-      df_tok__seterr(err, errlen, "%s: line %d column %d: %s", file, je.line, je.column, je.text);
     return -1;
   }
   df_tok *t = tok_new(file, err, errlen);

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TT_MAX_RANK (1 << 24)   /* ranks at or above are refused (hostile allocation) */
 #define TT_N_RESERVED 256       /* special ids after the last rank (the published config) */
@@ -81,45 +82,26 @@ static bool b64_strict(const char *s, size_t n) {
 }
 
 /* Byte-level form of raw bytes (each byte one character of bytes_to_unicode, 1-2 bytes). */
+/* The first bytes of s[n] for a message: at most 40, bytes outside printable ASCII as \xNN
+ * (a BOM, a tab or a CR in a line is then visible). */
+static const char *show(const char *s, size_t n, char out[200]) {
+  size_t k = 0;
+  for (size_t i = 0; i < n && i < 40; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') out[k++] = (char)c;
+    else k += (size_t)snprintf(out + k, 5, "\\x%02X", c);
+  }
+  if (n > 40) out[k++] = '.', out[k++] = '.', out[k++] = '.';
+  out[k] = 0;
+  return out;
+}
+
 static size_t to_bytelevel(const uint8_t *b, size_t n, char *out) {
   size_t k = 0;
   for (size_t i = 0; i < n; i++) k += df_tok__cp_to_utf8(df_tok__byte_cp[b[i]], out + k);
   return k;
 }
 
-static char *read_all(const char *path, size_t *len, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    df_tok__seterr(err, errlen, "%s: %s", path, strerror(errno));
-    return NULL;
-  }
-  df_tok_buf b = {0};
-  char chunk[65536];
-  size_t r;
-  while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    if (df_tok__buf_put(&b, chunk, r) != 0) {
-      fclose(f);
-      df_tok__buf_free(&b);
-      df_tok__seterr(err, errlen, "%s: out of memory", path);
-      return NULL;
-    }
-  }
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    df_tok__buf_free(&b);
-    df_tok__seterr(err, errlen, "%s: read error", path);
-    return NULL;
-  }
-  if (df_tok__buf_reserve(&b, 1) != 0) {
-    df_tok__buf_free(&b);
-    df_tok__seterr(err, errlen, "%s: out of memory", path);
-    return NULL;
-  }
-  b.p[b.n] = 0;
-  *len = b.n;
-  return b.p;
-}
 
 /* The lines of tiktoken.model: sizes the id table, enters every token. */
 static int load_ranks(load_ctx *L, const char *text, size_t len) {
@@ -158,17 +140,23 @@ static int load_ranks(load_ctx *L, const char *text, size_t len) {
     const char *nl = memchr(s, '\n', len - pos);
     size_t n = nl ? (size_t)(nl - s) : len - pos;
     pos += n + 1;
+    if (n > 0 && s[n - 1] == '\r') n--; /* CRLF line ends, as Python's splitlines() reads them */
     size_t expect = line - 1;
+    char shown[200];
     const char *sp = memchr(s, ' ', n);
     if (n == 0 || !sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - s))) {
       LERR(L, "line %zu: expected the base64 of a token's bytes, one space, and its rank", line);
       return -1;
     }
     size_t blen = (size_t)(sp - s), rlen = n - blen - 1;
-    if (blen > TT_MAX_LINE_BYTES || !b64_strict(s, blen)) {
-      LERR(L, "line %zu: \"%.*s\": expected the token's bytes in standard base64 (A-Z a-z 0-9 "
-              "+ /, '='-padded to a multiple of 4 characters)", line, (int)(blen > 40 ? 40 : blen),
-           s);
+    if (blen > TT_MAX_LINE_BYTES) {
+      LERR(L, "line %zu: a token of %zu base64 characters: at most %d (tokens of at most %d "
+              "bytes) are read", line, blen, TT_MAX_LINE_BYTES, TT_MAX_LINE_BYTES / 4 * 3);
+      return -1;
+    }
+    if (!b64_strict(s, blen)) {
+      LERR(L, "line %zu: \"%s\": expected the token's bytes in standard base64 (A-Z a-z 0-9 "
+              "+ /, '='-padded to a multiple of 4 characters)", line, show(s, blen, shown));
       return -1;
     }
     size_t rn = 0;
@@ -176,8 +164,8 @@ static int load_ranks(load_ctx *L, const char *text, size_t len) {
     for (; rn < rlen && s[blen + 1 + rn] >= '0' && s[blen + 1 + rn] <= '9' && rn < 10; rn++)
       rank = rank * 10 + (uint64_t)(s[blen + 1 + rn] - '0');
     if (rlen == 0 || rn != rlen) {
-      LERR(L, "line %zu: rank \"%.*s\": expected a non-negative decimal integer", line,
-           (int)(rlen > 20 ? 20 : rlen), s + blen + 1);
+      LERR(L, "line %zu: rank \"%s\": expected a non-negative decimal integer", line,
+           show(s + blen + 1, rlen, shown));
       return -1;
     }
     if (rank < expect) {
@@ -253,20 +241,14 @@ static int build_merges(load_ctx *L, size_t n_base) {
 static int load_specials(load_ctx *L, const char *cfgpath, size_t n_base) {
   df_tok *t = L->t;
   load_ctx C = {t, cfgpath, L->err, L->errlen};
-  FILE *probe = fopen(cfgpath, "rb");
-  if (!probe) {
+  struct stat cst;
+  if (stat(cfgpath, &cst) != 0) {
     LERR(&C, "%s (a tiktoken.model tokenizer needs it: tokenizer_class, added_tokens_decoder)",
          strerror(errno));
     return -1;
   }
-  fclose(probe);
-  json_error_t je;
-  json_t *c = json_load_file(cfgpath, 0, &je);
-  if (!c) {
-    if (je.line < 0) LERR(&C, "%s", je.text);
-    else LERR(&C, "line %d column %d: %s", je.line, je.column, je.text);
-    return -1;
-  }
+  json_t *c = df_tok__load_json(cfgpath, L->err, L->errlen);
+  if (!c) return -1;
   int rc = -1;
   char **names = calloc(TT_N_RESERVED, sizeof *names);
   bool *plain = calloc(TT_N_RESERVED, sizeof *plain);
@@ -309,6 +291,11 @@ static int load_specials(load_ctx *L, const char *cfgpath, size_t n_base) {
     names[k] = strdup(json_string_value(content));
     if (!names[k]) {
       LERR(&C, "out of memory");
+      goto done;
+    }
+    json_t *sp = json_object_get(v, "special");
+    if (sp && !json_is_boolean(sp)) {
+      LERR(&C, "added_tokens_decoder[\"%s\"].special: expected true or false", key);
       goto done;
     }
     plain[k] = !df_tok__jbool(v, "special", true);
@@ -361,7 +348,7 @@ done:
 int df_tok__load_tiktoken(load_ctx *L, const char *model_path, const char *cfg_path) {
   df_tok *t = L->t;
   size_t len;
-  char *text = read_all(model_path, &len, L->err, L->errlen);
+  char *text = df_tok__read_file(model_path, (size_t)1 << 30, &len, L->err, L->errlen);
   if (!text) return -1;
   int rc = load_ranks(L, text, len);
   free(text);

@@ -7,6 +7,13 @@
  */
 #include "engine/text/tokenizer_util.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,4 +96,63 @@ uint64_t df_tok__hash_bytes(const void *p, size_t n) {
   h *= 0xd6e8feb86659fd93ULL;
   h ^= h >> 32;
   return h;
+}
+
+char *df_tok__read_file(const char *path, size_t max_bytes, size_t *len, char *err,
+                        size_t errlen) {
+  *len = 0;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    df_tok__seterr(err, errlen, "%s: %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    df_tok__seterr(err, errlen, "%s: not a regular file (%s)", path,
+                   S_ISDIR(st.st_mode) ? "a folder" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                   : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "not a file");
+    close(fd);
+    return NULL;
+  }
+  if ((uint64_t)st.st_size > max_bytes) {
+    df_tok__seterr(err, errlen, "%s: %lld bytes, more than the %zu a tokenizer file may have",
+                   path, (long long)st.st_size, max_bytes);
+    close(fd);
+    return NULL;
+  }
+  char *b = malloc((size_t)st.st_size + 1);
+  if (!b) {
+    df_tok__seterr(err, errlen, "%s: out of memory", path);
+    close(fd);
+    return NULL;
+  }
+  size_t got = 0;
+  while (got < (size_t)st.st_size) {
+    ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      df_tok__seterr(err, errlen, "%s: read error: %s", path, strerror(errno));
+      free(b);
+      close(fd);
+      return NULL;
+    }
+    if (r == 0) break; /* shrank while reading: what is there */
+    got += (size_t)r;
+  }
+  close(fd);
+  b[got] = 0;
+  *len = got;
+  return b;
+}
+
+json_t *df_tok__load_json(const char *path, char *err, size_t errlen) {
+  size_t n = 0;
+  char *text = df_tok__read_file(path, (size_t)1 << 30, &n, err, errlen);
+  if (!text) return NULL;
+  json_error_t je;
+  json_t *v = json_loadb(text, n, 0, &je);
+  free(text);
+  if (!v) df_tok__seterr(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column,
+                         je.text);
+  return v;
 }

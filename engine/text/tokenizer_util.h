@@ -33,6 +33,20 @@ void df_tok__buf_free(df_tok_buf *b);
  * OOM with *p and *cap unchanged. */
 int df_tok__grow(void **p, size_t *cap, size_t need, size_t elem);
 
+/* Read the file at `path` whole into a malloc'd NUL-terminated buffer of *len bytes (caller
+ * frees). Opened O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY and checked to be a regular
+ * file, so a FIFO, device or folder in its place is refused at once, never waited on.
+ * NULL + "PATH: <reason>" in err: cannot open (strerror), "not a regular file (a folder /
+ * a FIFO / a device)", larger than max_bytes, out of memory, read error. */
+char *df_tok__read_file(const char *path, size_t max_bytes, size_t *len, char *err,
+                        size_t errlen);
+
+/* df_tok__read_file (at most 1 GiB) parsed as JSON (jansson, any value): a new reference, or
+ * NULL + "PATH: <reason>" / "PATH: line L column C: <jansson's message>" in err. The caller
+ * includes <jansson.h>. */
+struct json_t;
+struct json_t *df_tok__load_json(const char *path, char *err, size_t errlen);
+
 /* 64-bit hash of the n bytes at p (for the tokenizer's in-memory hash tables). */
 uint64_t df_tok__hash_bytes(const void *p, size_t n);
 
