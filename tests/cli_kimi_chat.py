@@ -63,6 +63,16 @@ def main():
               f"{str(body)[:200]}")
         check(ok and body["usage"]["completion_tokens"] == len(want),
               f"serve: {len(want)} completion tokens, as run --prompt-ids")
+        # K2's template has no thinking switch: refused, not ignored
+        st2, _, b2 = post(srv.port, "/v1/chat/completions",
+                          {"model": "kimi-k2-tiny-moe", "messages": [{"role": "user", "content": "x"}],
+                           "chat_template_kwargs": {"enable_thinking": False}})
+        check(st2 == 400 and "not an option of this model's chat template" in str(b2),
+              "serve: enable_thinking on the K2 template is a 400: %s" % str(b2)[:160])
+        r = subprocess.run([exe, "run", "--model", model, "--chat", "--no-think", "--prompt", "x",
+                            "--max-new", "1"], capture_output=True, text=True)
+        check(r.returncode == 2 and "no thinking switch" in r.stderr,
+              "run --chat --no-think on the K2 template is refused: " + r.stderr.strip())
         check(ok and body["choices"][0]["message"]["content"] == want_text,
               f"serve: the greedy text equals run --prompt-ids' ({want_text!r})")
     finally:

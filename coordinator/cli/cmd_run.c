@@ -241,6 +241,13 @@ int df_cmd_run(int argc, char **argv) {
       }
       df_chat_msg msgs[2] = {{.role = "system", .content = system},
                              {.role = "user", .content = text}};
+      if (no_think && !df_chat_template_has_thinking(tmpl)) {
+        fprintf(stderr, "deltafin run: --no-think: this model's chat template has no thinking "
+                "switch (it renders the same prompt either way)\n");
+        df_chat_template_destroy(&tmpl);
+        df_tok_destroy(&tok);
+        return 2;
+      }
       df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = no_think ? 0 : -1};
       rc_enc = df_chat_encode(tmpl, tok, system ? msgs : msgs + 1, system ? 2 : 1, &co, &prompt,
                               &n, err, sizeof err);

@@ -376,6 +376,12 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
                               lb, (long long)max_prompt, (long long)ctx);
     }
     static const char *const effort[] = {NULL, "low", "medium", "high", "max", ""};
+    if (rq->enable_thinking >= 0 && !df_chat_template_has_thinking(s->tmpl)) {
+      free(msgs);
+      return df_api_error_set(e, 400, NULL, "chat_template_kwargs.enable_thinking", NULL,
+                              "enable_thinking / thinking is not an option of this model's chat "
+                              "template (it renders the same prompt either way)");
+    }
     if (rq->thinking_effort != DF_API_EFFORT_UNSET &&
         df_chat_template_family(s->tmpl) != DF_CHAT_KIMI_K3) {
       free(msgs);

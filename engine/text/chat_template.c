@@ -201,6 +201,10 @@ void df_chat_template_destroy(df_chat_template **t) {
 
 df_chat_family df_chat_template_family(const df_chat_template *t) { return t->family; }
 
+bool df_chat_template_has_thinking(const df_chat_template *t) {
+  return t->family == DF_CHAT_QWEN3 || t->family == DF_CHAT_KIMI_K3;
+}
+
 /* ---- rendering helpers ------------------------------------------------------------------ */
 
 typedef struct out_t {

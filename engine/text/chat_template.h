@@ -91,6 +91,11 @@ void df_chat_template_destroy(df_chat_template **t);
 /* Which family the template was recognised as. */
 df_chat_family df_chat_template_family(const df_chat_template *t);
 
+/* True when the template reads a thinking switch (df_chat_opts.enable_thinking): Qwen3's
+ * enable_thinking, Kimi K3's thinking. The others (DeepSeek-V3, Kimi K2, K2 Thinking) render
+ * the same prompt either way, so callers refuse the switch rather than ignore it. */
+bool df_chat_template_has_thinking(const df_chat_template *t);
+
 /* Render messages[0..n) with opts (NULL = add_generation_prompt false, enable_thinking not
  * given). On success returns 0 and fills *out (free with df_chat_text_free). Errors (-1, *out
  * zeroed, err set): no messages, a NULL role, a NULL content other than an assistant's in a
