@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "coordinator/server/api.h"
+#include "coordinator/server/hosts.h"
 
 enum route { R_CHAT, R_COMPL, R_MODELS, R_MODEL_ONE, R_HEALTH, R_METRICS, R_OTHER, R_N };
 static const char *const route_name[R_N] = {"/v1/chat/completions", "/v1/completions",
@@ -65,14 +66,7 @@ struct df_srv {
   code_count counts[R_N][MAX_CODES];
   int64_t streams_open, disconnects;
   uint64_t rng;
-  /* open connections per client address, for --max-connections-per-host (under hmu) */
-  pthread_mutex_t hmu;
-  struct host_count {
-    unsigned char addr[16]; /* IPv4 as ::ffff:a.b.c.d */
-    unsigned n;
-  } *hosts;
-  unsigned n_hosts;
-  int64_t host_refusals;
+  df_srv_hosts *hosts; /* open connections per client address (--max-connections-per-host) */
 };
 
 /* One HTTP request's state (MHD's con_cls). */
@@ -623,9 +617,7 @@ char *df_srv_metrics(df_srv *s, size_t *len) {
   pthread_mutex_unlock(&s->mu);
   HDR("deltafin_client_disconnects_total", "counter", "Generations cancelled because the client went away.");
   appendf(&b, &n, &cap, "deltafin_client_disconnects_total %lld\n", (long long)disconnects);
-  pthread_mutex_lock(&s->hmu);
-  long long refused = (long long)s->host_refusals;
-  pthread_mutex_unlock(&s->hmu);
+  long long refused = (long long)df_srv_hosts_refusals(s->hosts);
   HDR("deltafin_connections_refused_total", "counter",
       "Connections closed at once: their client address held --max-connections-per-host.");
   appendf(&b, &n, &cap, "deltafin_connections_refused_total{reason=\"per_host\"} %lld\n", refused);
@@ -843,63 +835,6 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- lifecycle ----------------------------------------------------------------------- */
 
-/* A client address as 16 bytes (IPv4 mapped into IPv6), for counting connections per host.
- * false for other families. */
-static bool addr_key(const struct sockaddr *a, unsigned char k[16]) {
-  if (a->sa_family == AF_INET) {
-    memset(k, 0, 10);
-    k[10] = k[11] = 0xff;
-    memcpy(k + 12, &((const struct sockaddr_in *)a)->sin_addr, 4);
-    return true;
-  }
-  if (a->sa_family == AF_INET6) {
-    memcpy(k, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
-    return true;
-  }
-  return false;
-}
-
-/* The accept policy: a client address holding --max-connections-per-host connections gets
- * no more (a slow or idle client cannot take every connection slot from the others). */
-static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len) {
-  df_srv *s = cls;
-  unsigned char k[16];
-  (void)len;
-  if (!s->o.max_per_host || !addr_key(addr, k)) return MHD_YES;
-  bool ok = true;
-  pthread_mutex_lock(&s->hmu);
-  for (unsigned i = 0; i < s->n_hosts; i++)
-    if (!memcmp(s->hosts[i].addr, k, 16)) ok = s->hosts[i].n < (unsigned)s->o.max_per_host;
-  if (!ok) s->host_refusals++;
-  pthread_mutex_unlock(&s->hmu);
-  return ok ? MHD_YES : MHD_NO;
-}
-
-/* Connection opened / closed: the per-host counts. */
-static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe) {
-  df_srv *s = cls;
-  (void)socket_context;
-  const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-  unsigned char k[16];
-  if (!ci || !ci->client_addr || !addr_key(ci->client_addr, k)) return;
-  pthread_mutex_lock(&s->hmu);
-  unsigned i = 0;
-  while (i < s->n_hosts && memcmp(s->hosts[i].addr, k, 16)) i++;
-  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-    if (i == s->n_hosts && s->n_hosts < DF_SRV_MAX_CONNS + 16) {
-      memcpy(s->hosts[i].addr, k, 16);
-      s->hosts[i].n = 0;
-      s->n_hosts++;
-    }
-    if (i < s->n_hosts) s->hosts[i].n++;
-  } else if (i < s->n_hosts && s->hosts[i].n > 0 && --s->hosts[i].n == 0) {
-    s->hosts[i] = s->hosts[--s->n_hosts]; /* keep the table to open hosts */
-  }
-  pthread_mutex_unlock(&s->hmu);
-}
-
 #define FD_RESERVE 128 /* descriptors kept for everything but HTTP connections */
 _Static_assert(DF_SRV_MAX_CONNS + FD_RESERVE <= FD_SETSIZE, "connection sockets must fit select()");
 
@@ -937,13 +872,12 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
   if (!s->o.max_conns) s->o.max_conns = DF_SRV_DEFAULT_CONNS;
   if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 10;
   if (s->o.max_per_host < 0) s->o.max_per_host = 0;
-  s->hosts = calloc(DF_SRV_MAX_CONNS + 16, sizeof *s->hosts);
+  s->hosts = df_srv_hosts_new(s->o.max_per_host, DF_SRV_MAX_CONNS + 16);
   if (!s->hosts) {
     free(s);
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  pthread_mutex_init(&s->hmu, NULL);
   s->model_id = strdup(o->model_id ? o->model_id : "deltafin");
   s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
   s->o.host = NULL;
@@ -989,11 +923,11 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
   fit_conn_limit(s);
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                    MHD_USE_ERROR_LOG | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
-  s->d = MHD_start_daemon(flags, (uint16_t)o->port, on_accept, s, on_request, s,
+  s->d = MHD_start_daemon(flags, (uint16_t)o->port, df_srv_hosts_on_accept, s->hosts, on_request, s,
                           MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                           MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                          MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                          MHD_OPTION_NOTIFY_CONNECTION, df_srv_hosts_on_connection, s->hosts,
                           MHD_OPTION_CONNECTION_LIMIT, s->o.max_conns,
                           MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
                           MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
@@ -1009,8 +943,7 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
   return 0;
 fail:
   pthread_mutex_destroy(&s->mu);
-  pthread_mutex_destroy(&s->hmu);
-  free(s->hosts);
+  df_srv_hosts_free(&s->hosts);
   free(s->model_id);
   free(s->api_key);
   free(s);
@@ -1027,8 +960,7 @@ void df_srv_stop(df_srv **sp) {
     MHD_stop_daemon(s->d);
   }
   pthread_mutex_destroy(&s->mu);
-  pthread_mutex_destroy(&s->hmu);
-  free(s->hosts);
+  df_srv_hosts_free(&s->hosts);
   free(s->model_id);
   free(s->api_key);
   free(s);
