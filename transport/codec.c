@@ -12,6 +12,7 @@
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 static const char *const op_names[DF_PROTO_OP_COUNT] = {
@@ -563,4 +564,16 @@ int64_t df_proto_payload_bytes(const df_proto_msg *m) {
   case DF_PROTO_SHARD_CHUNK: return -1;
   default: return 0;
   }
+}
+
+size_t df_proto_first_implausible(const void *p, size_t n, float max_abs, float *bad) {
+  for (size_t i = 0; i < n; i++) {
+    float v;
+    memcpy(&v, (const char *)p + i * sizeof v, sizeof v);
+    if (!(fabsf(v) <= max_abs)) {
+      *bad = v;
+      return i;
+    }
+  }
+  return n;
 }

@@ -139,4 +139,9 @@ void df_proto_msg_free(df_proto_msg *m);
  * without payload. Checked 64-bit arithmetic (the decoder's limits keep it < 2^62). */
 int64_t df_proto_payload_bytes(const df_proto_msg *m);
 
+/* The index of the first of the n little-endian fp32 values at p (a RESULT payload; need not
+ * be aligned) that is NaN, Inf or of magnitude above max_abs, with the value in *bad; n when
+ * every value is finite and within max_abs. A peer's numbers are checked before use. */
+size_t df_proto_first_implausible(const void *p, size_t n, float max_abs, float *bad);
+
 #endif

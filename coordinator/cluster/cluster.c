@@ -14,7 +14,6 @@
 #include "coordinator/cluster/cluster_internal.h"
 
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,9 +34,7 @@
 #define PING_MS 2000
 #define STATS_MS 10000
 #define MAX_INBOUND_HDR (64 << 10)
-/* Largest |value| accepted in a node's RESULT (2^100): no expert output of a working model
- * comes near it, and two of them summed stay finite. */
-#define DF_RESULT_MAX_ABS 1.2676506e30f
+#define DF_RESULT_MAX_ABS 1.2676506e30f /* 2^100: largest |value| a RESULT may hold */
 
 enum { CTL_JOB = 1, CTL_COLLECT, CTL_WAIT, CTL_STOP, CTL_PLANNED, CTL_DONE, CTL_WAITED };
 
@@ -474,22 +471,12 @@ static void on_result(df_cluster *c, member *mb, df_proto_msg *m, df_proto_frame
     drop_member(c, mb, why, true);
     return;
   }
-  /* an honest node's expert outputs from finite inputs are finite and far below the float
-   * range; a NaN, an Inf or a value past DF_RESULT_MAX_ABS would silently poison the
-   * generation: the node is dropped and its rows are recomputed elsewhere */
+  /* honest outputs are finite and far below 2^100; a NaN, an Inf or a value past it would
+   * poison the generation: the node is dropped, its rows recomputed elsewhere */
   const float *src = zmq_msg_data(&f->payload);
   size_t n_vals = (size_t)(mb->out_rows * H);
   float bad_v = 0;
-  size_t bad_at = n_vals;
-  for (size_t i = 0; i < n_vals; i++) { /* memcpy: the payload need not be aligned */
-    float v;
-    memcpy(&v, (const char *)src + i * sizeof v, sizeof v);
-    if (!(fabsf(v) <= DF_RESULT_MAX_ABS)) {
-      bad_v = v;
-      bad_at = i;
-      break;
-    }
-  }
+  size_t bad_at = df_proto_first_implausible(src, n_vals, DF_RESULT_MAX_ABS, &bad_v);
   if (bad_at < n_vals) {
     char why[160];
     snprintf(why, sizeof why, "RESULT with a non-finite or implausible value (%g at row %lld "
