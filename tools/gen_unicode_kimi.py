@@ -98,6 +98,9 @@ def utf8_len(c):
     return 1 if c < 0x80 else 2 if c < 0x800 else 3 if c < 0x10000 else 4
 
 
+BLOCK_SHIFT = 6  # the block of the fast reject in kimi_view: 64 code points
+
+
 def main():
     tools = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(__file__))
     mod = os.path.join(tools, "node_modules", "tiktoken", "lite", "tiktoken.cjs")
@@ -130,6 +133,8 @@ def main():
         for c in pc[k]:
             loc[c] = loc.get(c, 0) | 1 << bit[k]
     diff = sorted(c for c in set(ref) | set(loc) if ref.get(c, 0) != loc.get(c, 0))
+    if diff and diff[0] < 0x800:  # kimi_view decodes only 3- and 4-byte characters
+        sys.exit("gen_unicode_kimi: U+%04X is under U+0800" % diff[0])
     # Stand-ins: never a code point that is itself listed, never one whose case folds to ASCII
     # (U+212A KELVIN SIGN is caseless k), never below U+0100 (literals of the pattern).
     listed = set(diff)
@@ -167,6 +172,22 @@ def main():
     w("static const df_kimi_remap df_kimi_remaps[] = {\n")
     for lo, hi, p in ranges:
         w("    {0x%05X, 0x%05X, 0x%05X, %d},\n" % (lo, hi, p, ref.get(lo, 0)))
+    w("};\n\n")
+    # The fast reject: one bit per block of 64 code points (a 3-byte character's block is its
+    # first two bytes), set where the block holds a listed code point. 64, not 256: Thai and
+    # Kannada share their 256-blocks with U+0ECE and U+0CF3, and would all be looked up.
+    nb = (diff[-1] >> BLOCK_SHIFT) + 1
+    bits = [0] * ((nb + 7) // 8)
+    for c in diff:
+        bits[(c >> BLOCK_SHIFT) >> 3] |= 1 << ((c >> BLOCK_SHIFT) & 7)
+    w("/* Bit b of df_kimi_blocks[b >> 3] (b & 7): some code point of [b << %d, (b + 1) << %d) is\n"
+      % (BLOCK_SHIFT, BLOCK_SHIFT))
+    w(" * listed; a character of a clear block (or of a block >= DF_KIMI_N_BLOCKS) needs no lookup.\n"
+      " * %d of %d blocks are set. */\n" % (sum(bin(b).count("1") for b in bits), nb))
+    w("#define DF_KIMI_BLOCK_SHIFT %d\n#define DF_KIMI_N_BLOCKS %du\n\n" % (BLOCK_SHIFT, nb))
+    w("static const uint8_t df_kimi_blocks[%d] = {\n" % len(bits))
+    for i in range(0, len(bits), 16):
+        w("    " + " ".join("0x%02X," % b for b in bits[i:i + 16]) + "\n")
     w("};\n\n#endif\n")
 
 

@@ -193,14 +193,31 @@ uint32_t df_tok__kimi_stand_in(uint32_t cp) {
   return 0;
 }
 
+/* Whether the character whose lead byte is s[i] (>= 0xE0) may be listed: false when its
+ * 64-code-point block, read off the lead and continuation bytes, has no listed code point
+ * (df_kimi_blocks). Malformed bytes give some block; the caller then decodes them as before. */
+static inline bool kimi_block_listed(const uint8_t *s, size_t n, size_t i) {
+  uint32_t b;
+  if (s[i] < 0xF0) {
+    if (i + 1 >= n) return true;
+    b = (uint32_t)(s[i] & 0x0F) << 6 | (s[i + 1] & 0x3F);
+  } else {
+    if (i + 2 >= n) return true;
+    b = (uint32_t)(s[i] & 0x07) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F);
+  }
+  return b < DF_KIMI_N_BLOCKS && (df_kimi_blocks[b >> 3] >> (b & 7) & 1);
+}
+
 /* The text a kimi_unicode step matches: s itself, or a copy in e->rb with every code point of
  * unicode_kimi.h replaced by its stand-in (same length, so the match offsets are those of s).
- * Every listed code point is 3 or 4 bytes long, so only lead bytes 0xE0.. are decoded. NULL
+ * Every listed code point is 3 or 4 bytes long, so only lead bytes 0xE0.. are looked at, and
+ * only those of a block with a listed code point are decoded and looked up (the continuation
+ * bytes of a skipped character are < 0xE0, so skipping the lead byte alone is the same). NULL
  * when out of memory. */
 static const char *kimi_view(enc *e, const char *s, size_t n) {
   bool copied = false;
   for (size_t i = 0; i < n; i++) {
-    if ((uint8_t)s[i] < 0xE0) continue;
+    if ((uint8_t)s[i] < 0xE0 || !kimi_block_listed((const uint8_t *)s, n, i)) continue;
     size_t clen;
     uint32_t p = df_tok__kimi_stand_in(df_tok__cp_at(s, n, i, &clen));
     if (p) {
