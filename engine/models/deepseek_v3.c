@@ -15,11 +15,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/layers/glu.h"
 #include "engine/layers/mla.h"
-#include "engine/layers/moe.h"
 #include "engine/layers/rope.h"
 #include "engine/models/family.h"
+#include "engine/models/mla_moe.h"
 
 /* ---- config.json: the family's own keys --------------------------------------------------
  * DeepseekV3Config, with moe_layer_freq, topk_method and scoring_func as the checkpoints'
@@ -126,10 +125,6 @@ static int parse_config(df_cfg_reader *r, const char *model_type, df_model_confi
     int64_t sh_[1] = {n};                                                                     \
     if (!((dst) = df_bind(b, name, 1, sh_, false, false, err, errlen))) return -1;            \
   } while (0)
-#define LIN(dst, name, n, k, ex)                                                              \
-  do {                                                                                        \
-    if (!((dst) = df_bind_linear(b, name, n, k, ex, err, errlen))) return -1;                 \
-  } while (0)
 
 static int build_layer(const df_family_ctx *fc, int64_t l, df_layer *L, char *err,
                        size_t errlen) {
@@ -142,58 +137,12 @@ static int build_layer(const df_family_ctx *fc, int64_t l, df_layer *L, char *er
   df_mla_weights a = {0};
   VEC(L->norm[0], NM("input_layernorm.weight"), H);
   VEC(L->norm[1], NM("post_attention_layernorm.weight"), H);
-  if (ql > 0) {
-    LIN(a.q_a, NM("self_attn.q_a_proj.weight"), ql, H, false);
-    VEC(a.q_a_norm, NM("self_attn.q_a_layernorm.weight"), ql);
-    LIN(a.q_b, NM("self_attn.q_b_proj.weight"), nh * (dn + dr), ql, false);
-  } else {
-    LIN(a.q, NM("self_attn.q_proj.weight"), nh * (dn + dr), H, false);
-  }
-  LIN(a.kv_a, NM("self_attn.kv_a_proj_with_mqa.weight"), KL + dr, H, false);
-  VEC(a.kv_a_norm, NM("self_attn.kv_a_layernorm.weight"), KL);
-  LIN(a.kv_b, NM("self_attn.kv_b_proj.weight"), nh * (dn + dv), KL, false);
-  LIN(a.o, NM("self_attn.o_proj.weight"), H, nh * dv, false);
+  if (df_bind_mla_weights(fc, l, false, &a, err, errlen) != 0) return -1;
   df_mla_dims dims = {.n_head = nh, .q_lora_rank = ql, .kv_lora_rank = KL, .dn = dn, .dr = dr,
                       .dv = dv, .rope_interleave = c->rope_interleave,
                       .eps = (float)c->rms_norm_eps, .scale = df_mla_scale(c)};
   if (!(L->attn = df_mla_new(fc->env, fc->ws, l, &a, &dims, err, errlen))) return -1;
-  if (!c->is_moe_layer[l]) {
-    int64_t I = c->intermediate_size;
-    const df_t_tensor *g, *u, *d;
-    LIN(g, NM("mlp.gate_proj.weight"), I, H, false);
-    LIN(u, NM("mlp.up_proj.weight"), I, H, false);
-    LIN(d, NM("mlp.down_proj.weight"), H, I, false);
-    return (L->ffn = df_glu_new(fc->env, fc->ws, l, g, u, d, err, errlen)) ? 0 : -1;
-  }
-  int64_t E = c->num_experts, I = c->moe_intermediate_size, S = I * c->n_shared_experts;
-  int64_t rs[2] = {E, H};
-  df_moe_weights w = {0};
-  if (!(w.router = df_bind(b, NM("mlp.gate.weight"), 2, rs, false, false, err, errlen)))
-    return -1;
-  VEC(w.router_bias, NM("mlp.gate.e_score_correction_bias"), E);
-  if (df_t_dtype(w.router_bias) != DF_DT_F32) {
-    snprintf(err, errlen, "%s: tensor '%s' has dtype %s (expected F32)", b->dir, nm,
-             df_dtype_name(df_t_dtype(w.router_bias)));
-    return -1;
-  }
-  if (S > 0) {
-    LIN(w.sh_gate, NM("mlp.shared_experts.gate_proj.weight"), S, H, false);
-    LIN(w.sh_up, NM("mlp.shared_experts.up_proj.weight"), S, H, false);
-    LIN(w.sh_down, NM("mlp.shared_experts.down_proj.weight"), H, S, false);
-  }
-  df_moe_router rt = {.kind = DF_ROUTER_SIGMOID_NOAUX, .n_experts = E,
-                      .top_k = c->num_experts_per_tok, .norm_topk = c->norm_topk_prob,
-                      .n_group = c->n_group, .topk_group = c->topk_group,
-                      .routed_scaling = (float)c->routed_scaling_factor};
-  if (!(L->ffn = df_moe_new(fc->env, fc->ws, l, H, &rt, &w, err, errlen))) return -1;
-  for (int64_t e = 0; e < E; e++) {
-    const df_t_tensor *g, *u, *d;
-    LIN(g, NM("mlp.experts.%lld.gate_proj.weight", (long long)e), I, H, true);
-    LIN(u, NM("mlp.experts.%lld.up_proj.weight", (long long)e), I, H, true);
-    LIN(d, NM("mlp.experts.%lld.down_proj.weight", (long long)e), H, I, true);
-    df_moe_set_expert(L->ffn, e, g, u, d);
-  }
-  return 0;
+  return df_build_mla_moe_ffn(fc, l, L, "mlp", NULL, err, errlen);
 }
 
 static void summary(const df_model_config *c, FILE *f) {

@@ -20,11 +20,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/layers/glu.h"
 #include "engine/layers/kda.h"
 #include "engine/layers/mla.h"
-#include "engine/layers/moe.h"
 #include "engine/models/family.h"
+#include "engine/models/mla_moe.h"
 
 /* ---- config.json: the family's own keys --------------------------------------------------
  * KimiLinearConfig (configuration_kimi.py) as the published 48B folder spells it:
@@ -240,24 +239,10 @@ static int build_kda(const df_family_ctx *fc, int64_t l, df_layer *L, char *err,
 
 static int build_mla(const df_family_ctx *fc, int64_t l, df_layer *L, char *err, size_t errlen) {
   const df_model_config *c = fc->cfg;
-  df_binder *b = fc->bind;
-  int64_t Hd = c->hidden_size, nh = c->num_attention_heads, dn = c->qk_nope_head_dim,
-          dr = c->qk_rope_head_dim, dv = c->v_head_dim, KL = c->kv_lora_rank,
-          ql = c->q_lora_rank;
-  char nm[256];
+  int64_t nh = c->num_attention_heads, dn = c->qk_nope_head_dim, dr = c->qk_rope_head_dim,
+          dv = c->v_head_dim, KL = c->kv_lora_rank, ql = c->q_lora_rank;
   df_mla_weights a = {0};
-  if (ql > 0) {
-    LIN(a.q_a, NM("self_attn.q_a_proj.weight"), ql, Hd, false);
-    VEC(a.q_a_norm, NM("self_attn.q_a_layernorm.weight"), ql);
-    LIN(a.q_b, NM("self_attn.q_b_proj.weight"), nh * (dn + dr), ql, false);
-  } else {
-    LIN(a.q, NM("self_attn.q_proj.weight"), nh * (dn + dr), Hd, false);
-  }
-  LIN(a.kv_a, NM("self_attn.kv_a_proj_with_mqa.weight"), KL + dr, Hd, false);
-  VEC(a.kv_a_norm, NM("self_attn.kv_a_layernorm.weight"), KL);
-  LIN(a.kv_b, NM("self_attn.kv_b_proj.weight"), nh * (dn + dv), KL, false);
-  LIN(a.o, NM("self_attn.o_proj.weight"), Hd, nh * dv, false);
-  if (c->mla_output_gate) LIN(a.g, NM("self_attn.g_proj.weight"), nh * dv, Hd, false);
+  if (df_bind_mla_weights(fc, l, c->mla_output_gate, &a, err, errlen) != 0) return -1;
   /* q_a / kv_a norms: KimiRMSNorm's default eps 1e-6 (docs/K3.md §7 D2); no YaRN mscale */
   df_mla_dims dims = {.n_head = nh, .q_lora_rank = ql, .kv_lora_rank = KL, .dn = dn, .dr = dr,
                       .dv = dv, .nope = true, .eps = 1e-6f,
@@ -282,47 +267,7 @@ static int build_layer(const df_family_ctx *fc, int64_t l, df_layer *L, char *er
   VEC(L->norm[0], NM("input_layernorm.weight"), Hd);
   VEC(L->norm[1], NM("post_attention_layernorm.weight"), Hd);
   if ((c->is_kda_layer[l] ? build_kda : build_mla)(fc, l, L, err, errlen) != 0) return -1;
-  if (!c->is_moe_layer[l]) {
-    int64_t I = c->intermediate_size;
-    const df_t_tensor *g, *u, *d;
-    LIN(g, NM("mlp.gate_proj.weight"), I, Hd, false);
-    LIN(u, NM("mlp.up_proj.weight"), I, Hd, false);
-    LIN(d, NM("mlp.down_proj.weight"), Hd, I, false);
-    return (L->ffn = df_glu_new(fc->env, fc->ws, l, g, u, d, err, errlen)) ? 0 : -1;
-  }
-  int64_t E = c->num_experts, I = c->moe_intermediate_size, S = I * c->n_shared_experts;
-  int64_t rs[2] = {E, Hd};
-  df_moe_weights w = {0};
-  if (!(w.router = df_bind(b, NM("block_sparse_moe.gate.weight"), 2, rs, false, false, err,
-                           errlen)))
-    return -1;
-  VEC(w.router_bias, NM("block_sparse_moe.gate.e_score_correction_bias"), E);
-  if (df_t_dtype(w.router_bias) != DF_DT_F32) {
-    snprintf(err, errlen, "%s: tensor '%s' has dtype %s (expected F32)", b->dir, nm,
-             df_dtype_name(df_t_dtype(w.router_bias)));
-    return -1;
-  }
-  if (S > 0) {
-    LIN(w.sh_gate, NM("block_sparse_moe.shared_experts.gate_proj.weight"), S, Hd, false);
-    LIN(w.sh_up, NM("block_sparse_moe.shared_experts.up_proj.weight"), S, Hd, false);
-    LIN(w.sh_down, NM("block_sparse_moe.shared_experts.down_proj.weight"), Hd, S, false);
-  }
-  df_moe_router rt = {.kind = DF_ROUTER_SIGMOID_NOAUX, .n_experts = E,
-                      .top_k = c->num_experts_per_tok, .norm_topk = c->norm_topk_prob,
-                      .n_group = c->n_group, .topk_group = c->topk_group,
-                      .routed_scaling = (float)c->routed_scaling_factor};
-  if (!(L->ffn = df_moe_new(fc->env, fc->ws, l, Hd, &rt, &w, err, errlen))) return -1;
-  for (int64_t e = 0; e < E; e++) {
-    const df_t_tensor *g, *u, *d;
-    expert_tensor_name(c, l, e, 0, nm, sizeof nm);
-    LIN(g, nm, I, Hd, true);
-    expert_tensor_name(c, l, e, 1, nm, sizeof nm);
-    LIN(u, nm, I, Hd, true);
-    expert_tensor_name(c, l, e, 2, nm, sizeof nm);
-    LIN(d, nm, Hd, I, true);
-    df_moe_set_expert(L->ffn, e, g, u, d);
-  }
-  return 0;
+  return df_build_mla_moe_ffn(fc, l, L, "block_sparse_moe", expert_tensor_name, err, errlen);
 }
 
 static void summary(const df_model_config *c, FILE *f) {
