@@ -429,6 +429,64 @@ int df_cfg_layer_list(df_cfg_reader *r, const char *key, int64_t n_layers, bool 
 
 int df_cfg_quant_fp8(df_cfg_reader *r, df_model_config *m) { return parse_quant(r->c, r->root, m); }
 
+/* One config_groups entry's weights: 4-bit float, groups of 32, weight-only. */
+static int mxfp4_group_ok(ctx *c, json_t *g, const char *gname) {
+  json_t *w = json_is_object(g) ? get(g, "weights") : NULL;
+  json_t *nb = w ? get(w, "num_bits") : NULL, *gs = w ? get(w, "group_size") : NULL,
+         *ty = w ? get(w, "type") : NULL;
+  if (!w || !json_is_integer(nb) || json_integer_value(nb) != 4 || !json_is_integer(gs) ||
+      json_integer_value(gs) != 32 || !json_is_string(ty) ||
+      strcmp(json_string_value(ty), "float") != 0) {
+    fail(c, "key '%squantization_config.config_groups.%.64s.weights': expected num_bits 4, "
+         "group_size 32, type \"float\" (MXFP4)", c->pfx, gname);
+    return -1;
+  }
+  if (get(g, "input_activations")) {
+    fail(c, "key '%squantization_config.config_groups.%.64s.input_activations': quantised "
+         "activations are not supported (expected null: weight-only MXFP4)", c->pfx, gname);
+    return -1;
+  }
+  return 0;
+}
+
+int df_cfg_quant_mxfp4(df_cfg_reader *r, df_model_config *m) {
+  ctx *c = r->c;
+  json_t *q = get(r->root, "quantization_config");
+  m->quant = DF_QUANT_NONE;
+  if (!q) return 0;
+  if (!json_is_object(q)) {
+    fail(c, "key '%squantization_config': expected an object or null, got %s", c->pfx,
+         type_name(q));
+    return -1;
+  }
+  const char *meth, *fmt;
+  if (get_str(c, q, "quant_method", NULL, &meth) || get_str(c, q, "format", NULL, &fmt))
+    return -1;
+  if (!meth || strcmp(meth, "compressed-tensors") != 0) {
+    fail(c, "key '%squantization_config.quant_method': unsupported method '%.64s' (supported: "
+         "compressed-tensors with format mxfp4-pack-quantized)", c->pfx,
+         meth ? meth : "(absent)");
+    return -1;
+  }
+  if (!fmt || strcmp(fmt, "mxfp4-pack-quantized") != 0) {
+    fail(c, "key '%squantization_config.format': unsupported format '%.64s' (supported: "
+         "mxfp4-pack-quantized)", c->pfx, fmt ? fmt : "(absent)");
+    return -1;
+  }
+  json_t *groups = get(q, "config_groups");
+  if (groups && !json_is_object(groups)) {
+    fail(c, "key '%squantization_config.config_groups': expected an object, got %s", c->pfx,
+         type_name(groups));
+    return -1;
+  }
+  const char *gname;
+  json_t *g;
+  if (groups)
+    json_object_foreach(groups, gname, g) if (mxfp4_group_ok(c, g, gname) != 0) return -1;
+  m->quant = DF_QUANT_MXFP4;
+  return 0;
+}
+
 int df_cfg_layer_list1(df_cfg_reader *r, const char *key, int64_t n_layers, bool *in_list) {
   ctx *c = r->c;
   for (int64_t i = 0; i < n_layers; i++) in_list[i] = false;
@@ -581,8 +639,11 @@ static int parse_model(ctx *c, json_t *root, const df_cfg_family *const *familie
 
   const char *act;
   if (get_str(c, root, "hidden_act", "silu", &act)) return -1;
-  if (strcmp(act, "silu") != 0) {
-    fail(c, "key 'hidden_act': unsupported activation '%.64s' (supported: silu)", act);
+  if (fam->situ && strcmp(act, "situ") == 0) {
+    m->hidden_act = DF_ACT_SITU;
+  } else if (strcmp(act, "silu") != 0) {
+    fail(c, "key '%shidden_act': unsupported activation '%.64s' (supported: silu%s)", c->pfx,
+         act, fam->situ ? ", situ" : "");
     return -1;
   }
   bool sliding;

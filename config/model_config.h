@@ -37,7 +37,17 @@ typedef enum {
   DF_QUANT_NONE = 0,
   DF_QUANT_FP8_BLOCK = 1, /* quant_method "fp8", fmt "e4m3": F8_E4M3 linear weights with an F32
                              `<name>_scale_inv` of [ceil(N/block_n), ceil(K/block_k)] */
+  DF_QUANT_MXFP4 = 2,     /* quant_method "compressed-tensors", format "mxfp4-pack-quantized"
+                             (Kimi K3's routed experts): a linear weight stored as
+                             `<base>.weight_packed` U8 [N, K/2] (E2M1 pairs) + `.weight_scale`
+                             U8 [N, K/32] (E8M0); others stay BF16 (docs/K3.md §4) */
 } df_quant_kind;
+
+/* The activation of every gated MLP (config.json hidden_act). */
+typedef enum {
+  DF_ACT_SILU = 0, /* "silu": SwiGLU, silu(gate) * up */
+  DF_ACT_SITU = 1, /* "situ" (Kimi K3): SiTU-GLU, docs/K3.md §3.6 (kernels.h df_k_act) */
+} df_act_kind;
 
 typedef enum {
   DF_ROPE_DEFAULT = 0, /* rope_scaling null or {"rope_type": "default"} */
@@ -121,6 +131,17 @@ typedef struct df_model_config {
   double kda_gate_lb;                /* gate_lower_bound */
   bool kda_full_rank_gate;           /* use_full_rank_gate: g_proj instead of g_a/g_b_proj */
   bool mla_nope, mla_output_gate;    /* mla_use_nope, mla_use_output_gate */
+  /* Kimi K3's switches of the kimi_linear text model (docs/K3.md §1.1; 0 / false otherwise): */
+  df_act_kind hidden_act;            /* silu everywhere else */
+  double situ_beta;                  /* activation_situ_beta (null: 1.0, the reference's
+                                        `beta or 1.0`) */
+  double situ_linear_beta;           /* activation_situ_linear_beta; 0 = null: the up branch
+                                        passes unchanged */
+  int64_t attn_res_block;            /* attn_res_block_size: Block Attention Residuals with a
+                                        snapshot every this many layers; 0 = plain pre-norm */
+  int64_t latent_dim;                /* routed_expert_hidden_size: routed experts run in this
+                                        latent width; 0 = on the hidden width */
+  bool latent_norm;                  /* latent_moe_use_norm: RMSNorm on the combined latent */
 } df_model_config;
 
 /* Defaults of generation_config.json; absent keys keep the transformers defaults. */
@@ -154,6 +175,7 @@ struct df_cfg_family {
   const char *const *wrapper_types; /* NULL-terminated model_type values whose text model is
                                        their "text_config" object (one of model_types), with
                                        tensors under "language_model."; NULL = none */
+  bool situ;                      /* hidden_act may be "situ" (else only "silu") */
   /* Read the family's own keys into *m (arch, MoE map, router, ...) after the shared ones
    * are in *m; model_type is the one that matched. 0, or -1 with the message set. */
   int (*parse)(df_cfg_reader *r, const char *model_type, df_model_config *m);
@@ -175,7 +197,8 @@ struct df_cfg_family {
  * (with line:column), model_type absent or of no family (the message lists the supported
  * ones), missing required key, wrong JSON type, out-of-range value (non-positive sizes,
  * heads not divisible by kv heads, more than DF_CFG_MAX_LAYERS layers), unsupported
- * rope_scaling type (lists supported ones), hidden_act other than "silu", use_sliding_window
+ * rope_scaling type (lists supported ones), hidden_act other than "silu" (or "situ" for a
+ * family whose `situ` is set), use_sliding_window
  * true, and the family's own. On error *out is zeroed. */
 int df_cfg_parse_for(const char *json, size_t len, const char *name,
                      const df_cfg_family *const *families, size_t n_families,
@@ -214,6 +237,13 @@ const char *df_cfg_prefix(const df_cfg_reader *r);
  * (or absent) and weight_block_size [n, k] of positive integers = DF_QUANT_FP8_BLOCK; other
  * methods or formats are refused by name. */
 int df_cfg_quant_fp8(df_cfg_reader *r, df_model_config *m);
+/* quantization_config read where the reader stands (text_config for a wrapper): null or
+ * absent = DF_QUANT_NONE; quant_method "compressed-tensors" with format
+ * "mxfp4-pack-quantized" whose every config_groups entry has weights {num_bits 4,
+ * group_size 32, type "float"} and no input_activations (weight-only) = DF_QUANT_MXFP4 (the
+ * compressed-tensors layout of OCP MXFP4, docs/K3.md §1.3); anything else is refused naming
+ * the key and what was expected. */
+int df_cfg_quant_mxfp4(df_cfg_reader *r, df_model_config *m);
 
 /* Parse DIR/generation_config.json (optional: a missing file gives the defaults, with
  * eos/bos taken from `mc`). Errors (-1): malformed JSON or wrong key types; also

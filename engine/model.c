@@ -129,12 +129,9 @@ df_expert_backend *df_model_local_experts(const df_model *m, char *err, size_t e
 
 /* ---- device placement (docs/GPU.md) ---------------------------------------------------- */
 
-/* Bytes of a weight as stored, FP8 block scales included. */
+/* Bytes of a weight as stored, FP8 block scales and MXFP4 E8M0 scales included. */
 static uint64_t tensor_bytes(const df_t_tensor *t) {
-  if (!t) return 0;
-  const df_t_tensor *sc = df_t_block_scale(t, NULL, NULL);
-  return (uint64_t)df_t_numel(t) * df_dtype_size(df_t_dtype(t)) +
-         (sc ? (uint64_t)df_t_numel(sc) * sizeof(float) : 0);
+  return t ? df_t_stored_bytes(t) : 0;
 }
 
 /* Resolve opts->device, admit memory (engine/device/admission.h: resident, KV cache, draft
@@ -311,7 +308,7 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
   df_family_ctx fc = {.bind = &m->bind, .cfg = &m->cfg, .env = &m->env, .ws = m->ws};
   for (int64_t l = 0; l < c->num_hidden_layers; l++)
     if (m->family->build_layer(&fc, l, &m->layers[l], err, errlen) != 0) goto fail;
-  if (!(m->residual = m->family->residual_new(c, err, errlen))) goto fail;
+  if (!(m->residual = m->family->residual_new(&fc, m->layers, err, errlen))) goto fail;
   if (df_rope_tables_new(c, m->max_ctx, &m->rope_cos, &m->rope_sin, err, errlen) != 0 ||
       !(m->scratch = df_ws_f32(m->ws, "model.att_scratch", df_k_max_threads(), m->max_ctx, err,
                                errlen)) ||

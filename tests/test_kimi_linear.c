@@ -379,18 +379,37 @@ static void test_config(void **state) {
                    "missing required key 'linear_attn_config'");
   expect_cfg_error("tiny-kl-48b", "\"mla_use_nope\": true", "\"mla_use_nope\": false",
                    "key 'mla_use_nope': only true is supported");
+  /* Kimi K3's switches: accepted, their values checked */
   expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
-                   "\"mla_use_nope\": true, \"attn_res_block_size\": 3",
-                   "key 'text_config.attn_res_block_size': not supported yet");
+                   "\"mla_use_nope\": true, \"attn_res_block_size\": 0",
+                   "key 'text_config.attn_res_block_size': 0 is out of range");
   expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
-                   "\"mla_use_nope\": true, \"routed_expert_hidden_size\": 96",
-                   "key 'text_config.routed_expert_hidden_size': not supported yet");
+                   "\"mla_use_nope\": true, \"routed_expert_hidden_size\": 100000",
+                   "key 'text_config.routed_expert_hidden_size': 100000 is out of range");
+  expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
+                   "\"mla_use_nope\": true, \"latent_moe_use_norm\": true",
+                   "key 'text_config.latent_moe_use_norm': true needs routed_expert_hidden_size");
   expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
                    "\"mla_use_nope\": true, \"quantization_config\": {\"quant_method\": "
                    "\"compressed-tensors\"}",
-                   "key 'text_config.quantization_config': not supported yet");
-  expect_cfg_error("tiny-kl-k3gate", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"situ\"",
-                   "hidden_act");
+                   "key 'text_config.quantization_config.format': unsupported format '(absent)'");
+  expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
+                   "\"mla_use_nope\": true, \"quantization_config\": {\"quant_method\": "
+                   "\"fp8\"}",
+                   "key 'text_config.quantization_config.quant_method': unsupported method 'fp8'");
+  expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
+                   "\"mla_use_nope\": true, \"quantization_config\": {\"quant_method\": "
+                   "\"compressed-tensors\", \"format\": \"mxfp4-pack-quantized\", "
+                   "\"config_groups\": {\"group_0\": {\"weights\": {\"num_bits\": 8, "
+                   "\"group_size\": 32, \"type\": \"float\"}}}}",
+                   "key 'text_config.quantization_config.config_groups.group_0.weights': "
+                   "expected num_bits 4");
+  expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
+                   "\"mla_use_nope\": true, \"activation_situ_linear_beta\": -1",
+                   "key 'text_config.activation_situ_linear_beta': -1 is out of range");
+  expect_cfg_error("tiny-kl-k3gate", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"",
+                   "key 'text_config.hidden_act': unsupported activation 'gelu' (supported: "
+                   "silu, situ)");
   expect_cfg_error("tiny-kl-k3gate", "\"model_type\": \"kimi_linear\"",
                    "\"model_type\": \"qwen3\"", "key 'text_config.model_type'");
 }

@@ -37,7 +37,8 @@ static int run_local(remote_be *rb, const df_expert_request *req, int a, int b, 
     int e = g + 1;
     while (e < req->n_groups && (rb->where[e] == a || rb->where[e] == b)) e++;
     df_expert_request run = {.layer = req->layer, .n_groups = e - g, .experts = req->experts + g,
-                             .offsets = req->offsets + g, .x = req->x, .y = req->y};
+                             .offsets = req->offsets + g, .x = req->x, .y = req->y,
+                             .act = req->act};
     if (df_expert_backend_run(rb->local, &run, err, errlen) != 0) return -1;
     g = e;
   }
@@ -81,8 +82,15 @@ static const df_expert_backend_ops remote_ops = {"cluster", remote_run, remote_d
 
 df_expert_backend *df_expert_remote_new(const df_model *m, df_cluster *c, bool stats, char *err,
                                         size_t errlen) {
-  remote_be *rb = calloc(1, sizeof *rb);
   const df_model_config *cfg = df_model_cfg(m);
+  if (cfg->latent_dim > 0 || cfg->hidden_act != DF_ACT_SILU || cfg->quant == DF_QUANT_MXFP4) {
+    /* df-node runs SwiGLU experts on the hidden width from BF16/FP8 bytes only */
+    snprintf(err, errlen, "cluster: df-node does not serve Kimi K3's experts yet (latent "
+             "width, SiTU, MXFP4); run this model on one machine (without --cluster)");
+    df_cluster_stop(&c, NULL);
+    return NULL;
+  }
+  remote_be *rb = calloc(1, sizeof *rb);
   if (!rb || !(rb->where = calloc((size_t)(cfg->num_experts > 0 ? cfg->num_experts : 1), 1))) {
     snprintf(err, errlen, "out of memory");
     free(rb);

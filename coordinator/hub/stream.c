@@ -180,7 +180,7 @@ static int stream_run(df_expert_backend *be, const df_expert_request *req, char 
                (long long)rows, (long long)df_t_size(s->g, 0));
       return -1;
     }
-    df_t_swiglu_ffn(req->x, r0, rows, gate, up, down, s->g, s->u, req->y);
+    df_t_glu_ffn(req->x, r0, rows, gate, up, down, req->act, s->g, s->u, req->y);
   }
   return 0;
 }

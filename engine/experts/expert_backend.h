@@ -26,6 +26,9 @@ typedef struct df_expert_request {
   const int64_t *offsets;  /* [n_groups + 1] row offsets into x and y; offsets[0] = 0 */
   const df_t_tensor *x;    /* [>= offsets[n_groups], hidden] fp32 gathered input rows */
   df_t_tensor *y;          /* [>= offsets[n_groups], hidden] fp32 expert outputs (written) */
+  const df_k_act *act;     /* the experts' gated activation (kernels.h df_k_glu_act); NULL =
+                              SiLU (SwiGLU). `hidden` is the width the experts run in: the
+                              model's hidden size, or a latent MoE's latent width */
 } df_expert_request;
 
 typedef struct df_expert_backend df_expert_backend;

@@ -33,8 +33,8 @@ static int local_run(df_expert_backend *be, const df_expert_request *req, char *
       return -1;
     }
   /* every group's experts in two parallel regions (gate+up, then down) */
-  df_t_swiglu_ffn_groups(req->x, req->n_groups, req->offsets, gate, up, down, lb->g, lb->u,
-                         req->y);
+  df_t_glu_ffn_groups(req->x, req->n_groups, req->offsets, gate, up, down, req->act, lb->g,
+                      lb->u, req->y);
   return 0;
 }
 

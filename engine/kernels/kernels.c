@@ -287,10 +287,11 @@ DEF_COLTILE(coltile_scalar_f32, tile_scalar, , DF_DT_F32)
 typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void *, int64_t, int,
                            const void *, float *, int64_t);
 
-/* Column tile `t` of a job: tiles of 8 columns for one row (decode), else 4; FP8 jobs
- * always 4 (df_k_linear_fp8_cols). */
+/* Column tile `t` of a job: tiles of 8 columns for one row (decode), else 4; FP8 and MXFP4
+ * jobs always 4 (df_k_linear_fp8_cols, df_k_linear_mxfp4_cols). */
 static int64_t job_tiles(const df_k_linear_job *j) {
-  int nr_max = df_k_isa() == DF_ISA_AVX2 && j->M == 1 && j->wdt != DF_DT_F8_E4M3 ? 8 : 4;
+  bool quant = j->wdt == DF_DT_F8_E4M3 || j->wdt == DF_DT_F4;
+  int nr_max = df_k_isa() == DF_ISA_AVX2 && j->M == 1 && !quant ? 8 : 4;
   return j->M > 0 ? (j->N + nr_max - 1) / nr_max : 0;
 }
 
@@ -300,6 +301,13 @@ static void job_tile(const df_k_linear_job *j, int64_t t) {
     int nr = (int)(j->N - n0 < 4 ? j->N - n0 : 4);
     df_k_linear_fp8_cols(j->x, j->M, j->K, j->ldx, j->w, j->scale, j->scale_ld, j->bn, j->bk,
                          n0, nr, j->y + n0, j->ldy);
+    return;
+  }
+  if (j->wdt == DF_DT_F4) {
+    int64_t n0 = t * 4;
+    int nr = (int)(j->N - n0 < 4 ? j->N - n0 : 4);
+    df_k_linear_mxfp4_cols(j->x, j->M, j->K, j->ldx, j->w, j->mx_scale, j->scale_ld, n0, nr,
+                           j->y + n0, j->ldy);
     return;
   }
 #if DF_HAVE_X86
@@ -329,7 +337,9 @@ void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
     assert(j->M >= 0 && j->K > 0 && j->N > 0 && j->ldx >= j->K && j->ldy >= j->N);
     assert(j->wdt == DF_DT_BF16 || j->wdt == DF_DT_F16 || j->wdt == DF_DT_F32 ||
            (j->wdt == DF_DT_F8_E4M3 && j->scale && !j->bias && j->bn > 0 && j->bk > 0 &&
-            j->scale_ld == (j->K + j->bk - 1) / j->bk));
+            j->scale_ld == (j->K + j->bk - 1) / j->bk) ||
+           (j->wdt == DF_DT_F4 && j->mx_scale && !j->bias && j->K % 32 == 0 &&
+            j->scale_ld >= j->K / 32));
     first[i + 1] = first[i] + job_tiles(j);
     work += j->M * j->N * j->K;
   }
@@ -350,7 +360,8 @@ void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
 
 void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
                  df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy) {
-  assert(wdt != DF_DT_F8_E4M3); /* FP8 needs its scales: df_k_linear_fp8 */
+  /* FP8 and MXFP4 need their scales: df_k_linear_fp8, df_k_linear_mxfp4 */
+  assert(wdt != DF_DT_F8_E4M3 && wdt != DF_DT_F4);
   df_k_linear_job j = {x, M, K, ldx, w, wdt, N, bias, y, ldy, NULL, 0, 0, 0};
   df_k_linear_multi(&j, 1);
 }
@@ -454,6 +465,20 @@ void df_k_silu_mul(float *g, const float *u, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     float a = g[i];
     g[i] = (a / (1.0f + expf(-a))) * u[i];
+  }
+}
+
+void df_k_glu_act(float *g, const float *u, int64_t n, const df_k_act *act) {
+  if (!act || act->kind == DF_K_ACT_SILU) {
+    df_k_silu_mul(g, u, n);
+    return;
+  }
+  float b = act->beta, bl = act->beta_lin;
+  for (int64_t i = 0; i < n; i++) {
+    float x = g[i];
+    float a = (b * tanhf(x / b)) * (1.0f / (1.0f + expf(-x)));
+    float v = bl != 0.0f ? bl * tanhf(u[i] / bl) : u[i];
+    g[i] = a * v;
   }
 }
 

@@ -13,8 +13,8 @@
  * so AVX2 and scalar builds agree exactly.
  *
  * Activations are fp32; weights are read in their stored dtype (BF16, F16 or F32; F8_E4M3
- * with block scales in kernels_fp8.c) and widened to fp32 inside the kernel — no converted
- * copy exists anywhere.
+ * with block scales in kernels_fp8.c; MXFP4 = packed E2M1 + E8M0 scales in kernels_mxfp4.c)
+ * and widened to fp32 inside the kernel — no converted copy exists anywhere.
  * Threads: OpenMP, over output columns (linear) or (row, head) pairs (attention).
  * Does not own: memory (callers pass planned buffers), shapes (callers validate).
  */
@@ -39,6 +39,9 @@ void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *
 /* One matrix product of a df_k_linear_multi call; fields as df_k_linear's arguments.
  * FP8 weights (wdt F8_E4M3): w is the matrix [N, K] of E4M3 bytes and scale its block scales
  * [ceil(N/bn), scale_ld = ceil(K/bk)] fp32, as df_k_linear_fp8 with n0 = 0; bias NULL.
+ * MXFP4 weights (wdt F4): w is the packed matrix [N, K/2] bytes of the logical [N, K]
+ * (K % 32 == 0) and mx_scale its E8M0 bytes [N, scale_ld >= K/32], as df_k_linear_mxfp4 with
+ * n0 = 0; bias NULL; bn, bk unused.
  * Other dtypes leave scale NULL (the zero-initialised tail of the struct). */
 typedef struct df_k_linear_job {
   const float *x;
@@ -49,15 +52,19 @@ typedef struct df_k_linear_job {
   const void *bias;
   float *y;
   int64_t ldy;
-  const float *scale;          /* FP8 only */
-  int64_t scale_ld, bn, bk;    /* FP8 only */
+  union {
+    const float *scale;        /* FP8 only */
+    const uint8_t *mx_scale;   /* MXFP4 (F4) only */
+  };
+  int64_t scale_ld, bn, bk;    /* scale_ld: FP8 and MXFP4; bn, bk: FP8 only */
 } df_k_linear_job;
 
 /* Several independent products in ONE parallel region (their column tiles are shared out
  * among the threads together): small matrices such as a MoE layer's experts pay one
  * fork/join instead of one each. BF16/F16/F32 jobs compute each output element exactly as
  * df_k_linear, FP8 jobs exactly as df_k_linear_fp8 (same decode, scale rounding and lane
- * order; the tiles are df_k_linear_fp8_cols). Jobs of different dtypes may be mixed.
+ * order; the tiles are df_k_linear_fp8_cols), MXFP4 jobs exactly as df_k_linear_mxfp4 (tiles
+ * df_k_linear_mxfp4_cols). Jobs of different dtypes may be mixed.
  * Outputs must not alias each other or any input. */
 void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs);
 
@@ -98,6 +105,23 @@ void df_k_router_softmax_topk(const float *logits, int64_t R, int64_t E, int64_t
 /* SwiGLU gate (Shazeer 2020): g[i] = silu(g[i]) * u[i], silu(x) = x / (1 + exp(-x)).
  *   g, u [n] fp32; result in g. */
 void df_k_silu_mul(float *g, const float *u, int64_t n);
+
+/* The activation of a gated MLP: SwiGLU (kind DF_K_ACT_SILU, df_k_silu_mul) or SiTU-GLU (Kimi
+ * K3's `SituAndMul`, published modeling_kimi_linear.py; docs/K3.md §3.6). */
+enum { DF_K_ACT_SILU = 0, DF_K_ACT_SITU = 1 };
+typedef struct df_k_act {
+  int kind;       /* DF_K_ACT_SILU or DF_K_ACT_SITU */
+  float beta;     /* SiTU gate-branch beta (> 0) */
+  float beta_lin; /* SiTU up-branch soft cap (> 0), or 0: the up branch passes unchanged */
+} df_k_act;
+
+/* Gated activation in place: g[i] = act(g[i], u[i]) for i < n. act NULL or SILU: as
+ * df_k_silu_mul. SITU, in fp32 with the operation order of the reference:
+ *   a = (beta * tanhf(g / beta)) * (1 / (1 + expf(-g)));   u' = beta_lin * tanhf(u / beta_lin)
+ *   g[i] = a * u'           (u' = u when beta_lin == 0)
+ * Divisions, not multiplications by 1/beta (1/25 is inexact). tanhf and expf are the C
+ * library's on every ISA and code path, so the result never depends on which one ran. */
+void df_k_glu_act(float *g, const float *u, int64_t n, const df_k_act *act);
 
 /* Embedding lookup: y[i, :] = table[ids[i], :] widened to fp32.
  *   table [V, D] in dt; ids [n] (caller checked 0 <= id < V); y [n, D] fp32. */
@@ -146,20 +170,67 @@ void df_k_linear_fp8_cols(const float *x, int64_t M, int64_t K, int64_t ldx, con
                           const float *scale, int64_t scale_ld, int64_t bn, int64_t bk,
                           int64_t n0, int nr, float *y, int64_t ldy);
 
+/* ---- MXFP4 weights (engine/kernels/kernels_mxfp4.c) -------------------------------------------
+ * OCP Microscaling Formats (MX) Specification v1.0, MXFP4 (E2M1 elements, one E8M0 scale per 32),
+ * in the layout of compressed-tensors' "mxfp4-pack-quantized" packer (Kimi K3's routed experts;
+ * docs/K3.md §4). A logical weight W [N, K], K % 32 == 0, is stored as
+ *   packed [N, K/2] U8: byte (n, i) holds column 2i in bits 0-3 and column 2i+1 in bits 4-7;
+ *   scale  [N, scale_ld >= K/32] U8 (E8M0): byte (n, g) scales columns 32g .. 32g+31.
+ * Nibble c: sign = bit 3, magnitude T[c & 7], T = {0, 0.5, 1, 1.5, 2, 3, 4, 6} (code 8 is
+ * -0.0, sign kept); scale byte s: 2^(s - 127) (s = 0: the subnormal 2^-127).
+ *   W(n, k) = (-1)^sign * (T[mag] * 2^(s - 127))
+ * with the product rounded once to fp32: it is exact (the value itself) for every s <= 252,
+ * subnormal products included (no FTZ/DAZ anywhere); for s = 253, 254 a magnitude >= 2^128
+ * rounds to +-inf, as any fp32 conversion of it would. s = 255 is NaN in MX: a loader must
+ * refuse it (df_k_mxfp4_find_nan_scale); the kernels assume it absent. */
+
+/* W(n, k) of an MXFP4 matrix as the kernels use it (formula above).
+ *   packed [.., K/2] U8, scale [.., scale_ld] U8 (E8M0); K % 32 == 0; 0 <= k < K. */
+float df_k_mxfp4_weight(const uint8_t *packed, const uint8_t *scale, int64_t scale_ld, int64_t K,
+                        int64_t n, int64_t k);
+
+/* Index of the first E8M0 NaN byte (255) among scale[0 .. n), or -1 when there is none. */
+int64_t df_k_mxfp4_find_nan_scale(const uint8_t *scale, int64_t n);
+
+/* y[m, j] = sum_k x[m, k] * W(n0 + j, k) for j < N, W(n, k) = df_k_mxfp4_weight(...): rows
+ * n0 .. n0+N-1 of an MXFP4 matrix [N_total, K], de-quantised inside the kernel (the packed
+ * bytes are read once per tile, never widened into memory). Same lane order as df_k_linear
+ * (K % 32 == 0, so there is no K % 8 tail), hence bitwise equal to df_k_linear over an F32
+ * copy of the de-quantised matrix; AVX2 and scalar agree bit for bit; row m of y depends only
+ * on row m of x. Threads: OpenMP over tiles of 4 weight rows.
+ *   x [M, K] fp32, row stride ldx >= K; packed, scale the matrix's first bytes (row stride
+ *   K/2 and scale_ld >= K/32); y [M, N] fp32, row stride ldy >= N, not aliasing x. */
+void df_k_linear_mxfp4(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *packed,
+                       const uint8_t *scale, int64_t scale_ld, int64_t n0, int64_t N, float *y,
+                       int64_t ldy);
+
+/* Columns [0, nr) of y = weight rows n0 .. n0+nr-1 of df_k_linear_mxfp4 for all M rows,
+ * nr <= 4: the unit of work df_k_linear_mxfp4 and df_k_linear_multi share out (each element
+ * is computed by the same instructions whatever the tile). Arguments as df_k_linear_mxfp4;
+ * y points at the tile's first column. */
+void df_k_linear_mxfp4_cols(const float *x, int64_t M, int64_t K, int64_t ldx,
+                            const uint8_t *packed, const uint8_t *scale, int64_t scale_ld,
+                            int64_t n0, int nr, float *y, int64_t ldy);
+
 /* ---- DeepSeek-V3 family (engine/kernels/kernels_deepseek.c) ------------------------------------ */
 
 /* A weight matrix [N_total, K] in its stored dtype, for kernels that address sub-blocks.
- * FP8 (dt F8_E4M3): scale [ceil(N_total/bn), scale_ld] fp32 block scales; NULL otherwise. */
+ * FP8 (dt F8_E4M3): scale [ceil(N_total/bn), scale_ld] fp32 block scales; NULL otherwise.
+ * MXFP4 (dt F4): data the packed bytes [N_total, K/2] of the logical [N_total, K], mx_scale
+ * the E8M0 bytes [N_total, scale_ld] (bn = 1, bk = 32; see kernels_mxfp4.c below). */
 typedef struct df_k_weight {
   const void *data;
-  df_dtype dt; /* BF16, F16, F32 or F8_E4M3 */
-  int64_t K;   /* row length */
-  const float *scale;
+  df_dtype dt; /* BF16, F16, F32, F8_E4M3 or F4 (MXFP4) */
+  int64_t K;   /* logical row length */
+  union {
+    const float *scale;      /* FP8 */
+    const uint8_t *mx_scale; /* MXFP4 */
+  };
   int64_t scale_ld, bn, bk;
 } df_k_weight;
 
 /* y[m, j] = sum_k x[m, k] * W(n0 + j, k), j < N: rows n0.. of any df_k_weight, through
- * df_k_linear (contiguous rows) or df_k_linear_fp8. */
+ * df_k_linear (contiguous rows), df_k_linear_fp8 or df_k_linear_mxfp4. */
 void df_k_linear_w(const float *x, int64_t M, int64_t ldx, const df_k_weight *w, int64_t n0,
                    int64_t N, float *y, int64_t ldy);
 

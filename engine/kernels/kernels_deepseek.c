@@ -25,11 +25,14 @@
 
 /* ---- transposed linear ---------------------------------------------------------------- */
 
-/* Weight (r, c) of the full matrix, widened to fp32 (FP8: times its block scale). */
+/* Weight (r, c) of the full matrix, widened to fp32 (FP8: times its block scale; MXFP4:
+ * decoded with its E8M0 scale). */
 static inline float wget(const df_k_weight *w, int64_t r, int64_t c) {
   if (w->dt == DF_DT_F8_E4M3)
     return df_k_fp8_weight((const uint8_t *)w->data, w->scale, w->scale_ld, w->bn, w->bk, w->K,
                            r, c);
+  if (w->dt == DF_DT_F4)
+    return df_k_mxfp4_weight((const uint8_t *)w->data, w->mx_scale, w->scale_ld, w->K, r, c);
   return df_k_to_f32(w->data, w->dt, r * w->K + c);
 }
 
@@ -103,6 +106,11 @@ void df_k_linear_w(const float *x, int64_t M, int64_t ldx, const df_k_weight *w,
   if (w->dt == DF_DT_F8_E4M3) {
     df_k_linear_fp8(x, M, w->K, ldx, (const uint8_t *)w->data, w->scale, w->scale_ld, w->bn,
                     w->bk, n0, N, y, ldy);
+    return;
+  }
+  if (w->dt == DF_DT_F4) {
+    df_k_linear_mxfp4(x, M, w->K, ldx, (const uint8_t *)w->data, w->mx_scale, w->scale_ld, n0,
+                      N, y, ldy);
     return;
   }
   const char *rows = (const char *)w->data + (size_t)n0 * (size_t)w->K * df_dtype_size(w->dt);

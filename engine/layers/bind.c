@@ -3,6 +3,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels/kernels.h"
 
 void df_binder_free(df_binder *b) {
   for (size_t i = 0; i < b->n_handles; i++) df_t_destroy(&b->handles[i]);
@@ -40,6 +43,15 @@ static df_t_tensor *wrap(df_binder *b, const void *data, df_dtype dt, int ndim,
   return h;
 }
 
+/* "d0, d1, ..." of a shape into buf. */
+static const char *shape_str(const int64_t *shape, int ndim, char *buf, size_t cap) {
+  size_t o = 0;
+  buf[0] = 0;
+  for (int i = 0; i < ndim && o < cap; i++)
+    o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  return buf;
+}
+
 static void count(df_binder *b, uint64_t nbytes, bool is_expert) {
   b->total += nbytes;
   if (is_expert)
@@ -65,15 +77,10 @@ const df_t_tensor *df_bind(df_binder *b, const char *name, int ndim, const int64
   bool same = t->ndim == ndim;
   for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
   if (!same) {
-    char got[128] = "", want[128] = "";
-    size_t o = 0;
-    for (int i = 0; i < t->ndim; i++)
-      o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-    o = 0;
-    for (int i = 0; i < ndim; i++)
-      o += (size_t)snprintf(want + o, sizeof want - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    char got[128], want[128];
     snprintf(err, errlen, "%s: tensor '%s' has shape [%s] but config.json implies [%s]",
-             file_of(b, t), name, got, want);
+             file_of(b, t), name, shape_str(t->shape, t->ndim, got, sizeof got),
+             shape_str(shape, ndim, want, sizeof want));
     return NULL;
   }
   df_t_tensor *h = wrap(b, t->data, t->dtype, ndim, shape, err, errlen);
@@ -82,11 +89,79 @@ const df_t_tensor *df_bind(df_binder *b, const char *name, int ndim, const int64
   return h;
 }
 
+/* One part of an MXFP4 pair: U8 of exactly `want`, else the error line (what it is, what
+ * config.json implies, and what the part is). */
+static bool mx_part_ok(const df_binder *b, const df_st_tensor *t, const int64_t want[2],
+                       const char *what, int64_t N, int64_t K, char *err, size_t errlen) {
+  if (t->dtype == DF_DT_U8 && t->ndim == 2 && t->shape[0] == want[0] && t->shape[1] == want[1])
+    return true;
+  char got[128], exp[64];
+  snprintf(err, errlen, "%s: tensor '%s' is %s [%s] but config.json implies U8 [%s] (%s of an "
+           "MXFP4 [%lld, %lld] weight)", file_of(b, t), t->name, df_dtype_name(t->dtype),
+           shape_str(t->shape, t->ndim, got, sizeof got), shape_str(want, 2, exp, sizeof exp),
+           what, (long long)N, (long long)K);
+  return false;
+}
+
+/* `<base>.weight_packed` + `<base>.weight_scale` bound as one F4 (MXFP4) weight of logical
+ * shape [N, K]; see bind.h. */
+static const df_t_tensor *bind_mxfp4(df_binder *b, const char *base, const df_st_tensor *pt,
+                                     const df_st_tensor *st, int64_t N, int64_t K,
+                                     bool is_expert, char *err, size_t errlen) {
+  if (K % 32 != 0 || K <= 0) {
+    snprintf(err, errlen, "%s: tensor '%s' is MXFP4 but config.json implies a [%lld, %lld] "
+             "weight, whose row length is not a multiple of the MX block size 32", file_of(b, pt),
+             pt->name, (long long)N, (long long)K);
+    return NULL;
+  }
+  int64_t ps[2] = {N, K / 2}, ss[2] = {N, K / 32}, shape[2] = {N, K};
+  if (!mx_part_ok(b, pt, ps, "the E2M1 pairs, low nibble = even column", N, K, err, errlen) ||
+      !mx_part_ok(b, st, ss, "the E8M0 scales, one per 32 columns", N, K, err, errlen))
+    return NULL;
+  int64_t nan_at = df_k_mxfp4_find_nan_scale((const uint8_t *)st->data, N * (K / 32));
+  if (nan_at >= 0) {
+    snprintf(err, errlen, "%s: tensor '%s' holds E8M0 255 (NaN) at row %lld, group %lld: an "
+             "MXFP4 scale must be a finite power of two (OCP MX v1.0); the checkpoint is damaged",
+             file_of(b, st), st->name, (long long)(nan_at / (K / 32)),
+             (long long)(nan_at % (K / 32)));
+    return NULL;
+  }
+  df_t_tensor *w = wrap(b, pt->data, DF_DT_F4, 2, shape, err, errlen);
+  if (!w) return NULL;
+  df_t_tensor *s = wrap(b, st->data, DF_DT_U8, 2, ss, err, errlen);
+  if (!s) return NULL;
+  if (df_t_set_mx_scale(w, s, err, errlen) != 0) {
+    char m[256];
+    snprintf(m, sizeof m, "%s", err);
+    snprintf(err, errlen, "%s: MXFP4 weight '%s': %s", b->dir, base, m);
+    return NULL;
+  }
+  count(b, pt->nbytes + st->nbytes, is_expert);
+  return w;
+}
+
 const df_t_tensor *df_bind_linear(df_binder *b, const char *name, int64_t N, int64_t K,
                                   bool is_expert, char *err, size_t errlen) {
   const df_model_config *c = b->cfg;
   const df_st_tensor *t = df_st_find(b->st, name);
   int64_t shape[2] = {N, K};
+  size_t nl = strlen(name);
+  if (!t && nl > 7 && !strcmp(name + nl - 7, ".weight") && nl < 280) {
+    char pn[300], sn[300];
+    snprintf(pn, sizeof pn, "%s_packed", name);
+    snprintf(sn, sizeof sn, "%s_scale", name);
+    const df_st_tensor *pt = df_st_find(b->st, pn), *st = df_st_find(b->st, sn);
+    if (pt && st) {
+      char base[300];
+      snprintf(base, sizeof base, "%.*s", (int)(nl - 7), name);
+      return bind_mxfp4(b, base, pt, st, N, K, is_expert, err, errlen);
+    }
+    if (pt || st) {
+      snprintf(err, errlen, "%s: missing tensor '%s' (tensor '%s' is there: an MXFP4 weight "
+               "needs both '%s' and '%s')", b->dir, pt ? sn : pn, pt ? pn : sn, pn, sn);
+      return NULL;
+    }
+  }
   if (!t || t->dtype != DF_DT_F8_E4M3) return df_bind(b, name, 2, shape, false, is_expert, err, errlen);
   const char *file = file_of(b, t);
   if (c->quant != DF_QUANT_FP8_BLOCK) {

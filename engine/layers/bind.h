@@ -39,11 +39,25 @@ int df_binder_track(df_binder *b, df_t_tensor *t);
 const df_t_tensor *df_bind(df_binder *b, const char *name, int ndim, const int64_t *shape,
                            bool optional, bool is_expert, char *err, size_t errlen);
 
-/* A linear weight [N, K]: BF16/F16/F32 as df_bind, or F8_E4M3 with its F32
- * `<name>_scale_inv` [ceil(N/bn), ceil(K/bk)] attached (df_t_set_block_scale) when the
- * config declares FP8 blocks (quantization_config, weight_block_size [bn, bk]); the bytes of
- * both count. Errors (NULL + message): df_bind's, F8_E4M3 without an fp8
- * quantization_config, a missing or mis-shaped (or non-F32) scale tensor. */
+/* A linear weight [N, K] named `name` (normally "<base>.weight"): BF16/F16/F32 as df_bind,
+ * or F8_E4M3 with its F32 `<name>_scale_inv` [ceil(N/bn), ceil(K/bk)] attached
+ * (df_t_set_block_scale) when the config declares FP8 blocks (quantization_config,
+ * weight_block_size [bn, bk]); the bytes of both count.
+ * MXFP4 (Kimi K3's routed experts; OCP Microscaling Formats (MX) Specification v1.0 in the
+ * layout of compressed-tensors' "mxfp4-pack-quantized" packer, docs/K3.md §4): when `name`
+ * ends in ".weight", is absent, and `<base>.weight_packed` and `<base>.weight_scale` both
+ * exist (the rule of the format: a weight is MXFP4 iff both do), the pair is bound as ONE
+ * weight: dtype F4, logical shape [N, K] (df_t_size(w, 1) == K), data = weight_packed's mmap
+ * bytes U8 [N, K/2] (low nibble = column 2i, high = 2i+1; never copied or widened), with
+ * weight_scale U8 [N, K/32] (E8M0) attached (df_t_set_mx_scale; df_t_block_scale returns it,
+ * block [1, 32]). The binder reads every scale byte once and refuses the NaN byte 255; the
+ * packed and scale bytes count (as routed-expert bytes when is_expert). No quantization_config
+ * is consulted: the tensors decide.
+ * Errors (NULL + one line naming the file or folder, the tensor, what it has and what was
+ * expected): df_bind's; F8_E4M3 without an fp8 quantization_config, a missing or mis-shaped
+ * (or non-F32) FP8 scale tensor; for MXFP4 one of the pair without the other, K not a
+ * multiple of 32, a part not U8 or not of shape [N, K/2] / [N, K/32], and
+ * "tensor '<base>.weight_scale' holds E8M0 255 (NaN) at row R, group G". */
 const df_t_tensor *df_bind_linear(df_binder *b, const char *name, int64_t N, int64_t K,
                                   bool is_expert, char *err, size_t errlen);
 

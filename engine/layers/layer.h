@@ -122,6 +122,10 @@ typedef struct df_layer {
                                   (input_layernorm, post_attention_layernorm) */
   df_token_mixer *attn;
   df_channel_mixer *ffn;
+  /* Attention Residuals (engine/layers/attn_res.h) only, else NULL: the mix weights of the
+   * token and channel sublayers' inputs (self_attention_res_*, mlp_res_*): norm [hidden],
+   * proj [1, hidden] */
+  const df_t_tensor *res_norm[2], *res_proj[2];
 } df_layer;
 
 /* ---- residual schemes -------------------------------------------------------------- */

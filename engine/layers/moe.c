@@ -13,9 +13,11 @@ typedef struct moe {
   df_moe_weights w;
   const df_t_tensor **ex_gate, **ex_up, **ex_down; /* [E] each, owned arrays */
   const df_layer_env *env;
-  int64_t H;
+  int64_t H, W;               /* hidden width; width the experts run in (H or latent) */
   df_t_tensor *router_logits; /* [R, E] */
-  df_t_tensor *xs, *ys;       /* [R*k, H] gathered rows, expert outputs */
+  df_t_tensor *xs, *ys;       /* [R*k, W] gathered rows, expert outputs */
+  df_t_tensor *z, *comb;      /* [R, W] latent input, latent combine (latent MoE only) */
+  df_t_tensor *sh_y;          /* [R, H] shared-expert output (latent MoE only) */
   df_t_tensor *g, *u;         /* [R, S] shared-expert scratch, or NULL */
   int32_t *top_idx;           /* [R, k] */
   float *top_w;               /* [R, k] */
@@ -31,7 +33,7 @@ static int moe_forward(df_channel_mixer *cm, const df_rows *rows, const df_t_ten
   moe *m = (moe *)cm;
   const df_moe_router *rt = &m->rt;
   const df_layer_env *env = m->env;
-  int64_t E = rt->n_experts, k = rt->top_k, H = m->H, R = rows->R;
+  int64_t E = rt->n_experts, k = rt->top_k, H = m->H, W = m->W, R = rows->R;
   int layer = (int)cm->layer;
   bool on = *env->profiling;
   double t0 = on ? df_prof_now() : 0;
@@ -59,30 +61,37 @@ static int moe_forward(df_channel_mixer *cm, const df_rows *rows, const df_t_ten
     off += cnt;
   }
   m->offsets[n_groups] = off;
-  const float *x = df_t_f32((df_t_tensor *)xn);
+  if (m->w.lat_down) df_t_linear(xn, 0, R, m->w.lat_down, NULL, m->z); /* into the latent */
+  const float *x = df_t_f32(m->w.lat_down ? m->z : (df_t_tensor *)xn);
   float *xs = df_t_f32(m->xs);
   for (int64_t r = 0; r < R; r++)
     for (int64_t j = 0; j < k; j++) {
       int64_t s = m->counts[m->top_idx[r * k + j]]++;
       m->slot[r * k + j] = s;
-      memcpy(xs + s * H, x + r * H, (size_t)H * sizeof(float));
+      memcpy(xs + s * W, x + r * W, (size_t)W * sizeof(float));
     }
   df_expert_request req = {.layer = layer, .n_groups = n_groups, .experts = m->experts,
-                           .offsets = m->offsets, .x = m->xs, .y = m->ys};
+                           .offsets = m->offsets, .x = m->xs, .y = m->ys,
+                           .act = rt->act.kind == DF_K_ACT_SILU ? NULL : &rt->act};
   df_prof_lap(on, &env->prof->router, &t0);
   if (df_expert_backend_run(*env->backend, &req, err, errlen) != 0) return -1;
   df_prof_lap(on, &env->prof->experts, &t0);
   const float *ys = df_t_f32(m->ys);
-  float *out = df_t_f32(out_t);
-  for (int64_t r = 0; r < R; r++) {
-    float *o = out + r * H;
-    memset(o, 0, (size_t)H * sizeof(float));
-    for (int64_t j = 0; j < k; j++) df_k_axpy(o, m->top_w[r * k + j], ys + m->slot[r * k + j] * H, H);
+  float *out = df_t_f32(out_t), *comb = m->w.lat_down ? df_t_f32(m->comb) : out;
+  for (int64_t r = 0; r < R; r++) { /* fp32, in the router's (canonical) order */
+    float *o = comb + r * W;
+    memset(o, 0, (size_t)W * sizeof(float));
+    for (int64_t j = 0; j < k; j++) df_k_axpy(o, m->top_w[r * k + j], ys + m->slot[r * k + j] * W, W);
+  }
+  if (m->w.lat_down) { /* latent norm, then back to the hidden width */
+    if (m->w.lat_norm) df_t_rmsnorm(m->comb, R, m->w.lat_norm, rt->latent_eps, m->comb);
+    df_t_linear(m->comb, 0, R, m->w.lat_up, NULL, out_t);
   }
   df_prof_lap(on, &env->prof->combine, &t0);
   if (m->w.sh_gate) { /* routed sum + shared experts (DeepseekV3MoE.forward) */
-    df_t_swiglu_ffn(xn, 0, R, m->w.sh_gate, m->w.sh_up, m->w.sh_down, m->g, m->u, m->ys);
-    df_k_add(out, df_t_f32(m->ys), R * H);
+    df_t_tensor *sy = m->sh_y ? m->sh_y : m->ys;
+    df_t_glu_ffn(xn, 0, R, m->w.sh_gate, m->w.sh_up, m->w.sh_down, &rt->act, m->g, m->u, sy);
+    df_k_add(out, df_t_f32(sy), R * H);
     df_prof_lap(on, &env->prof->dense_mlp, &t0);
   }
   return 0;
@@ -142,12 +151,20 @@ df_channel_mixer *df_moe_new(const df_layer_env *env, df_ws *ws, int64_t layer, 
   m->w = *w;
   m->env = env;
   m->H = H;
+  m->W = w->lat_down ? df_t_size(w->lat_down, 0) : H;
   m->ex_gate = calloc((size_t)E, sizeof *m->ex_gate);
   m->ex_up = calloc((size_t)E, sizeof *m->ex_up);
   m->ex_down = calloc((size_t)E, sizeof *m->ex_down);
   if (!m->ex_gate || !m->ex_up || !m->ex_down) goto oom;
+  if (w->lat_down &&
+      (!(m->xs = df_ws_f32(ws, "moe.latent_xs", R * k, m->W, err, errlen)) ||
+       !(m->ys = df_ws_f32(ws, "moe.latent_ys", R * k, m->W, err, errlen)) ||
+       !(m->z = df_ws_f32(ws, "moe.latent_z", R, m->W, err, errlen)) ||
+       !(m->comb = df_ws_f32(ws, "moe.latent_comb", R, m->W, err, errlen)) ||
+       !(m->sh_y = df_ws_f32(ws, "moe.shared_y", R, H, err, errlen))))
+    goto fail;
   if (!(m->router_logits = df_ws_f32(ws, "moe.router_logits", R, E, err, errlen)) ||
-      df_moe_io_buffers(ws, R, k, H, &m->xs, &m->ys, err, errlen) != 0 ||
+      (!w->lat_down && df_moe_io_buffers(ws, R, k, H, &m->xs, &m->ys, err, errlen) != 0) ||
       !(m->top_idx = df_ws_array(ws, "moe.top_idx", R * k, sizeof *m->top_idx, err, errlen)) ||
       !(m->top_w = df_ws_array(ws, "moe.top_w", R * k, sizeof *m->top_w, err, errlen)) ||
       !(m->slot = df_ws_array(ws, "moe.slot", R * k, sizeof *m->slot, err, errlen)) ||

@@ -11,6 +11,16 @@
  *     routed_scaling_factor (kernels.h df_k_router_sigmoid_group);
  *   out = sum_j w_j * expert_j(xn) in the router's order of choices (fp32 axpy), then
  *     + the shared experts' SwiGLU (DeepseekV3MoE.forward) when present.
+ * Latent MoE (Kimi K3's KimiSparseMoeBlock with routed_expert_hidden_size, docs/K3.md §3.7):
+ * the router still reads xn, but the routed experts run in a narrower latent space:
+ *   z = routed_expert_down_proj(xn)                     [R, Lat], once per row
+ *   Y = sum_j w_j * expert_j(z)                           fp32, the router's order
+ *   Y = RMSNorm(Y; routed_expert_norm, eps)               (when latent_moe_use_norm)
+ *   out = routed_expert_up_proj(Y) + shared(xn)
+ * The experts' (and shared experts') activation is the router's `act` (SiLU or SiTU).
+ * The router's order is the canonical slot order of the combine: descending selection score
+ * (score + correction bias for sigmoid routers), ties to the lower expert id — the same on
+ * one machine, on nodes and in any batch, so the fp32 sum's bits never depend on placement.
  * Experts write unweighted rows; the weighting happens here, so the result does not depend
  * on which backend ran which expert. Routing counts per (layer, expert) go to the model's
  * heat. Does not own: the expert weights' execution (the backend), binding (engine/models/).
@@ -28,6 +38,8 @@ typedef struct df_moe_router {
   bool norm_topk;          /* renormalise the chosen weights to sum 1 */
   int64_t n_group, topk_group; /* sigmoid: expert groups, groups kept per token */
   float routed_scaling;    /* sigmoid: multiplies the routed weights */
+  df_k_act act;            /* the routed and shared experts' activation; zero = SiLU */
+  float latent_eps;        /* routed_expert_norm's epsilon (latent MoE with a norm) */
 } df_moe_router;
 
 /* A layer's non-expert MoE weights (borrowed views). */
@@ -35,6 +47,9 @@ typedef struct df_moe_weights {
   const df_t_tensor *router;                 /* gate [E, H] */
   const df_t_tensor *router_bias;            /* e_score_correction_bias [E] F32, or NULL */
   const df_t_tensor *sh_gate, *sh_up, *sh_down; /* shared experts [S, H] x2, [H, S], or NULL */
+  /* latent MoE, else NULL: routed_expert_down_proj [Lat, H], routed_expert_norm [Lat] (or
+   * NULL: no norm), routed_expert_up_proj [H, Lat]; the experts are then [I, Lat] / [Lat, I] */
+  const df_t_tensor *lat_down, *lat_norm, *lat_up;
 } df_moe_weights;
 
 /* A MoE mixer for decoder layer `layer` of hidden width H; its routed experts are set with
@@ -44,7 +59,8 @@ df_channel_mixer *df_moe_new(const df_layer_env *env, df_ws *ws, int64_t layer, 
                              const df_moe_router *router, const df_moe_weights *w, char *err,
                              size_t errlen);
 
-/* Routed expert e's weights: gate/up [I, H], down [H, I] (borrowed). */
+/* Routed expert e's weights: gate/up [I, W], down [W, I] (borrowed), W = H or the latent
+ * width. */
 void df_moe_set_expert(df_channel_mixer *cm, int64_t e, const df_t_tensor *gate,
                        const df_t_tensor *up, const df_t_tensor *down);
 

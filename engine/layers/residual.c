@@ -51,4 +51,5 @@ void df_layer_clear(df_layer *L) {
   L->attn = NULL;
   L->ffn = NULL;
   L->norm[0] = L->norm[1] = NULL;
+  L->res_norm[0] = L->res_norm[1] = L->res_proj[0] = L->res_proj[1] = NULL;
 }

@@ -169,6 +169,6 @@ const df_family df_family_deepseek_v3 = {
     .config = {.model_types = model_types, .rope_mscale = true, .parse = parse_config},
     .name = "deepseek_v3",
     .build_layer = build_layer,
-    .residual_new = df_residual_prenorm_of,
+    .residual_new = df_family_prenorm,
     .summary = summary,
 };

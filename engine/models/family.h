@@ -38,8 +38,11 @@ typedef struct df_family {
    * missing, mis-typed or mis-shaped tensor, or out of memory; *L may then hold blocks for
    * df_layer_clear. */
   int (*build_layer)(const df_family_ctx *fc, int64_t l, df_layer *L, char *err, size_t errlen);
-  /* The model's residual scheme. NULL + message when out of memory. */
-  df_residual *(*residual_new)(const df_model_config *c, char *err, size_t errlen);
+  /* The model's residual scheme, made after every layer of `layers` [n_layers] was built
+   * (a scheme may bind tensors of its own through fc->bind and read the layers' res_*
+   * weights). NULL + message: out of memory, a missing tensor (the binder's message). */
+  df_residual *(*residual_new)(const df_family_ctx *fc, const df_layer *layers, char *err,
+                               size_t errlen);
   /* `deltafin inspect`'s lines on the family's attention and MoE shape for config c, each
    * "<label padded to 13>text\n", written to f. */
   void (*summary)(const df_model_config *c, FILE *f);
@@ -49,6 +52,11 @@ typedef struct df_family {
   void (*expert_tensor_name)(const df_model_config *c, int64_t l, int64_t e, int part, char *buf,
                              size_t cap);
 } df_family;
+
+/* The plain pre-norm residual (engine/layers/layer.h df_residual_prenorm_of) as a family's
+ * residual_new. */
+df_residual *df_family_prenorm(const df_family_ctx *fc, const df_layer *layers, char *err,
+                               size_t errlen);
 
 /* The family whose parser read config c (c->family), or NULL + message when c was not
  * parsed by df_cfg_load / df_cfg_parse. */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/layers/attn_res.h"
 #include "engine/layers/kda.h"
 #include "engine/layers/mla.h"
 #include "engine/models/family.h"
@@ -38,23 +39,46 @@
  * routed_scaling_factor (1.0), num_expert_group (1), topk_group (1), use_grouped_topk
  * (true; false = one group), moe_router_activation_func ("sigmoid", others refused);
  * intermediate_size when a layer is dense. Layer i is MoE iff num_experts and i >=
- * first_k_dense_replace and i % moe_layer_freq == 0. K3-only keys (attn_res_block_size,
- * routed_expert_hidden_size, quantization_config) are refused as not supported yet. */
+ * first_k_dense_replace and i % moe_layer_freq == 0.
+ * Kimi K3's switches (docs/K3.md §1.1, each absent in Kimi-Linear-48B): attn_res_block_size
+ * (>= 1: Block Attention Residuals), routed_expert_hidden_size (latent MoE width, <= hidden)
+ * with latent_moe_use_norm (default false), hidden_act "situ" with activation_situ_beta
+ * (null: 1.0) and activation_situ_linear_beta (null: none; both > 0 when given), and
+ * quantization_config (compressed-tensors MXFP4, config/model_config.h df_cfg_quant_mxfp4). */
+static int k3_switches(df_cfg_reader *r, df_model_config *m) {
+  const char *pf = df_cfg_prefix(r);
+  double beta = 0, beta_lin = 0;
+  if (df_cfg_int(r, "attn_res_block_size", false, 0, 1, DF_CFG_MAX_LAYERS, &m->attn_res_block) ||
+      df_cfg_int(r, "routed_expert_hidden_size", false, 0, 1, m->hidden_size, &m->latent_dim) ||
+      df_cfg_bool(r, "latent_moe_use_norm", false, &m->latent_norm) ||
+      df_cfg_num(r, "activation_situ_beta", 0, &beta) ||
+      df_cfg_num(r, "activation_situ_linear_beta", 0, &beta_lin) ||
+      df_cfg_quant_mxfp4(r, m))
+    return -1;
+  if (beta < 0 || !isfinite(beta)) {
+    df_cfg_fail(r, "key '%sactivation_situ_beta': %g is out of range (expected > 0 or null)", pf,
+                beta);
+    return -1;
+  }
+  if (!(beta_lin > 0) && df_cfg_has(r, "activation_situ_linear_beta")) {
+    df_cfg_fail(r, "key '%sactivation_situ_linear_beta': %g is out of range (expected > 0 or "
+                "null)", pf, beta_lin);
+    return -1;
+  }
+  m->situ_beta = beta > 0 ? beta : 1.0; /* the reference's `beta or 1.0` */
+  m->situ_linear_beta = beta_lin;       /* 0: the up branch passes unchanged */
+  if (m->latent_norm && m->latent_dim == 0) {
+    df_cfg_fail(r, "key '%slatent_moe_use_norm': true needs routed_expert_hidden_size", pf);
+    return -1;
+  }
+  return 0;
+}
+
 static int parse_config(df_cfg_reader *r, const char *model_type, df_model_config *m) {
   m->arch = DF_ARCH_KIMI_LINEAR;
   const char *pf = df_cfg_prefix(r);
   int64_t L = m->num_hidden_layers;
-  static const char *const k3_only[] = {"attn_res_block_size", "routed_expert_hidden_size",
-                                        "quantization_config", NULL};
-  for (const char *const *k = k3_only; *k; k++)
-    if (df_cfg_has(r, *k)) {
-      df_cfg_fail(r, "key '%s%s': not supported yet for model type %s (Kimi K3's %s)", pf, *k,
-                  m->model_type,
-                  strcmp(*k, "attn_res_block_size") == 0 ? "Attention Residuals"
-                  : strcmp(*k, "quantization_config") == 0 ? "MXFP4 experts"
-                                                           : "latent MoE");
-      return -1;
-    }
+  if (k3_switches(r, m) != 0) return -1;
   if (m->attention_bias) {
     df_cfg_fail(r, "key '%sattention_bias': true is not supported for model type %s", pf,
                 m->model_type);
@@ -262,12 +286,39 @@ static int build_layer(const df_family_ctx *fc, int64_t l, df_layer *L, char *er
                        size_t errlen) {
   const df_model_config *c = fc->cfg;
   df_binder *b = fc->bind;
-  int64_t Hd = c->hidden_size;
+  int64_t Hd = c->hidden_size, ps[2] = {1, Hd};
   char nm[256];
   VEC(L->norm[0], NM("input_layernorm.weight"), Hd);
   VEC(L->norm[1], NM("post_attention_layernorm.weight"), Hd);
+  if (c->attn_res_block > 0) { /* the mix weights; layer 0's attention side is never read */
+    static const char *const side[2] = {"self_attention_res", "mlp_res"};
+    for (int s = l == 0; s < 2; s++) {
+      VEC(L->res_norm[s], NM("%s_norm.weight", side[s]), Hd);
+      if (!(L->res_proj[s] = df_bind(b, NM("%s_proj.weight", side[s]), 2, ps, false, false, err,
+                                     errlen)))
+        return -1;
+    }
+  }
   if ((c->is_kda_layer[l] ? build_kda : build_mla)(fc, l, L, err, errlen) != 0) return -1;
   return df_build_mla_moe_ffn(fc, l, L, "block_sparse_moe", expert_tensor_name, err, errlen);
+}
+
+/* Plain pre-norm, or Kimi K3's Block Attention Residuals with the output mix's
+ * model.output_attn_res_{norm,proj}.weight. */
+static df_residual *residual_new(const df_family_ctx *fc, const df_layer *layers, char *err,
+                                 size_t errlen) {
+  const df_model_config *c = fc->cfg;
+  if (c->attn_res_block == 0) return df_residual_prenorm_of(c, err, errlen);
+  int64_t Hd = c->hidden_size, ps[2] = {1, Hd};
+  char nn[256], np[256];
+  snprintf(nn, sizeof nn, "%smodel.output_attn_res_norm.weight", c->tensor_prefix);
+  snprintf(np, sizeof np, "%smodel.output_attn_res_proj.weight", c->tensor_prefix);
+  const df_t_tensor *on = df_bind(fc->bind, nn, 1, &Hd, false, false, err, errlen);
+  const df_t_tensor *op = on ? df_bind(fc->bind, np, 2, ps, false, false, err, errlen) : NULL;
+  if (!op) return NULL;
+  return df_residual_attn_res_new(fc->env, fc->ws, layers, c->num_hidden_layers,
+                                  c->attn_res_block, (float)c->rms_norm_eps, on, op, err,
+                                  errlen);
 }
 
 static void summary(const df_model_config *c, FILE *f) {
@@ -300,6 +351,22 @@ static void summary(const df_model_config *c, FILE *f) {
             (long long)c->topk_group, (long long)c->num_experts_per_tok,
             (long long)c->n_shared_experts, (long long)c->moe_intermediate_size,
             c->routed_scaling_factor, c->norm_topk_prob ? "" : ", not renormalised");
+  if (c->latent_dim > 0)
+    fprintf(f, "latent moe   routed experts in a %lld-wide latent (down-projected once per "
+            "token%s, up-projected after the combine)\n", (long long)c->latent_dim,
+            c->latent_norm ? ", RMSNorm on the combined latent" : "");
+  if (c->hidden_act == DF_ACT_SITU && c->situ_linear_beta > 0)
+    fprintf(f, "activation   SiTU-GLU, beta %g, linear beta %g\n", c->situ_beta,
+            c->situ_linear_beta);
+  else if (c->hidden_act == DF_ACT_SITU)
+    fprintf(f, "activation   SiTU-GLU, beta %g, no linear beta\n", c->situ_beta);
+  if (c->quant == DF_QUANT_MXFP4)
+    fprintf(f, "weights      routed experts MXFP4 (E2M1 + E8M0 per 32), de-quantised inside the "
+            "kernels; everything else as stored\n");
+  if (c->attn_res_block > 0)
+    fprintf(f, "residual     Block Attention Residuals, a snapshot every %lld layers (%lld "
+            "blocks + the running sum at the output)\n", (long long)c->attn_res_block,
+            (long long)((c->num_hidden_layers + c->attn_res_block - 1) / c->attn_res_block));
 }
 
 static const char *const model_types[] = {"kimi_linear", NULL};
@@ -307,10 +374,10 @@ static const char *const wrapper_types[] = {"kimi_k3", NULL};
 
 const df_family df_family_kimi_linear = {
     .config = {.model_types = model_types, .rope_mscale = false, .parse = parse_config,
-               .wrapper_types = wrapper_types},
+               .wrapper_types = wrapper_types, .situ = true},
     .name = "kimi_linear",
     .build_layer = build_layer,
-    .residual_new = df_residual_prenorm_of,
+    .residual_new = residual_new,
     .summary = summary,
     .expert_tensor_name = expert_tensor_name,
 };

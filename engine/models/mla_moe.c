@@ -59,13 +59,17 @@ int df_build_mla_moe_ffn(const df_family_ctx *fc, int64_t l, df_layer *L, const 
   df_binder *b = fc->bind;
   int64_t H = c->hidden_size;
   char nm[256];
+  df_k_act act = {0}; /* SiLU */
+  if (c->hidden_act == DF_ACT_SITU)
+    act = (df_k_act){.kind = DF_K_ACT_SITU, .beta = (float)c->situ_beta,
+                     .beta_lin = (float)c->situ_linear_beta};
   if (!c->is_moe_layer[l]) {
     int64_t I = c->intermediate_size;
     const df_t_tensor *g, *u, *d;
     LIN(g, NM("mlp.gate_proj.weight"), I, H, false);
     LIN(u, NM("mlp.up_proj.weight"), I, H, false);
     LIN(d, NM("mlp.down_proj.weight"), H, I, false);
-    return (L->ffn = df_glu_new(fc->env, fc->ws, l, g, u, d, err, errlen)) ? 0 : -1;
+    return (L->ffn = df_glu_new(fc->env, fc->ws, l, g, u, d, &act, err, errlen)) ? 0 : -1;
   }
   if (!expert_name) expert_name = default_expert_name;
   int64_t E = c->num_experts, I = c->moe_intermediate_size, S = I * c->n_shared_experts;
@@ -85,19 +89,27 @@ int df_build_mla_moe_ffn(const df_family_ctx *fc, int64_t l, df_layer *L, const 
     LIN(w.sh_up, NM("%s.shared_experts.up_proj.weight", moe_block), S, H, false);
     LIN(w.sh_down, NM("%s.shared_experts.down_proj.weight", moe_block), H, S, false);
   }
+  int64_t W = H; /* the width the routed experts run in */
+  if (c->latent_dim > 0) { /* Kimi K3's latent MoE (docs/K3.md §3.7) */
+    W = c->latent_dim;
+    LIN(w.lat_down, NM("%s.routed_expert_down_proj.weight", moe_block), W, H, false);
+    if (c->latent_norm) VEC(w.lat_norm, NM("%s.routed_expert_norm.weight", moe_block), W);
+    LIN(w.lat_up, NM("%s.routed_expert_up_proj.weight", moe_block), H, W, false);
+  }
   df_moe_router rt = {.kind = DF_ROUTER_SIGMOID_NOAUX, .n_experts = E,
                       .top_k = c->num_experts_per_tok, .norm_topk = c->norm_topk_prob,
                       .n_group = c->n_group, .topk_group = c->topk_group,
-                      .routed_scaling = (float)c->routed_scaling_factor};
+                      .routed_scaling = (float)c->routed_scaling_factor, .act = act,
+                      .latent_eps = (float)c->rms_norm_eps};
   if (!(L->ffn = df_moe_new(fc->env, fc->ws, l, H, &rt, &w, err, errlen))) return -1;
   for (int64_t e = 0; e < E; e++) {
     const df_t_tensor *g, *u, *d;
     expert_name(c, l, e, 0, nm, sizeof nm);
-    LIN(g, nm, I, H, true);
+    LIN(g, nm, I, W, true);
     expert_name(c, l, e, 1, nm, sizeof nm);
-    LIN(u, nm, I, H, true);
+    LIN(u, nm, I, W, true);
     expert_name(c, l, e, 2, nm, sizeof nm);
-    LIN(d, nm, H, I, true);
+    LIN(d, nm, W, I, true);
     df_moe_set_expert(L->ffn, e, g, u, d);
   }
   return 0;

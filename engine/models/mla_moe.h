@@ -30,8 +30,11 @@ int df_bind_mla_weights(const df_family_ctx *fc, int64_t l, bool output_gate,
  * sigmoid scores, renormalised when norm_topk_prob, times routed_scaling_factor), shared
  * experts "<moe_block>.shared_experts.*" of width moe_intermediate_size x n_shared_experts,
  * and the routed experts named by expert_name (the family's df_family.expert_tensor_name;
- * NULL: "mlp.experts.<e>.{gate,up,down}_proj.weight"). 0, or -1 + the binder's or the
- * block's message. */
+ * NULL: "mlp.experts.<e>.{gate,up,down}_proj.weight"). Kimi K3's switches (config
+ * hidden_act situ, latent_dim, latent_norm): SiTU-GLU for the dense, shared and routed MLPs,
+ * and the latent MoE's "<moe_block>.routed_expert_{down_proj,norm,up_proj}" with the routed
+ * experts [I, latent] / [latent, I] (MXFP4 pairs bind through df_bind_linear). 0, or -1 +
+ * the binder's or the block's message. */
 int df_build_mla_moe_ffn(const df_family_ctx *fc, int64_t l, df_layer *L, const char *moe_block,
                          void (*expert_name)(const df_model_config *c, int64_t l, int64_t e,
                                              int part, char *buf, size_t cap),

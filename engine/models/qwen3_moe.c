@@ -128,7 +128,7 @@ static int build_layer(const df_family_ctx *fc, int64_t l, df_layer *L, char *er
   BIND(g, NM("mlp.gate_proj.weight"), 2, I, H);
   BIND(u, NM("mlp.up_proj.weight"), 2, I, H);
   BIND(d, NM("mlp.down_proj.weight"), 2, H, I);
-  if (!(L->ffn = df_glu_new(fc->env, fc->ws, l, g, u, d, err, errlen))) return -1;
+  if (!(L->ffn = df_glu_new(fc->env, fc->ws, l, g, u, d, NULL, err, errlen))) return -1;
   return 0;
 }
 
@@ -152,6 +152,6 @@ const df_family df_family_qwen3_moe = {
     .config = {.model_types = model_types, .rope_mscale = false, .parse = parse_config},
     .name = "qwen3_moe",
     .build_layer = build_layer,
-    .residual_new = df_residual_prenorm_of,
+    .residual_new = df_family_prenorm,
     .summary = summary,
 };

@@ -23,7 +23,8 @@ struct df_t_tensor {
   at::Tensor t;
   df_dtype dt;
   bool owned; // memory allocated by the shim (writable)
-  // F8_E4M3 weights: block scales [ceil(N/bn), ceil(K/bk)] F32 (not owned), else null
+  // F8_E4M3 weights: block scales [ceil(N/bn), ceil(K/bk)] F32; F4 (MXFP4) weights of
+  // logical [N, K]: E8M0 scales [N, K/32] U8 with bn = 1, bk = 32 (not owned); else null
   const df_t_tensor *scale = nullptr;
   int64_t bn = 0, bk = 0;
 };

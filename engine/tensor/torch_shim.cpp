@@ -1,7 +1,7 @@
 // engine/tensor/torch_shim.cpp — libtorch tensors behind the C API of torch_shim.h.
 //
-// Owns: the df_t_tensor handle (an at::Tensor plus its dtype and, for FP8 weights, its
-// block scales; the struct itself is in torch_internal.hpp), op dispatch to the CPU kernels,
+// Owns: the df_t_tensor handle (an at::Tensor plus its dtype and, for FP8 and MXFP4
+// weights, their scales; the struct itself is in torch_internal.hpp), op dispatch to the CPU kernels,
 // the float64 libtorch oracles used by tests, and devices (parsing, naming, resolution, fp32
 // buffers on a device). Does not own: the torch compute path (df_tm_*) nor the df-node device
 // experts (df_tx_*), both in engine/tensor/torch_path.cpp, which builds on this file and never
@@ -35,7 +35,9 @@ static at::ScalarType to_scalar_type(df_dtype dt, bool *ok) {
   case DF_DT_F16: return at::kHalf;
   case DF_DT_F32: return at::kFloat;
   case DF_DT_I32: return at::kInt;
+  case DF_DT_U8: return at::kByte;
   case DF_DT_F8_E4M3: return at::kByte; // raw bytes; libtorch 1.13 has no float8 type
+  case DF_DT_F4: return at::kByte;      // packed pairs, logical shape: see df_t_wrap
   default: *ok = false; return at::kFloat;
   }
 }
@@ -57,20 +59,30 @@ extern "C" df_t_tensor *df_t_wrap(const void *data, df_dtype dt, int ndim, const
   bool ok;
   at::ScalarType st = to_scalar_type(dt, &ok);
   if (!ok) {
-    snprintf(err, errlen,
-             "dtype %s cannot be wrapped as a tensor (expected BF16, F16, F32, I32, F8_E4M3)",
-             df_dtype_name(dt));
+    snprintf(err, errlen, "dtype %s cannot be wrapped as a tensor (expected BF16, F16, F32, "
+             "I32, U8, F8_E4M3, F4)", df_dtype_name(dt));
     return nullptr;
   }
   if (ndim < 1 || ndim > 8) {
     snprintf(err, errlen, "tensor rank %d out of range 1..8", ndim);
     return nullptr;
   }
+  if (dt == DF_DT_F4 && (ndim != 2 || shape[0] < 0 || shape[1] < 2 || shape[1] % 2 != 0)) {
+    snprintf(err, errlen, "an F4 (MXFP4) tensor must be a 2-D [N, K] weight with K even and "
+             "positive, got rank %d%s", ndim, ndim == 2 ? " with an odd or empty K" : "");
+    return nullptr;
+  }
   try {
     std::vector<int64_t> sizes(shape, shape + ndim);
     auto *h = new df_t_tensor;
     // from_blob never copies nor frees; the tensor is only read through const paths.
-    h->t = at::from_blob(const_cast<void *>(data), sizes, at::TensorOptions().dtype(st));
+    if (dt == DF_DT_F4) // logical [N, K] over the [N, K/2] packed bytes: the column stride 0
+      // keeps any at:: read inside the buffer (such reads give no weight values; the kernels
+      // decode the packed bytes through df_t_kweight)
+      h->t = at::from_blob(const_cast<void *>(data), sizes, {shape[1] / 2, 0},
+                           at::TensorOptions().dtype(st));
+    else
+      h->t = at::from_blob(const_cast<void *>(data), sizes, at::TensorOptions().dtype(st));
     h->dt = dt;
     h->owned = false;
     return h;
@@ -106,11 +118,43 @@ extern "C" int df_t_set_block_scale(df_t_tensor *w, const df_t_tensor *scale, in
   return 0;
 }
 
+extern "C" int df_t_set_mx_scale(df_t_tensor *w, const df_t_tensor *scale, char *err,
+                                 size_t errlen) {
+  if (w->dt != DF_DT_F4 || w->t.dim() != 2) {
+    snprintf(err, errlen, "E8M0 scales need a 2-D F4 (MXFP4) weight, got %s of rank %d",
+             df_dtype_name(w->dt), (int)w->t.dim());
+    return -1;
+  }
+  int64_t N = w->t.size(0), K = w->t.size(1);
+  if (K % 32 != 0) {
+    snprintf(err, errlen, "an MXFP4 weight's row length must be a multiple of 32, got [%lld, "
+             "%lld]", (long long)N, (long long)K);
+    return -1;
+  }
+  if (!scale || scale->dt != DF_DT_U8 || scale->t.dim() != 2 || scale->t.size(0) != N ||
+      scale->t.size(1) != K / 32) {
+    snprintf(err, errlen, "E8M0 scales must be U8 [%lld, %lld] for a [%lld, %lld] MXFP4 weight "
+             "(one per 32 columns)", (long long)N, (long long)(K / 32), (long long)N,
+             (long long)K);
+    return -1;
+  }
+  w->scale = scale;
+  w->bn = 1;
+  w->bk = 32;
+  return 0;
+}
+
 extern "C" const df_t_tensor *df_t_block_scale(const df_t_tensor *w, int64_t *block_n,
                                                int64_t *block_k) {
   if (block_n) *block_n = w->bn;
   if (block_k) *block_k = w->bk;
   return w->scale;
+}
+
+extern "C" uint64_t df_t_stored_bytes(const df_t_tensor *w) {
+  uint64_t nb = (uint64_t)w->t.numel() * (uint64_t)df_dtype_bits(w->dt) / 8;
+  if (w->scale) nb += (uint64_t)w->scale->t.numel() * (uint64_t)df_dtype_size(w->scale->dt);
+  return nb;
 }
 
 extern "C" df_k_weight df_t_kweight(const df_t_tensor *w) {
@@ -119,6 +163,12 @@ extern "C" df_k_weight df_t_kweight(const df_t_tensor *w) {
   if (w->dt == DF_DT_F8_E4M3) {
     assert(w->scale); // bound weights always carry their scales
     k.scale = static_cast<const float *>(w->scale->t.data_ptr());
+    k.scale_ld = w->scale->t.size(1);
+    k.bn = w->bn;
+    k.bk = w->bk;
+  } else if (w->dt == DF_DT_F4) {
+    assert(w->scale); // df_t_set_mx_scale before use
+    k.mx_scale = static_cast<const uint8_t *>(w->scale->t.data_ptr());
     k.scale_ld = w->scale->t.size(1);
     k.bn = w->bn;
     k.bk = w->bk;
@@ -180,7 +230,7 @@ extern "C" void df_t_linear(const df_t_tensor *x, int64_t row0, int64_t rows,
   assert(row_elems(x) == K && row_elems(y) == N);
   assert(row0 + rows <= x->t.size(0) && row0 + rows <= y->t.size(0));
   assert(!bias || (bias->dt == w->dt && bias->t.numel() == N));
-  if (w->dt == DF_DT_F8_E4M3) {
+  if (w->dt == DF_DT_F8_E4M3 || w->dt == DF_DT_F4) {
     assert(!bias);
     df_k_weight kw = df_t_kweight(w);
     df_k_linear_w(cf32(x) + row0 * K, rows, K, &kw, 0, N, df_t_f32(y) + row0 * N, N);
@@ -190,7 +240,7 @@ extern "C" void df_t_linear(const df_t_tensor *x, int64_t row0, int64_t rows,
               bias ? bias->t.data_ptr() : nullptr, df_t_f32(y) + row0 * N, N);
 }
 
-// y = x @ w^T on the host kernels for any weight dtype (FP8 through its scales), strided
+// y = x @ w^T on the host kernels for any weight dtype (FP8, MXFP4 through their scales), strided
 // rows (torch_path.cpp's lin is the at:: one).
 static void kernel_lin(const float *x, int64_t M, int64_t ldx, const df_t_tensor *w, float *y,
                        int64_t ldy) {
@@ -199,13 +249,15 @@ static void kernel_lin(const float *x, int64_t M, int64_t ldx, const df_t_tensor
 }
 
 // A df_k_linear_multi job of x [M, K] (row stride ldx) through the whole of w, any dtype
-// (FP8 with its block scales), into y [M, N] (row stride ldy).
+// (FP8 with its block scales, MXFP4 with its E8M0 scales), into y [M, N] (row stride ldy).
 static df_k_linear_job job_of(const float *x, int64_t M, int64_t ldx, const df_t_tensor *w,
                               const df_t_tensor *bias, float *y, int64_t ldy) {
   df_k_weight kw = df_t_kweight(w);
+  bool mx = kw.dt == DF_DT_F4;
   df_k_linear_job j = {x, M, kw.K, ldx, kw.data, kw.dt, w->t.size(0),
-                       bias ? bias->t.data_ptr() : nullptr, y, ldy, kw.scale, kw.scale_ld,
-                       kw.bn, kw.bk};
+                       bias ? bias->t.data_ptr() : nullptr, y, ldy, mx ? nullptr : kw.scale,
+                       kw.scale_ld, kw.bn, kw.bk};
+  if (mx) j.mx_scale = kw.mx_scale;
   return j;
 }
 
@@ -218,7 +270,7 @@ extern "C" void df_t_linear_multi(const df_t_linear_op *ops, int n) {
     assert(row_elems(o->x) == K && row_elems(o->y) == N);
     assert(o->row0 + o->rows <= o->x->t.size(0) && o->row0 + o->rows <= o->y->t.size(0));
     assert(!o->bias || (o->bias->dt == o->w->dt && o->bias->t.numel() == N &&
-                        o->w->dt != DF_DT_F8_E4M3));
+                        o->w->dt != DF_DT_F8_E4M3 && o->w->dt != DF_DT_F4));
     jobs[i] = job_of(cf32(o->x) + o->row0 * K, o->rows, K, o->w, o->bias,
                      df_t_f32(o->y) + o->row0 * N, N);
   }
@@ -230,6 +282,13 @@ extern "C" void df_t_swiglu_ffn_groups(const df_t_tensor *x, int n, const int64_
                                        const df_t_tensor *const *up,
                                        const df_t_tensor *const *down, df_t_tensor *g,
                                        df_t_tensor *u, df_t_tensor *y) {
+  df_t_glu_ffn_groups(x, n, offsets, gate, up, down, nullptr, g, u, y);
+}
+
+extern "C" void df_t_glu_ffn_groups(const df_t_tensor *x, int n, const int64_t *offsets,
+                                    const df_t_tensor *const *gate, const df_t_tensor *const *up,
+                                    const df_t_tensor *const *down, const df_k_act *act,
+                                    df_t_tensor *g, df_t_tensor *u, df_t_tensor *y) {
   assert(n >= 0 && n <= 128);
   if (n == 0) return;
   int64_t H = row_elems(x), ldg = row_elems(g);
@@ -248,7 +307,7 @@ extern "C" void df_t_swiglu_ffn_groups(const df_t_tensor *x, int n, const int64_
   for (int i = 0; i < n; i++) {
     int64_t I = gate[i]->t.size(0);
     for (int64_t r = offsets[i]; r < offsets[i + 1]; r++)
-      df_k_silu_mul(gp + r * ldg, up_ + r * ldg, I);
+      df_k_glu_act(gp + r * ldg, up_ + r * ldg, I, act);
   }
   for (int i = 0; i < n; i++) {
     int64_t r0 = offsets[i], rows = offsets[i + 1] - r0;
@@ -298,6 +357,13 @@ extern "C" void df_t_swiglu_ffn(const df_t_tensor *x, int64_t row0, int64_t rows
                                 const df_t_tensor *gate_w, const df_t_tensor *up_w,
                                 const df_t_tensor *down_w, df_t_tensor *g, df_t_tensor *u,
                                 df_t_tensor *y) {
+  df_t_glu_ffn(x, row0, rows, gate_w, up_w, down_w, nullptr, g, u, y);
+}
+
+extern "C" void df_t_glu_ffn(const df_t_tensor *x, int64_t row0, int64_t rows,
+                             const df_t_tensor *gate_w, const df_t_tensor *up_w,
+                             const df_t_tensor *down_w, const df_k_act *act, df_t_tensor *g,
+                             df_t_tensor *u, df_t_tensor *y) {
   int64_t I = gate_w->t.size(0), H = gate_w->t.size(1);
   assert(row_elems(x) == H && row_elems(y) == H && row_elems(g) >= I && row_elems(u) >= I);
   assert(down_w->t.size(0) == H && down_w->t.size(1) == I);
@@ -306,7 +372,7 @@ extern "C" void df_t_swiglu_ffn(const df_t_tensor *x, int64_t row0, int64_t rows
   int64_t ldg = row_elems(g);
   kernel_lin(xr, rows, H, gate_w, gp, ldg);
   kernel_lin(xr, rows, H, up_w, up, ldg);
-  for (int64_t r = 0; r < rows; r++) df_k_silu_mul(gp + r * ldg, up + r * ldg, I);
+  for (int64_t r = 0; r < rows; r++) df_k_glu_act(gp + r * ldg, up + r * ldg, I, act);
   kernel_lin(gp, rows, ldg, down_w, df_t_f32(y) + row0 * H, H);
 }
 
@@ -366,6 +432,16 @@ extern "C" int df_t_ref_linear(const df_t_tensor *x, int64_t rows, const df_t_te
       at::Tensor s = w->scale->t.repeat_interleave(w->bn, 0).repeat_interleave(w->bk, 1);
       s = s.narrow(0, 0, N).narrow(1, 0, K);
       wd = (lut.index({w->t.to(at::kLong)}) * s).to(at::kDouble);
+    } else if (w->dt == DF_DT_F4) { // each weight decoded as the kernel does (exact)
+      df_k_weight kw = df_t_kweight(w);
+      int64_t N = w->t.size(0), K = kw.K;
+      at::Tensor wf = at::empty({N, K}, at::kFloat);
+      float *p = wf.data_ptr<float>();
+      for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+          p[n * K + k] = df_k_mxfp4_weight(static_cast<const uint8_t *>(kw.data), kw.mx_scale,
+                                           kw.scale_ld, K, n, k);
+      wd = wf.to(at::kDouble);
     } else {
       wd = w->t.to(at::kDouble);
     }

@@ -13,7 +13,8 @@
  * Conventions: activations are fp32 and contiguous; an activation tensor is a planned
  * buffer of shape [max_rows, ...] and each op works on its first `rows` rows (or a row
  * range), so nothing is allocated per token. Weights keep their stored dtype (BF16, F16,
- * F32, F8_E4M3 with block scales) and wrap the checkpoint's mmap without a copy. No C++ exception crosses this
+ * F32, F8_E4M3 with block scales, MXFP4 = F4 with E8M0 scales) and wrap the checkpoint's mmap
+ * without a copy. No C++ exception crosses this
  * boundary: functions that can fail return NULL/-1 with a message.
  */
 #ifndef DF_ENGINE_TORCH_SHIM_H
@@ -41,9 +42,12 @@ int df_t_set_threads(int n);
 
 /* Wrap existing memory (typically a safetensors mmap) as a tensor without copying.
  * `data` must stay valid and unchanged for the tensor's lifetime; the tensor never writes
- * to it. dtype BF16/F16/F32/I32, or F8_E4M3 (held as raw bytes; a linear weight needs
- * df_t_set_block_scale before use); ndim 1..8. Returns NULL (message in err) on a bad dtype
- * or shape. Free with df_t_destroy (frees only the handle). */
+ * to it. dtype BF16/F16/F32/I32/U8, or F8_E4M3 (held as raw bytes; a linear weight needs
+ * df_t_set_block_scale before use), or F4: an MXFP4 weight, ndim 2 and `shape` its LOGICAL
+ * [N, K] (K even; df_t_size(t, 1) == K, df_t_numel == N*K) over data = the packed bytes
+ * [N, K/2] (low nibble = even column, kernels.h "MXFP4 weights"), never widened; it needs
+ * df_t_set_mx_scale before use. ndim 1..8. Returns NULL (message in err) on a bad dtype or
+ * shape. Free with df_t_destroy (frees only the handle). */
 df_t_tensor *df_t_wrap(const void *data, df_dtype dt, int ndim, const int64_t *shape,
                        char *err, size_t errlen);
 
@@ -56,11 +60,25 @@ df_t_tensor *df_t_wrap(const void *data, df_dtype dt, int ndim, const int64_t *s
 int df_t_set_block_scale(df_t_tensor *w, const df_t_tensor *scale, int64_t block_n,
                          int64_t block_k, char *err, size_t errlen);
 
-/* The block scales of an FP8 weight (NULL for other weights) and their block sizes (may be
- * NULL). What a remote expert holder needs besides the weight bytes. */
+/* Attach E8M0 scales to an F4 (MXFP4) weight w of logical shape [N, K] (compressed-tensors'
+ * `weight_scale` next to `weight_packed`): scale U8 [N, K/32], byte (n, g) = 2^(s - 127) for
+ * columns 32g .. 32g+31 (OCP MX v1.0; value formula in kernels.h df_k_mxfp4_weight). `scale`
+ * is not owned and must outlive w; its bytes are not read here (a loader refuses the NaN
+ * byte 255 itself, kernels.h df_k_mxfp4_find_nan_scale). Every op taking a weight then
+ * decodes inside its kernel. Errors (-1, message): w not a 2-D F4 tensor, K % 32 != 0, scale
+ * not U8 [N, K/32]. */
+int df_t_set_mx_scale(df_t_tensor *w, const df_t_tensor *scale, char *err, size_t errlen);
+
+/* The scales of a quantised weight (NULL for other weights) and their block sizes (may be
+ * NULL): FP8's F32 block scales and their [block_n, block_k]; MXFP4's U8 E8M0 scales with
+ * block [1, 32]. What a remote expert holder needs besides the weight bytes. */
 const df_t_tensor *df_t_block_scale(const df_t_tensor *w, int64_t *block_n, int64_t *block_k);
 
-/* The kernels' view of a 2-D weight (data, dtype, row length, FP8 scales). */
+/* Bytes of a tensor as stored, its scales included: numel * bits / 8 (F4: N*K/2 packed
+ * bytes) plus the attached FP8 (F32) or MXFP4 (U8) scale tensor's bytes. */
+uint64_t df_t_stored_bytes(const df_t_tensor *w);
+
+/* The kernels' view of a 2-D weight (data, dtype, row length, FP8 or MXFP4 scales). */
 df_k_weight df_t_kweight(const df_t_tensor *w);
 
 /* A new zero-filled fp32 tensor of the given shape on the CPU; NULL on allocation failure
@@ -80,8 +98,9 @@ float *df_t_f32(df_t_tensor *t); /* fp32 tensors the shim allocated; asserts oth
 
 /* y[r, :] = x[r, :] @ w^T (+ bias) for row0 <= r < row0 + rows (same rows of x and y).
  *   x [>= row0+rows, K] fp32; w [N, K] BF16/F16/F32, or F8_E4M3 with block scales
- *   (de-quantised in the kernel, df_k_linear_fp8); bias [N] same dtype or NULL (none for
- *   FP8); y [>= row0+rows, N] fp32, distinct from x. */
+ *   (de-quantised in the kernel, df_k_linear_fp8), or F4 (MXFP4) with E8M0 scales
+ *   (df_k_linear_mxfp4); bias [N] same dtype or NULL (none for FP8 and MXFP4);
+ *   y [>= row0+rows, N] fp32, distinct from x. */
 void df_t_linear(const df_t_tensor *x, int64_t row0, int64_t rows, const df_t_tensor *w,
                  const df_t_tensor *bias, df_t_tensor *y);
 
@@ -143,6 +162,18 @@ void df_t_swiglu_ffn_groups(const df_t_tensor *x, int n, const int64_t *offsets,
                             const df_t_tensor *const *gate, const df_t_tensor *const *up,
                             const df_t_tensor *const *down, df_t_tensor *g, df_t_tensor *u,
                             df_t_tensor *y);
+
+/* df_t_swiglu_ffn with the gated activation `act` (kernels.h df_k_glu_act; NULL = SiLU):
+ * y = down(act(gate(x), up(x))). SiTU-GLU is Kimi K3's dense, shared and routed expert MLP
+ * (docs/K3.md §3.6). Same shapes; every element bitwise equal whichever of the two functions
+ * (and whichever group split) computed it. */
+void df_t_glu_ffn(const df_t_tensor *x, int64_t row0, int64_t rows, const df_t_tensor *gate_w,
+                  const df_t_tensor *up_w, const df_t_tensor *down_w, const df_k_act *act,
+                  df_t_tensor *g, df_t_tensor *u, df_t_tensor *y);
+void df_t_glu_ffn_groups(const df_t_tensor *x, int n, const int64_t *offsets,
+                         const df_t_tensor *const *gate, const df_t_tensor *const *up,
+                         const df_t_tensor *const *down, const df_k_act *act, df_t_tensor *g,
+                         df_t_tensor *u, df_t_tensor *y);
 
 /* MLA attention for rows [row0, row0 + rows) of one sequence (row r at position pos0 + r -
  * row0), absorbed form (kernels.h df_k_mla_attention), as DeepseekV3Attention:
@@ -333,7 +364,7 @@ uint64_t df_tx_bytes(const df_tx *tx);
  * rounded to fp32. Return 0, or -1 with a message if libtorch throws. ---- */
 
 /* out [rows, N] fp32 host buffer. FP8 weights: each weight de-quantised to fp32 as the kernel
- * does (e4m3 * scale, rounded once), then the float64 matmul. */
+ * does (e4m3 * scale, rounded once), then the float64 matmul; MXFP4: df_k_mxfp4_weight. */
 int df_t_ref_linear(const df_t_tensor *x, int64_t rows, const df_t_tensor *w,
                     const df_t_tensor *bias, float *out, char *err, size_t errlen);
 /* out [rows, n_head, d] fp32 host buffer; same arguments as df_t_attention. */
