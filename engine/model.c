@@ -493,6 +493,30 @@ int64_t df_host_mem_available(void) {
   return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
+int64_t df_host_mem_total(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemTotal: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+int df_model_admit_host(const df_model *m, char *err, size_t errlen) {
+  int64_t total = df_host_mem_total();
+  uint64_t res = m->bytes.resident;
+  if (total < 0 || res <= (uint64_t)total) return 0;
+  double gib = 1024.0 * 1024.0 * 1024.0;
+  snprintf(err, errlen, "admission: the resident part of %s (embeddings, attention, routers, "
+           "shared experts, head: read on every token) is %.1f GiB, but this machine has %.1f "
+           "GiB of memory (%.1f GiB short); the routed experts (%.1f GiB) could be mapped from "
+           "disk or served by df-nodes, the resident part cannot", m->dir, res / gib,
+           total / gib, (res - (uint64_t)total) / gib, m->bytes.experts / gib);
+  return -1;
+}
+
 uint64_t df_model_seq_state_bytes(const df_model *m, int64_t ctx) {
   return df_model_kv_bytes_per_token(m) * (uint64_t)ctx + df_model_kv_bytes_per_seq(m);
 }

@@ -224,6 +224,16 @@ int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n
  * be read. */
 int64_t df_host_mem_available(void);
 
+/* The host's physical memory (MemTotal of /proc/meminfo) in bytes, or -1 when unreadable. */
+int64_t df_host_mem_total(void);
+
+/* Admission of a model computed on this host's CPU: its resident part (embeddings,
+ * attention, norms, routers, shared experts, dense MLPs, lm_head: df_model_bytes.resident)
+ * is read on every forward, so it must fit in physical memory (MemTotal); the routed experts
+ * are memory-mapped and may page. 0 when it fits (or MemTotal is unreadable); -1 + a message
+ * giving both sizes in GiB and the shortfall. */
+int df_model_admit_host(const df_model *m, char *err, size_t errlen);
+
 /* Bytes one sequence's state takes at ctx tokens (KV cache per token x ctx + the recurrent
  * state per sequence): what each of `deltafin serve --parallel N` slots allocates. */
 uint64_t df_model_seq_state_bytes(const df_model *m, int64_t ctx);

@@ -133,7 +133,9 @@ int df_cmd_inspect(int argc, char **argv) {
   printf("\ntensors:\n");
   const df_st_model *st = df_model_tensors(m);
   int64_t last_layer = -1;
-  uint64_t ex_bytes = 0, ex_n = 0, numel = 0, ex_numel = 0, embed_numel = 0;
+  uint64_t ex_bytes = 0, ex_n = 0, numel = 0, ex_numel = 0, embed_numel = 0, other_n = 0,
+           other_bytes = 0;
+  size_t pfx_len = strlen(c->tensor_prefix);
   const char *ex_dt = "";
   char ex_prefix[160] = "";
   for (size_t i = 0, n = df_st_count(st); i <= n; i++) {
@@ -149,9 +151,19 @@ int df_cmd_inspect(int argc, char **argv) {
       ex_n = ex_bytes = 0;
     }
     if (!t) break;
+    if (pfx_len && strncmp(t->name, c->tensor_prefix, pfx_len) != 0) {
+      other_n++; /* a wrapper's other towers (K3's vision_tower, mm_projector): never read */
+      other_bytes += t->nbytes;
+      continue;
+    }
     uint64_t ne = df_dtype_bits(t->dtype) ? t->nbytes * 8 / (uint64_t)df_dtype_bits(t->dtype) : 0;
-    numel += ne;
     size_t nl = strlen(t->name);
+    /* MXFP4 (compressed-tensors): weight_packed holds two weights a byte, weight_scale no
+     * parameters (one E8M0 per 32 weights) */
+    if (t->dtype == DF_DT_U8 && nl >= 14 && !strcmp(t->name + nl - 14, ".weight_packed"))
+      ne = t->nbytes * 2;
+    if (t->dtype == DF_DT_U8 && nl >= 13 && !strcmp(t->name + nl - 13, ".weight_scale")) ne = 0;
+    numel += ne;
     if (nl >= 19 && !strcmp(t->name + nl - 19, "embed_tokens.weight")) embed_numel += ne;
     if (expert) {
       ex_numel += ne;
@@ -169,6 +181,9 @@ int df_cmd_inspect(int argc, char **argv) {
       o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
     printf("  %-48s %-5s [%s]  %.1f KiB\n", t->name, df_dtype_name(t->dtype), shape, t->nbytes / 1024.0);
   }
+  if (other_n)
+    printf("  (%llu tensors outside %s*, %.1f MiB: not the text model, never read)\n",
+           (unsigned long long)other_n, c->tensor_prefix, other_bytes / 1048576.0);
   df_model_bytes b = df_model_memory(m);
   uint64_t kv_tok = df_model_kv_bytes_per_token(m);
   /* active per token: everything but the routed experts and the embedding table (a token

@@ -292,6 +292,10 @@ int df_cmd_run(int argc, char **argv) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
+  if (mo.device.kind == DF_T_DEV_CPU && df_model_admit_host(m, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: %s\n", err);
+    goto done;
+  }
   if (df_model_device_note(m)[0]) fprintf(stderr, "deltafin: device: %s\n", df_model_device_note(m));
   /* a folder pulled with --stream fetches routed experts on first use */
   if (df_stream_attach(m, model_dir, NULL, err, sizeof err) != 0) {

@@ -236,6 +236,10 @@ int df_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;
   }
+  if (mo.device.kind == DF_T_DEV_CPU && df_model_admit_host(m, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin serve: %s\n", err);
+    goto done;
+  }
   if (df_model_device_note(m)[0])
     fprintf(stderr, "deltafin serve: device: %s\n", df_model_device_note(m));
   if (draft_dir && !no_draft) {
