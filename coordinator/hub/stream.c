@@ -20,6 +20,7 @@
 #include "coordinator/hub/pull_manifest.h"
 #include "coordinator/hub/pull_util.h"
 #include "coordinator/hub/stream_cache.h"
+#include "engine/experts/expert_local.h"
 #include "engine/tensor/torch_shim.h"
 
 typedef struct piece {
@@ -174,6 +175,7 @@ static int stream_run(df_expert_backend *be, const df_expert_request *req, char 
       up = sl->view[1];
       down = sl->view[2];
     }
+    if (df_expert_check_scales(req->layer, (int)e, gate, up, down, err, errlen) != 0) return -1;
     int64_t r0 = req->offsets[gi], rows = req->offsets[gi + 1] - r0;
     if (rows > df_t_size(s->g, 0)) {
       snprintf(err, errlen, "stream: group of %lld rows exceeds the planned %lld",

@@ -12,6 +12,23 @@ typedef struct local_be {
   df_t_tensor *g, *u; /* [max_rows * top_k, moe_intermediate] fp32 scratch */
 } local_be;
 
+int df_expert_check_scales(int layer, int expert, const df_t_tensor *gate,
+                           const df_t_tensor *up, const df_t_tensor *down, char *err,
+                           size_t errlen) {
+  const df_t_tensor *w[3] = {gate, up, down};
+  static const char *const part[3] = {"gate (w1)", "up (w3)", "down (w2)"};
+  for (int i = 0; i < 3; i++) {
+    int64_t row = 0, group = 0;
+    if (df_t_mx_scale_check(w[i], &row, &group) == 0) continue;
+    snprintf(err, errlen, "layer %d expert %d: the %s weight's E8M0 scales hold 255 (NaN) at "
+             "row %lld, group %lld: an MXFP4 scale must be a finite power of two; the "
+             "checkpoint is damaged (deltafin verify --deep names the tensor)", layer, expert,
+             part[i], (long long)row, (long long)group);
+    return -1;
+  }
+  return 0;
+}
+
 static int local_run(df_expert_backend *be, const df_expert_request *req, char *err,
                      size_t errlen) {
   local_be *lb = (local_be *)be;
@@ -26,12 +43,17 @@ static int local_run(df_expert_backend *be, const df_expert_request *req, char *
     return -1;
   }
   for (int gi = 0; gi < req->n_groups; gi++)
+  {
     if (lb->weights(lb->owner, req->layer, req->experts[gi], &gate[gi], &up[gi], &down[gi]) !=
         0) {
       snprintf(err, errlen, "local experts: layer %d expert %d does not exist", req->layer,
                req->experts[gi]);
       return -1;
     }
+    if (df_expert_check_scales(req->layer, req->experts[gi], gate[gi], up[gi], down[gi], err,
+                               errlen) != 0)
+      return -1;
+  }
   /* every group's experts in two parallel regions (gate+up, then down) */
   df_t_glu_ffn_groups(req->x, req->n_groups, req->offsets, gate, up, down, req->act, lb->g,
                       lb->u, req->y);

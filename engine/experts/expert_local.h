@@ -18,6 +18,14 @@ typedef int (*df_expert_weights_fn)(const void *owner, int layer, int expert,
                                     const df_t_tensor **gate, const df_t_tensor **up,
                                     const df_t_tensor **down);
 
+/* Refuse a routed expert whose MXFP4 scales hold the NaN byte 255 (OCP MX v1.0: E8M0 255 is
+ * NaN; an honest checkpoint never has one). Each weight is scanned once, before its first
+ * use (torch_shim.h df_t_mx_scale_check). 0, or -1 + "layer L expert E: the gate (w1)
+ * weight's E8M0 scales hold 255 (NaN) at row R, group G: the checkpoint is damaged". */
+int df_expert_check_scales(int layer, int expert, const df_t_tensor *gate,
+                           const df_t_tensor *up, const df_t_tensor *down, char *err,
+                           size_t errlen);
+
 /* A local backend over the weights `weights(owner, ...)` finds (owner borrowed: must outlive
  * the backend), with fp32 scratch for up to max_rows routed rows per request of expert width
  * I (moe_intermediate_size). A model's own: engine/model.h df_model_local_experts. NULL +

@@ -13,11 +13,13 @@
  * bits, so for s <= 252 every product is the value itself, subnormals down to 2^-128
  * included); the sign bit 3 of the nibble is then copied into bit 31, so code 8 gives -0.0.
  * The power of two is built from its bits: s << 23 for s >= 1, and 0x00400000 (2^-127, a
- * subnormal) for s = 0. The AVX2 path multiplies the eight-entry table T by the group's scale
- * once per 32 columns (the same products) and picks entries with vpermps, whose index is the
+ * subnormal) for s = 0. The AVX2 path loads the eight-entry table T times the group's scale
+ * (the same products, made once per process for all 256 scale bytes) once per 32 columns and
+ * picks entries with vpermps, whose index is the
  * nibble (only its low three bits count); the nibbles of four packed bytes reach the eight
  * lanes of a vector through one broadcast and a per-lane variable shift (lane l: bits
- * 4l .. 4l+3 = column l). Both paths therefore see identical weight values, and the lane order
+ * 4l .. 4l+3 = column l), and the sign goes in with one shift and one xor against a table
+ * pre-xored with m << 28 (decode8). Both paths therefore see identical weight values, and the lane order
  * is the same, so they agree bit for bit and equal df_k_linear over the de-quantised F32
  * matrix.
  *
@@ -31,6 +33,7 @@
 #include <assert.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -109,14 +112,32 @@ INLINE AVX2_FN float reduce8(__m256 v) {
   return _mm_cvtss_f32(s1);
 }
 
-/* Eight weights (columns of four packed bytes at p) under the scaled table tab = T * scale. */
-INLINE AVX2_FN __m256 decode8(const uint8_t *p, __m256 tab, __m256i shifts, __m256i sign) {
+/* g_tabx[s][m] = bits(T[m] * 2^(s - 127)) ^ (m << 28): the scaled, pre-xored table of every
+ * scale byte (8 KiB, L1-resident), so a group's table is one load. Filled once. */
+static uint32_t g_tabx[256][8] __attribute__((aligned(32)));
+static pthread_once_t g_tabx_once = PTHREAD_ONCE_INIT;
+
+static void tabx_init(void) {
+  for (int s = 0; s < 256; s++)
+    for (uint32_t m = 0; m < 8; m++) {
+      float v = k_e2m1[m] * e8m0_f32((uint8_t)s);
+      uint32_t u;
+      memcpy(&u, &v, 4);
+      g_tabx[s][m] = u ^ (m << 28);
+    }
+}
+
+/* The eight weights of the four packed bytes at p under the group's table
+ * tabx[m] = bits(T[m] * scale) ^ (m << 28). Lane l of idx holds nibble c = column l in bits
+ * 0-3 (higher nibbles above it): vpermps reads c & 7 = m, and idx << 28 is c << 28 (the bits
+ * above shifted out), so the xor removes the m << 28 again and leaves the sign bit 3 of c in
+ * bit 31: the result is bits(T[m] * scale) with the nibble's sign, as e2m1_scaled. */
+INLINE AVX2_FN __m256 decode8(const uint8_t *p, __m256 tabx, __m256i shifts) {
   int32_t v;
   memcpy(&v, p, 4);
-  __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(v), shifts); /* lane l: nibble l in bits 0-3 */
-  __m256 mag = _mm256_permutevar8x32_ps(tab, idx);                 /* tab[idx & 7] */
-  __m256i sg = _mm256_and_si256(_mm256_slli_epi32(idx, 28), sign); /* bit 3 -> bit 31 */
-  return _mm256_xor_ps(mag, _mm256_castsi256_ps(sg));
+  __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(v), shifts);
+  __m256 mag = _mm256_permutevar8x32_ps(tabx, idx);
+  return _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
 }
 
 /* rb activation rows x wb weight rows, every accumulator in a register (rb * wb <= 8; both
@@ -127,17 +148,15 @@ INLINE AVX2_FN void micro_avx2(const int rb, const int wb, const float *x, int64
   __m256 acc[4][4];
   for (int i = 0; i < rb; i++)
     for (int j = 0; j < wb; j++) acc[i][j] = _mm256_setzero_ps();
-  const __m256 table = _mm256_loadu_ps(k_e2m1);
   const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-  const __m256i sign = _mm256_set1_epi32((int32_t)0x80000000u);
   int64_t G = K / MX_GROUP;
   for (int64_t g = 0; g < G; g++) {
     const float *xg = x + g * MX_GROUP;
     for (int j = 0; j < wb; j++) {
-      __m256 tab = _mm256_mul_ps(table, _mm256_set1_ps(e8m0_f32(sr[j][g])));
+      __m256 tabx = _mm256_load_ps((const float *)g_tabx[sr[j][g]]);
       const uint8_t *p = wr[j] + g * (MX_GROUP / 2);
       for (int q = 0; q < 4; q++) {
-        __m256 w = decode8(p + 4 * q, tab, shifts, sign);
+        __m256 w = decode8(p + 4 * q, tabx, shifts);
         for (int i = 0; i < rb; i++)
           acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(xg + i * ldx + 8 * q), w, acc[i][j]);
       }
@@ -182,6 +201,7 @@ void df_k_linear_mxfp4_cols(const float *x, int64_t M, int64_t K, int64_t ldx,
   }
 #if DF_HAVE_X86
   if (df_k_isa() == DF_ISA_AVX2) {
+    pthread_once(&g_tabx_once, tabx_init);
     for (int64_t m0 = 0; m0 < M; m0 += 4) {
       int rb = (int)(M - m0 < 4 ? M - m0 : 4), wmax = rb <= 2 ? 4 : 2;
       for (int j0 = 0; j0 < nr; j0 += wmax) {

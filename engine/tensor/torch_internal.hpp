@@ -27,6 +27,8 @@ struct df_t_tensor {
   // logical [N, K]: E8M0 scales [N, K/32] U8 with bn = 1, bk = 32 (not owned); else null
   const df_t_tensor *scale = nullptr;
   int64_t bn = 0, bk = 0;
+  // F4: its scales were scanned for the NaN byte 255 and hold none (df_t_mx_scale_check)
+  mutable bool mx_checked = false;
 };
 
 // Elements per row of a tensor viewed as [rows, row_elems].

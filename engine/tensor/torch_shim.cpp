@@ -157,6 +157,20 @@ extern "C" uint64_t df_t_stored_bytes(const df_t_tensor *w) {
   return nb;
 }
 
+extern "C" int df_t_mx_scale_check(const df_t_tensor *w, int64_t *row, int64_t *group) {
+  if (w->dt != DF_DT_F4 || w->mx_checked) return 0;
+  int64_t G = w->t.size(1) / 32;
+  int64_t at = df_k_mxfp4_find_nan_scale(static_cast<const uint8_t *>(w->scale->t.data_ptr()),
+                                         w->t.size(0) * G);
+  if (at >= 0) {
+    if (row) *row = at / G;
+    if (group) *group = at % G;
+    return -1;
+  }
+  w->mx_checked = true;
+  return 0;
+}
+
 extern "C" df_k_weight df_t_kweight(const df_t_tensor *w) {
   assert(w->t.dim() == 2);
   df_k_weight k = {w->t.data_ptr(), w->dt, w->t.size(1), nullptr, 0, 0, 0};

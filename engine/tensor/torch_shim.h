@@ -69,6 +69,13 @@ int df_t_set_block_scale(df_t_tensor *w, const df_t_tensor *scale, int64_t block
  * not U8 [N, K/32]. */
 int df_t_set_mx_scale(df_t_tensor *w, const df_t_tensor *scale, char *err, size_t errlen);
 
+/* Whether an F4 (MXFP4) weight's E8M0 scales are free of the NaN byte 255, scanned on the
+ * first call and remembered in the handle (a loader of a 1.5 TB checkpoint must not read
+ * every expert's scales up front; the expert backends call this before a weight's first
+ * use). 0: not F4, or no 255; -1: *row and *group (may be NULL) give the first 255. Not
+ * thread-safe for one handle (the forward thread owns it). */
+int df_t_mx_scale_check(const df_t_tensor *w, int64_t *row, int64_t *group);
+
 /* The scales of a quantised weight (NULL for other weights) and their block sizes (may be
  * NULL): FP8's F32 block scales and their [block_n, block_k]; MXFP4's U8 E8M0 scales with
  * block [1, 32]. What a remote expert holder needs besides the weight bytes. */
