@@ -43,15 +43,17 @@ static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
   df_rows rows = {.R = R, .pos = m->pos, .seq = row_seq, .kvs = kvs};
   double t0 = m->profiling ? df_prof_now() : 0;
   df_t_embed(ids, R, m->embed, m->x);
+  df_prof_lap(m->profiling, &m->prof.embed, &t0);
   for (int64_t l = 0; l < c->num_hidden_layers; l++) {
     const df_layer *L = &m->layers[l];
-    df_prof_lap(m->profiling, &m->prof.embed, &t0);
     rs->ops->sublayer_in(rs, l, L, 0, R, m->x, m->xn);
+    df_prof_lap(m->profiling, &m->prof.residual, &t0);
     L->attn->ops->forward(L->attn, &rows, m->xn, m->tmp);
     if (check_finite(m, m->tmp, R, l, L->attn->ops->name, err, errlen) != 0) return -1;
-    rs->ops->sublayer_out(rs, l, L, 0, R, m->x, m->tmp);
     df_prof_lap(m->profiling, &m->prof.attention, &t0);
+    rs->ops->sublayer_out(rs, l, L, 0, R, m->x, m->tmp);
     rs->ops->sublayer_in(rs, l, L, 1, R, m->x, m->xn);
+    df_prof_lap(m->profiling, &m->prof.residual, &t0);
     if (L->ffn->ops->forward(L->ffn, &rows, m->xn, m->tmp, err, errlen) != 0 ||
         check_finite(m, m->tmp, R, l, L->ffn->ops->name, err, errlen) != 0)
       return -1;
@@ -59,7 +61,7 @@ static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
     rs->ops->sublayer_out(rs, l, L, 1, R, m->x, m->tmp);
   }
   if (rs->ops->final) rs->ops->final(rs, R, m->x);
-  df_prof_lap(m->profiling, &m->prof.embed, &t0);
+  df_prof_lap(m->profiling, &m->prof.residual, &t0);
   return 0;
 }
 

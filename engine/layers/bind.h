@@ -50,13 +50,16 @@ const df_t_tensor *df_bind(df_binder *b, const char *name, int ndim, const int64
  * weight: dtype F4, logical shape [N, K] (df_t_size(w, 1) == K), data = weight_packed's mmap
  * bytes U8 [N, K/2] (low nibble = column 2i, high = 2i+1; never copied or widened), with
  * weight_scale U8 [N, K/32] (E8M0) attached (df_t_set_mx_scale; df_t_block_scale returns it,
- * block [1, 32]). The binder reads every scale byte once and refuses the NaN byte 255; the
- * packed and scale bytes count (as routed-expert bytes when is_expert). No quantization_config
- * is consulted: the tensors decide.
+ * block [1, 32]). The NaN byte 255 is refused: for a resident weight (is_expert false) the
+ * binder reads every scale byte here; a routed expert's scales are scanned before the
+ * expert's first use instead (engine/experts/expert_local.h df_expert_check_scales, torch_shim.h
+ * df_t_mx_scale_check), since reading Kimi K3's ~85 GB of expert scales at load is not
+ * acceptable. The packed and scale bytes count (as routed-expert bytes when is_expert). No
+ * quantization_config is consulted: the tensors decide.
  * Errors (NULL + one line naming the file or folder, the tensor, what it has and what was
  * expected): df_bind's; F8_E4M3 without an fp8 quantization_config, a missing or mis-shaped
  * (or non-F32) FP8 scale tensor; for MXFP4 one of the pair without the other, K not a
- * multiple of 32, a part not U8 or not of shape [N, K/2] / [N, K/32], and
+ * multiple of 32, a part not U8 or not of shape [N, K/2] / [N, K/32], and (resident weights)
  * "tensor '<base>.weight_scale' holds E8M0 255 (NaN) at row R, group G". */
 const df_t_tensor *df_bind_linear(df_binder *b, const char *name, int64_t N, int64_t K,
                                   bool is_expert, char *err, size_t errlen);

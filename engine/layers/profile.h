@@ -12,14 +12,16 @@
 
 /* Wall time per part of the forward, accumulated while profiling is on (seconds). */
 typedef struct df_model_profile {
-  double attention; /* input norm, the token mixer (q/k/v/o projections, norms, RoPE,
-                       attention) and its residual add */
-  double router;    /* post-attention norm, gate linear, softmax/top-k, grouping */
+  double attention; /* the token mixer (q/k/v/o projections, norms, RoPE, attention) */
+  double router;    /* gate linear, softmax/top-k, grouping */
   double experts;   /* routed experts through the expert backend */
   double combine;   /* weighting and summing the expert outputs */
   double dense_mlp; /* dense SwiGLU layers and shared experts */
   double lm_head;   /* final norm and lm_head */
-  double embed;     /* embedding lookup and residual adds */
+  double embed;     /* embedding lookup */
+  double residual;  /* the residual scheme: each sublayer's input (its RMSNorm; Attention
+                       Residuals' mixes and snapshots) and the folding of its output into
+                       the stream, and the output mix before the final norm */
   int64_t forwards, tokens;
 } df_model_profile;
 

@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
   double prefill_tps = n_prefill / best_prefill;
   double prefill_gf = ((flop_tok - lm_flop) * n_prefill + lm_flop) / best_prefill / 1e9;
   double tot = best_prof.attention + best_prof.router + best_prof.experts + best_prof.combine +
-               best_prof.dense_mlp + best_prof.lm_head + best_prof.embed;
+               best_prof.dense_mlp + best_prof.lm_head + best_prof.embed + best_prof.residual;
 #define PCT(x) (tot > 0 ? 100.0 * (x) / tot : 0.0)
   printf("| figure | value |\n|---|---|\n");
   printf("| model | %s (%s, %lld layers, hidden %lld, %lld experts top-%lld) |\n", model_dir,
@@ -192,10 +192,11 @@ int main(int argc, char **argv) {
   printf("| bf16 linear kernel, 64 rows | %.1f GFLOP/s (prefill reaches %.2f of it) |\n", gemm,
          gemm > 0 ? prefill_gf / gemm : 0.0);
   printf("| decode breakdown | attention %.0f%%, router %.0f%%, experts %.0f%%, combine %.0f%%, "
-         "dense MLP %.0f%%, lm_head %.0f%%, embed+residual %.0f%% |\n",
+         "dense MLP %.0f%%, lm_head %.0f%%, embed %.0f%%, residual (norms%s) %.0f%% |\n",
          PCT(best_prof.attention), PCT(best_prof.router), PCT(best_prof.experts),
          PCT(best_prof.combine), PCT(best_prof.dense_mlp), PCT(best_prof.lm_head),
-         PCT(best_prof.embed));
+         PCT(best_prof.embed), cfg->attn_res_block > 0 ? ", Attention Residuals' mixes" : "",
+         PCT(best_prof.residual));
   if (json_path) {
     FILE *f = fopen(json_path, "w");
     if (!f) {
@@ -214,7 +215,7 @@ int main(int argc, char **argv) {
             "  \"vocab\": %lld,\n"
             "  \"decode_breakdown_s_per_token\": {\"attention\": %.6f, \"router\": %.6f, "
             "\"experts\": %.6f, \"combine\": %.6f, \"dense_mlp\": %.6f, \"lm_head\": %.6f, "
-            "\"embed_residual\": %.6f}\n}\n",
+            "\"embed\": %.6f, \"residual\": %.6f}\n}\n",
             model_dir, df_k_isa_name(df_k_isa()), omp_get_max_threads(), bw, bw_mib,
             (unsigned long long)mb.active_per_token, best_decode * 1e3, gbs, ratio, n_prefill,
             prefill_tps, prefill_gf, gemm, n_decode, repeat,
@@ -224,7 +225,8 @@ int main(int argc, char **argv) {
             (long long)cfg->vocab_size, best_prof.attention / n_decode,
             best_prof.router / n_decode, best_prof.experts / n_decode,
             best_prof.combine / n_decode, best_prof.dense_mlp / n_decode,
-            best_prof.lm_head / n_decode, best_prof.embed / n_decode);
+            best_prof.lm_head / n_decode, best_prof.embed / n_decode,
+            best_prof.residual / n_decode);
     fclose(f);
   }
   df_kv_destroy(&kv);

@@ -68,11 +68,11 @@ def plot_all(res, out):
         fig.suptitle("Engine on random bf16 checkpoints — " + _subtitle(res), fontsize=10)
         save(fig, "engine.png")
 
-        parts = ("attention", "router", "experts", "combine", "dense_mlp", "lm_head", "embed_residual")
+        parts = ("attention", "router", "experts", "combine", "dense_mlp", "lm_head", "embed", "residual")
         fig, ax = plt.subplots(figsize=(8, 4))
         bottom = [0.0] * len(runs)
         for p in parts:
-            v = [1e3 * r["decode_breakdown_s_per_token"][p] for r in runs]
+            v = [1e3 * r["decode_breakdown_s_per_token"].get(p, 0.0) for r in runs]
             if max(v) == 0:
                 continue
             ax.bar([r["label"] for r in runs], v, bottom=bottom, label=p)

@@ -686,12 +686,12 @@ def markdown(res):
         [F["engine_widened_demo"]["model"]] if F.get("engine_widened_demo", {}).get("status") == "ok" else [])
     if runs:
         L.append("Decode time per token by part (ms):\n")
-        parts = ("attention", "router", "experts", "combine", "dense_mlp", "lm_head", "embed_residual")
+        parts = ("attention", "router", "experts", "combine", "dense_mlp", "lm_head", "embed", "residual")
         L.append("| model | " + " | ".join(parts) + " | sum | measured |")
         L.append("|---|" + "---:|" * (len(parts) + 2))
         for r in runs:
             b = r["decode_breakdown_s_per_token"]
-            L.append("| %s | %s | %.2f | %.2f |" % (r["label"], " | ".join("%.2f" % (1e3 * b[p]) for p in parts),
+            L.append("| %s | %s | %.2f | %.2f |" % (r["label"], " | ".join("%.2f" % (1e3 * b.get(p, 0.0)) for p in parts),
                                                  1e3 * sum(b.values()), r["decode_ms_per_token"]))
         L.append("")
     return "\n".join(L) + "\n"
