@@ -13,15 +13,14 @@
  * bits, so for s <= 252 every product is the value itself, subnormals down to 2^-128
  * included); the sign bit 3 of the nibble is then copied into bit 31, so code 8 gives -0.0.
  * The power of two is built from its bits: s << 23 for s >= 1, and 0x00400000 (2^-127, a
- * subnormal) for s = 0. The AVX2 path loads the eight-entry table T times the group's scale
- * (the same products, made once per process for all 256 scale bytes) once per 32 columns and
- * picks entries with vpermps, whose index is the
- * nibble (only its low three bits count); the nibbles of four packed bytes reach the eight
- * lanes of a vector through one broadcast and a per-lane variable shift (lane l: bits
- * 4l .. 4l+3 = column l), and the sign goes in with one shift and one xor against a table
- * pre-xored with m << 28 (decode8). Both paths therefore see identical weight values, and the lane order
- * is the same, so they agree bit for bit and equal df_k_linear over the de-quantised F32
- * matrix.
+ * subnormal) for s = 0. The AVX2 path loads the eight products T[m] * 2^(s - 127) of the
+ * group's scale byte from a table made once per process (the same multiplications), once per
+ * 32 columns, and picks entries with vpermps, whose index is the nibble (only its low three
+ * bits count); the nibbles of four packed bytes reach the eight lanes of a vector through one
+ * broadcast and a per-lane variable shift (lane l: bits 4l .. 4l+3 = column l), and the sign
+ * goes in with one shift and one xor against the table pre-xored with m << 28 (decode8). Both
+ * paths therefore see identical weight values in the same lane order, so they agree bit for
+ * bit and equal df_k_linear over the de-quantised F32 matrix.
  *
  * Tiles: the unit shared among threads is 4 weight rows (df_k_linear_mxfp4_cols); inside it
  * the AVX2 micro-kernels hold rb x wb accumulators in registers (rb <= 8 activation rows,
@@ -51,8 +50,8 @@
 
 static const float k_e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
-/* 2^(s - 127) as fp32, exact: s = 0 is the subnormal 2^-127, s = 255 gives +inf (NaN in MX,
- * refused at load). */
+/* 2^(s - 127) as fp32, exact: s = 0 is the subnormal 2^-127; s = 255 gives +inf (NaN in MX,
+ * refused before a weight is used). */
 static inline float e8m0_f32(uint8_t s) {
   uint32_t u = s ? (uint32_t)s << 23 : 0x00400000u;
   float f;
