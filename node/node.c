@@ -32,6 +32,7 @@
 
 #include "engine/device/admission.h"
 #include "engine/device/cuda_rt.h"
+#include "engine/experts/expert_local.h"
 #include "engine/tensor/torch_shim.h"
 #include "node/store.h"
 #include "transport/keys.h"
@@ -60,8 +61,8 @@ enum { JOINING, PROVISIONING, SERVING };
 
 typedef struct pair_w {
   int32_t layer, expert;
-  df_t_tensor *w[3]; /* gate, up, down */
-  df_t_tensor *s[3]; /* their F32 block scales (FP8 experts), else NULL */
+  df_t_tensor *w[3]; /* gate, up, down (MXFP4: F4 of logical shape over the packed bytes) */
+  df_t_tensor *s[3]; /* their F32 block scales (FP8) or U8 E8M0 scales (MXFP4), else NULL */
 } pair_w;
 
 typedef struct node {
@@ -91,6 +92,8 @@ typedef struct node {
   df_tx *tx;           /* experts kept on the device (--device), or NULL */
   uint64_t dev_budget; /* bytes of experts tx may keep (declared in JOIN `device`); 0 = CPU */
   bool dev_said;       /* the "experts on the device" line of this assignment was logged */
+  df_k_act act;        /* the assignment's gated activation (ASSIGN `act`; zero = SiLU) */
+  bool host_only;      /* SiTU or MXFP4 experts: the device path (df_tx) does not run them */
   int64_t cap_rows;    /* rows of x and y */
   /* stats */
   uint64_t served, rows_done, busy_us;
@@ -126,6 +129,8 @@ static void drop_assignment(node *n) {
     for (int k = 0; k < 3; k++) df_t_destroy(&n->pw[i].w[k]), df_t_destroy(&n->pw[i].s[k]);
   if (n->tx) df_tx_clear(n->tx); /* its keys are the handles freed above */
   n->dev_said = false;
+  n->act = (df_k_act){0};
+  n->host_only = false;
   free(n->pw);
   n->pw = NULL;
   n->n_pw = 0;
@@ -194,8 +199,11 @@ static int send_msg(node *n, df_proto_msg *m, const void *payload, size_t len) {
 }
 
 static void send_join(node *n) {
+  /* features: this node runs SiTU experts (`act`) and MXFP4 ones (`mx`), so a coordinator
+   * may send it Kimi K3's */
   df_proto_msg m = {.op = DF_PROTO_JOIN, .id = ++n->next_id, .memory = n->o->memory,
-                    .device = n->dev_budget, .has_model = n->o->model_dir != NULL};
+                    .device = n->dev_budget, .has_model = n->o->model_dir != NULL,
+                    .features = DF_PROTO_FEAT_ACT | DF_PROTO_FEAT_MX};
   char host[64] = "node";
   if (n->o->name) snprintf(host, sizeof host, "%s", n->o->name);
   else gethostname(host, sizeof host - 1);
@@ -219,8 +227,11 @@ static const pair_w *find_pair(const node *n, int32_t layer, int32_t expert) {
 }
 
 /* Check tensor t of the assignment against the dtype and shape its role implies and wrap
- * its bytes (all present now). FP8 weights: F8_E4M3 [want0, want1]; their scales: F32
- * [ceil(want0 / block_n), ceil(want1 / block_k)]; otherwise BF16/F16/F32 [want0, want1]. */
+ * its bytes (all present now); the weight's logical shape is [want0, want1]. FP8 weights:
+ * F8_E4M3 [want0, want1]; their scales: F32 [ceil(want0 / block_n), ceil(want1 / block_k)].
+ * MXFP4 weights: U8 [want0, want1 / 2] (weight_packed), wrapped as F4 of logical shape
+ * [want0, want1]; their scales: U8 [want0, want1 / 32] (weight_scale, E8M0). Otherwise
+ * BF16/F16/F32 [want0, want1]. */
 static df_t_tensor *wrap_tensor(node *n, const df_proto_tensor *t, int role, int64_t want0,
                                 int64_t want1, char *err, size_t errlen) {
   const df_proto_msg *a = &n->assign;
@@ -230,28 +241,42 @@ static df_t_tensor *wrap_tensor(node *n, const df_proto_tensor *t, int role, int
     snprintf(err, errlen, "tensor %s vanished from the cache", t->name);
     return NULL;
   }
-  bool fp8 = a->block_n > 0, ok = df_dtype_from_name(t->dtype, &dt) == 0;
-  if (role == 1) { /* block scale */
+  bool fp8 = a->block_n > 0, mx = a->mx > 0, ok = df_dtype_from_name(t->dtype, &dt) == 0;
+  int64_t logical[2] = {want0, want1};
+  const char *expect = "BF16/F16/F32";
+  if (role == 1 && mx) { /* E8M0 scales, one byte per MX block of a row */
+    want1 /= a->mx;
+    ok = ok && dt == DF_DT_U8;
+    expect = "U8 (E8M0 weight_scale)";
+  } else if (role == 1) { /* FP8 block scale */
     want0 = (want0 + a->block_n - 1) / a->block_n;
     want1 = (want1 + a->block_k - 1) / a->block_k;
     ok = ok && dt == DF_DT_F32;
+    expect = "F32";
+  } else if (mx) { /* E2M1 pairs, low nibble = even column */
+    want1 /= 2;
+    ok = ok && dt == DF_DT_U8;
+    expect = "U8 (MXFP4 weight_packed)";
   } else {
     ok = ok && (fp8 ? dt == DF_DT_F8_E4M3 : df_dtype_is_supported(dt));
+    if (fp8) expect = "F8_E4M3";
   }
   if (!ok || t->shape[0] != want0 || t->shape[1] != want1 ||
       (uint64_t)t->shape[0] * (uint64_t)t->shape[1] * df_dtype_size(dt) != t->nbytes) {
     snprintf(err, errlen, "tensor %s is %s [%lld, %lld], expected %s [%lld, %lld]", t->name,
-             t->dtype, (long long)t->shape[0], (long long)t->shape[1],
-             role == 1 ? "F32" : fp8 ? "F8_E4M3" : "BF16/F16/F32", (long long)want0,
-             (long long)want1);
+             t->dtype, (long long)t->shape[0], (long long)t->shape[1], expect,
+             (long long)want0, (long long)want1);
     return NULL;
   }
   n->held += t->nbytes;
+  if (mx && role == 0) return df_t_wrap(data, DF_DT_F4, 2, logical, err, errlen);
   return df_t_wrap(data, dt, 2, t->shape, err, errlen);
 }
 
-/* Wrap every tensor of the assignment (all present now), attach FP8 block scales so that
- * df_t_swiglu_ffn de-quantises inside its kernels, and report READY. */
+/* Wrap every tensor of the assignment (all present now), attach FP8 block scales or MXFP4
+ * E8M0 scales so that df_t_glu_ffn de-quantises inside its kernels, and report READY. The
+ * E8M0 NaN byte is looked for before an expert's first use (on_ffn), not here: a node
+ * holding a large share of Kimi K3 would otherwise read gigabytes of scales at every join. */
 static int finish_provisioning(node *n, char *err, size_t errlen) {
   const df_proto_msg *a = &n->assign;
   int tpp = df_proto_assign_per_pair(a);
@@ -271,8 +296,10 @@ static int finish_provisioning(node *n, char *err, size_t errlen) {
       if (!(w->w[k] = wrap_tensor(n, &a->tensors[tpp * p + k], 0, want0, want1, err, errlen)))
         return -1;
       if (tpp == 3) continue;
-      if (!(w->s[k] = wrap_tensor(n, &a->tensors[tpp * p + 3 + k], 1, want0, want1, err, errlen)) ||
-          df_t_set_block_scale(w->w[k], w->s[k], a->block_n, a->block_k, err, errlen) != 0)
+      if (!(w->s[k] = wrap_tensor(n, &a->tensors[tpp * p + 3 + k], 1, want0, want1, err, errlen)))
+        return -1;
+      if (a->mx ? df_t_set_mx_scale(w->w[k], w->s[k], err, errlen)
+                : df_t_set_block_scale(w->w[k], w->s[k], a->block_n, a->block_k, err, errlen))
         return -1;
     }
   }
@@ -347,6 +374,25 @@ static void on_assign(node *n, df_proto_msg *m) {
     drop_assignment(n);
     return;
   }
+  if (a->mx > 0 && (a->hidden % a->mx != 0 || a->inter % a->mx != 0)) {
+    /* every MXFP4 row (of hidden or inter columns) is whole MX blocks of 32 */
+    char why[160];
+    snprintf(why, sizeof why, "MXFP4 experts of width %lld and inter %lld: both must be "
+             "multiples of the MX block %lld", (long long)a->hidden, (long long)a->inter,
+             (long long)a->mx);
+    LOG(n, "assignment refused: %s", why);
+    df_proto_send_error(n->sock, NULL, 0, a->id, DF_PROTO_E_BAD_REQUEST, why);
+    drop_assignment(n);
+    return;
+  }
+  /* the codec accepted only a known kind with finite betas (df_proto_act_valid) */
+  n->act = (df_k_act){.kind = a->act_kind == DF_PROTO_ACT_SITU ? DF_K_ACT_SITU : DF_K_ACT_SILU,
+                      .beta = a->act_beta, .beta_lin = a->act_beta_lin};
+  n->host_only = a->act_kind != DF_PROTO_ACT_SILU || a->mx > 0;
+  if (n->tx && n->host_only && a->n_pairs > 0)
+    LOG(n, "device: these experts are %s%s%s, which the device path does not run; they run on "
+        "the CPU", a->mx ? "MXFP4" : "", a->mx && a->act_kind ? " and " : "",
+        a->act_kind ? "SiTU-GLU" : "");
   uint64_t total = 0;
   n->missing = malloc((size_t)(a->n_tensors ? a->n_tensors : 1) * sizeof *n->missing);
   if (!n->missing) {
@@ -455,6 +501,15 @@ static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
       free(ws);
       return;
     }
+    /* MXFP4: the E8M0 NaN byte 255 is looked for before the expert's first use (once per
+     * weight: the handle remembers a clean scan), as the coordinator's own backend does */
+    if (df_expert_check_scales(ws[g]->layer, ws[g]->expert, ws[g]->w[0], ws[g]->w[1],
+                               ws[g]->w[2], err, sizeof err) != 0) {
+      LOG(n, "refused FFN: %s", err);
+      df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_BAD_REQUEST, err);
+      free(ws);
+      return;
+    }
   }
   if (grow_rows(n, m->total_rows, a->hidden, err, sizeof err) != 0) {
     df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_BAD_REQUEST, err);
@@ -466,16 +521,20 @@ static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
   memcpy(df_t_f32(n->x), zmq_msg_data(&f->payload), bytes);
   int64_t r0 = 0;
   bool host_ran = false; /* an expert ran on the host: the device budget is spent */
+  /* SiTU or MXFP4 experts stay on the host: df_tx runs SwiGLU over BF16/F16/F32/FP8 only */
+  df_tx *tx = n->host_only ? NULL : n->tx;
+  const df_k_act *act = n->act.kind == DF_K_ACT_SILU ? NULL : &n->act;
   for (int g = 0; g < m->n_groups; g++) {
-    int on = n->tx ? df_tx_swiglu_ffn(n->tx, n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1],
-                                      ws[g]->w[2], n->g, n->u, n->y, err, sizeof err) : 0;
-    if (on <= 0)
-      df_t_swiglu_ffn(n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1], ws[g]->w[2], n->g, n->u, n->y);
-    host_ran |= n->tx && on == 0;
+    int on = tx ? df_tx_swiglu_ffn(tx, n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1],
+                                   ws[g]->w[2], n->g, n->u, n->y, err, sizeof err) : 0;
+    if (on <= 0) /* the coordinator's kernels: df_t_glu_ffn_groups's values, bit for bit */
+      df_t_glu_ffn(n->x, r0, m->rows[g], ws[g]->w[0], ws[g]->w[1], ws[g]->w[2], act, n->g, n->u,
+                   n->y);
+    host_ran |= tx && on == 0;
     r0 += m->rows[g];
   }
   free(ws);
-  if (n->tx && !n->dev_said && (host_ran || df_tx_experts(n->tx) == n->n_pw)) {
+  if (tx && !n->dev_said && (host_ran || df_tx_experts(n->tx) == n->n_pw)) {
     n->dev_said = true; /* once per assignment: every expert is there, or the budget is full */
     LOG(n, "device: %lld of %lld experts kept there (%.1f MiB)%s",
         (long long)df_tx_experts(n->tx), (long long)n->n_pw, df_tx_bytes(n->tx) / 1048576.0,

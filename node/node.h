@@ -3,9 +3,11 @@
  *
  * Owns: the node's one DEALER socket and its monitor (one thread: the caller's), the
  * join/rejoin state machine with backoff, shard provisioning through node/store.h, the
- * planned activation buffers, and the expert execution (df_t_swiglu_ffn over the same
- * weight bytes as the coordinator, so results are bitwise identical). Stateless between
- * requests: no sequence state lives here.
+ * planned activation buffers, and the expert execution (df_t_glu_ffn with the ASSIGN's
+ * activation, SwiGLU or Kimi K3's SiTU-GLU, over the same weight bytes as the coordinator —
+ * BF16/F16/F32, FP8 with block scales, or MXFP4 with E8M0 scales checked for the NaN byte
+ * before an expert's first use — in the width the ASSIGN names, so results are bitwise
+ * identical). Stateless between requests: no sequence state lives here.
  */
 #ifndef DF_NODE_NODE_H
 #define DF_NODE_NODE_H

@@ -12,6 +12,9 @@
  *   plain      connect over plain TCP (no CURVE) and write junk: the handshake must fail
  *   churn      300 distinct keys one after another: join (each must get ASSIGN, never
  *              "cluster full"), say BYE, disconnect; more than the coordinator's 256 slots
+ *   oldnode    join as a df-node from before JOIN `features` (every mode but this one
+ *              joins so too; this one checks the answer): for a model whose experts need
+ *              `act` / `mx` (Kimi K3) the ASSIGN must hold no pair and neither key
  * Prints one line and exits 0 when the coordinator reacted as expected, 1 otherwise
  * (10 s timeout per wait).
  */
@@ -143,6 +146,13 @@ int main(int argc, char **argv) {
   }
   if (wait_op(s, DF_PROTO_ASSIGN, &m, &fr) != 0) {
     printf("evil: no ASSIGN\n");
+    goto done;
+  }
+  if (!strcmp(mode, "oldnode")) {
+    printf("evil: an old node got an ASSIGN of %lld pairs, %lld tensors, act %u, mx %lld, "
+           "hidden %lld\n", (long long)m.n_pairs, (long long)m.n_tensors, m.act_kind,
+           (long long)m.mx, (long long)m.hidden);
+    rc = m.n_pairs == 0 && m.n_tensors == 0 && m.act_kind == DF_PROTO_ACT_SILU && m.mx == 0 ? 0 : 1;
     goto done;
   }
   uint64_t epoch = m.epoch;

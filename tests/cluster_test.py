@@ -11,6 +11,19 @@ SCENARIO:
             (tiny-ds-fp8: F8_E4M3 experts with 32x32 block scales; tiny-ds-bf16) and the
             kimi_linear one (tiny-kl-48b: block_sparse_moe.experts.<e>.w1/w3/w2); one node
             streams its tensors, which stay FP8 on the wire and in its cache
+  k3        Kimi K3 (tiny-k3: latent MoE, SiTU-GLU, MXFP4 routed experts): one node with every
+            expert and three nodes with uneven budgets give the local run's ids and prompt
+            logits bit for bit; one node streams the packed bytes and E8M0 scales, one has a
+            checkpoint copy whose scales hold 255 (its copy is refused by SHA-256, the tensors
+            fetched); a node that does not declare `act` / `mx` (an older df-node) is given
+            no expert
+  k3_kill   Kimi K3: a node frozen and then killed during the prefill (its in-flight groups
+            rerun: prompt logits still bitwise identical) and another killed mid-generation
+            (ids identical); the first restarted rejoins with its stored key
+  k3_badscale
+            Kimi K3 whose experts' E8M0 scales hold the NaN byte 255: the node refuses the FFN
+            with ERROR (no crash; it keeps running), the coordinator drops it and fails the
+            way one machine does, with the same message
   stream    nodes without the checkpoint get the tensors streamed (SHA-256 checked,
             content-addressed cache); a second run reuses the cache
   device    a node with a device budget (simulated: --device torch-cpu) and a CPU node: the
@@ -111,9 +124,10 @@ def token(state, *extra):
 
 
 def node(name, port, state, log, memory, token_=None, model=True, host="127.0.0.1", env=None,
-         token_via="file"):
+         token_via="file", extra=()):
     """A df-node; the join token goes in through --token-file (mode 600, the documented way),
-    DELTAFIN_JOIN_TOKEN (token_via="env") or --token (token_via="arg")."""
+    DELTAFIN_JOIN_TOKEN (token_via="env") or --token (token_via="arg"). model: True = MODEL as
+    its --model-dir, a path = that folder, False = none."""
     args = [DFNODE, "join", "%s:%d" % (host, port), "--state-dir", state, "--memory", str(memory),
             "--name", name, "--threads", "1"]
     if token_ and token_via == "file":
@@ -127,15 +141,15 @@ def node(name, port, state, log, memory, token_=None, model=True, host="127.0.0.
     elif token_:
         args += ["--token", token_]
     if model:
-        args += ["--model-dir", MODEL]
-    return spawn(args, log, env=env)
+        args += ["--model-dir", model if isinstance(model, str) else MODEL]
+    return spawn(args + list(extra), log, env=env)
 
 
-def run_local(max_new, tag):
+def run_local(max_new, tag, extra=()):
     out = os.path.join(WORK, tag + ".f32")
     r = subprocess.run([DELTAFIN, "run", "--model", MODEL, "--prompt-ids", PROMPT, "--max-new",
                         str(max_new), "--temperature", "0", "--ignore-eos", "--no-draft",
-                        "--logits-out", out], capture_output=True, text=True, timeout=120)
+                        "--logits-out", out, *extra], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout.split(), open(out, "rb").read()
 
@@ -267,6 +281,229 @@ def scen_exact_ds(fixture):
     want = sorted(set(sizes.values()))
     check(got == want, "cached tensors keep their stored sizes (%s bytes; checkpoint %s)"
           % (got, want))
+
+
+# ---- Kimi K3 ------------------------------------------------------------------------------
+
+K3_EXPERT = re.compile(r"layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w[123])\.(weight_packed|weight_scale)$")
+
+
+def st_header(path):
+    import json
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)), 8 + n
+
+
+def k3_model():
+    """The tiny-k3 preset (tests/fixtures/tiny-k3's checkpoint), generated in the work folder
+    (0.1 s): the test never depends on a fixture being rewritten meanwhile."""
+    out = os.path.join(WORK, "tiny-k3")
+    r = subprocess.run([sys.executable, os.path.join(FIX, "..", "reference", "kimi_k3_ckpt.py"),
+                        "--preset", "tiny-k3", "--out", out], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def k3_pairs(model):
+    """(bytes of one routed pair: three weight_packed + three weight_scale, their sizes by
+    part, number of pairs)."""
+    hdr, _ = st_header(os.path.join(model, "model.safetensors"))
+    sizes, pairs = {}, set()
+    for k, v in hdr.items():
+        m = K3_EXPERT.search(k)
+        if m:
+            pairs.add((int(m.group(1)), int(m.group(2))))
+            sizes.setdefault("%s.%s" % (m.group(3), m.group(4)),
+                             v["data_offsets"][1] - v["data_offsets"][0])
+    return sum(sizes.values()), sizes, len(pairs)
+
+
+def k3_damaged(model, dst, pattern):
+    """A copy of model whose expert scale tensors matching pattern start with the E8M0 NaN
+    byte 255 (row 0, group 0)."""
+    os.makedirs(dst)
+    for fn in os.listdir(model):
+        if os.path.isfile(os.path.join(model, fn)):
+            shutil.copy(os.path.join(model, fn), dst)
+    path = os.path.join(dst, "model.safetensors")
+    hdr, base = st_header(path)
+    n = 0
+    with open(path, "r+b") as f:
+        for k, v in hdr.items():
+            if re.search(pattern, k):
+                f.seek(base + v["data_offsets"][0])
+                f.write(b"\xff")
+                n += 1
+    return n
+
+
+def scen_k3():
+    import json
+    global MODEL
+    MODEL = k3_model()
+    pair_bytes, sizes, n_pairs = k3_pairs(MODEL)
+    check(n_pairs == 48 and len(sizes) == 6, "tiny-k3: %d MXFP4 pairs of %d bytes (%s)"
+          % (n_pairs, pair_bytes, ", ".join("%s %d" % kv for kv in sorted(sizes.items()))))
+    ids0, lg0 = run_local(24, "local")
+    # one node holding every expert
+    # (the coordinator first: nodes dialling a port not yet bound would back off for seconds)
+    port, state = free_port(), os.path.join(WORK, "coord1")
+    tok = token(state)
+    p, so, se, out = coordinator("one", port, state, 24, 1)
+    wait_log(se, "listening on")
+    n1 = node("all", port, os.path.join(WORK, "n-all"), os.path.join(WORK, "n-all.log"), "1G", tok)
+    ids, lg = finish(p, so, out)
+    n1.terminate()
+    check(ids == ids0, "K3, one node with every expert: ids identical (%s)" % " ".join(ids or []))
+    check(lg == lg0, "K3, one node with every expert: prompt logits bitwise identical")
+    log = read(se)
+    check("ready: %d experts" % n_pairs in log, "the node holds all %d pairs" % n_pairs)
+    check(" 0 local," in log and " 0 rerun" in log, "no group ran on the coordinator")
+    # three nodes, uneven budgets that only together hold every pair: u0 has a (simulated)
+    # device, which does not run these experts; u1 has no checkpoint (packed bytes and scales
+    # streamed); u2's copy has every w1 scale damaged (255)
+    damaged = os.path.join(WORK, "tiny-k3-damaged")
+    n_bad = k3_damaged(MODEL, damaged, r"\.w1\.weight_scale$")
+    port, state = free_port(), os.path.join(WORK, "coord3")
+    tok = token(state, "--reusable")
+    counts = [n_pairs // 5, n_pairs // 3, n_pairs - n_pairs // 5 - n_pairs // 3 + 1]
+    p, so, se, out = coordinator("three", port, state, 24, 3, bind="0.0.0.0")
+    wait_log(se, "listening on")
+    # a df-node from before JOIN `features` joins first: it must be given nothing
+    r = subprocess.run([EVIL, "oldnode", "tcp://127.0.0.1:%d" % port, tok], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 0, "a node without `features` got an empty assignment: "
+          + r.stdout.strip())
+    for i, np_ in enumerate(counts):
+        node("u%d" % i, port, os.path.join(WORK, "n-u%d" % i), os.path.join(WORK, "n-u%d.log" % i),
+             np_ * pair_bytes, tok, model=[True, False, damaged][i], host="127.0.0.%d" % (i + 1),
+             extra=("--device", "torch-cpu") if i == 0 else ())
+    ids, lg = finish(p, so, out)
+    check(ids == ids0, "K3, three nodes, uneven budgets: ids identical (%s)" % " ".join(ids or []))
+    check(lg == lg0, "K3, three nodes, uneven budgets: prompt logits bitwise identical")
+    log = read(se)
+    check(" 0 local," in log and " 0 rerun" in log, "no group ran on the coordinator")
+    check("does not declare SiTU experts (`act`) or MXFP4 experts (`mx`)" in log,
+          "the coordinator named what the old node lacks")
+    st = subprocess.run([DELTAFIN, "cluster", "status", "--state-dir", state, "--json"],
+                        capture_output=True, text=True)
+    js = json.loads(st.stdout)
+    check(js["pairs_on_coordinator"] == 0 and js["pair_bytes"] == pair_bytes,
+          "every pair on a node, pair bytes %d = packed + scales (status: %d on the "
+          "coordinator, %d bytes)" % (pair_bytes, js["pairs_on_coordinator"], js["pair_bytes"]))
+    held = sorted(n["experts"] for n in js["nodes"] if n["name"].startswith("u"))
+    check(held == counts, "placement of %d pairs follows the budgets: %s" % (n_pairs, held))
+    check("device: these experts are MXFP4 and SiTU-GLU, which the device path does not run; "
+          "they run on the CPU" in read(os.path.join(WORK, "n-u0.log")),
+          "the --device node keeps K3's experts on its CPU and says so")
+    log1 = read(os.path.join(WORK, "n-u1.log"))
+    m1 = re.search(r"(\d+) experts, 0 tensors local, (\d+) to fetch", log1)
+    check(m1 is not None and int(m1.group(2)) == 6 * int(m1.group(1)) and "ready:" in log1,
+          "node without the checkpoint fetched six tensors per pair and became ready")
+    cache = os.path.join(WORK, "n-u1", "cache", "sha256")
+    got = sorted({os.path.getsize(os.path.join(cache, n)) for n in os.listdir(cache)})
+    check(got == sorted(set(sizes.values())), "cached tensors keep their stored sizes: %s bytes "
+          "(packed and E8M0 scales; checkpoint %s)" % (got, sorted(set(sizes.values()))))
+    log2 = read(os.path.join(WORK, "n-u2.log"))
+    m2 = re.search(r"(\d+) experts, (\d+) tensors local, (\d+) to fetch", log2)
+    check(n_bad == n_pairs and m2 is not None and int(m2.group(3)) == int(m2.group(1))
+          and int(m2.group(2)) == 5 * int(m2.group(1)),
+          "node whose copy has damaged w1 scales fetched exactly those (%s)"
+          % (m2.group(0) if m2 else "no assignment line"))
+
+
+def scen_k3_kill():
+    global MODEL, PROMPT
+    MODEL = k3_model()
+    pair_bytes, _, n_pairs = k3_pairs(MODEL)
+    PROMPT = ",".join(str((i * 37 + 15) % 512) for i in range(48))
+    max_new, chunk = 64, ("--chunk", "1")  # one token per prefill forward: a long prefill
+    ids0, lg0 = run_local(max_new, "local", chunk)
+    port, state = free_port(), os.path.join(WORK, "coord")
+    tok = token(state, "--reusable")
+    rport = free_port()
+    spawn([sys.executable, RELAY, "127.0.0.1:%d" % rport, "127.0.0.1:%d" % port, "--rtt-ms", "6"],
+          os.path.join(WORK, "relay.log"), stdout=open(os.path.join(WORK, "relay.out"), "wb"))
+    wait_log(os.path.join(WORK, "relay.out"), "listening")
+    budget = (n_pairs // 2) * pair_bytes  # any two nodes hold every pair; replicas spread
+    p, so, se, out = coordinator("killrun", port, state, max_new, 3, extra=chunk)
+    wait_log(se, "listening on")
+    frozen_state = os.path.join(WORK, "frozen")
+    frozen = node("frozen", rport, frozen_state, os.path.join(WORK, "frozen.log"), budget, tok)
+    victim = node("victim", rport, os.path.join(WORK, "victim"), os.path.join(WORK, "victim.log"),
+                  budget, tok)
+    node("k1", port, os.path.join(WORK, "k1"), os.path.join(WORK, "k1.log"), budget, tok)
+    # freeze one node as the prefill starts: a layer's round trip to it stays in flight, then
+    # it is killed with the prefill still waiting on it
+    wait_log(se, "3 nodes ready")
+    os.kill(frozen.pid, signal.SIGSTOP)
+    time.sleep(1.0)  # the prefill reaches a layer routed to the frozen node and waits there
+    in_prefill = read(so).split() == []
+    os.kill(frozen.pid, signal.SIGKILL)
+    frozen.wait()
+    # and another one mid-generation
+    wait_for(lambda: len(read(so).split()) >= 8, "8 generated tokens")
+    n_before = len(read(so).split())
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    ids, lg = finish(p, so, out)
+    log = read(se)
+    check(in_prefill, "a node was killed during the prefill (no token out yet)")
+    check(n_before < max_new, "a node died mid-generation (after %d of %d tokens)" % (n_before, max_new))
+    check(ids == ids0, "K3, nodes killed in the prefill and mid-generation: ids identical (%s)"
+          % " ".join(ids or []))
+    check(lg == lg0, "K3, a node killed during the prefill: prompt logits bitwise identical")
+    check("dropped node frozen" in log and "dropped node victim" in log,
+          "coordinator dropped both killed nodes")
+    m = re.search(r"(\d+) rerun locally after a node failed", log)
+    check(m is not None and int(m.group(1)) > 0, "the killed nodes' groups in flight were rerun "
+          "(%s)" % (m.group(0) if m else "no stats line"))
+    # the frozen one restarted without a token (and without the relay): it rejoins with its
+    # stored key
+    p, so, se, out = coordinator("rejoin", port, state, 16, 2, extra=chunk)
+    wait_log(se, "listening on")
+    node("frozen", port, frozen_state, os.path.join(WORK, "frozen2.log"), budget)
+    ids, lg = finish(p, so, out)
+    check(ids == ids0[:16] and lg == lg0, "run after the rejoin: ids and prompt logits identical")
+    check(re.search(r"node frozen \(\w+\) joined with its stored key", read(se)) is not None,
+          "the restarted node rejoined by its key")
+
+
+def scen_k3_badscale():
+    global MODEL
+    good = k3_model()
+    MODEL = os.path.join(WORK, "tiny-k3-nan")
+    n_bad = k3_damaged(good, MODEL, r"layers\.1\.block_sparse_moe\.experts\.\d+\.w1\.weight_scale$")
+    check(n_bad > 0, "%d layer-1 gate scales start with the NaN byte 255" % n_bad)
+    r = subprocess.run([DELTAFIN, "run", "--model", MODEL, "--prompt-ids", PROMPT, "--max-new",
+                        "8", "--temperature", "0", "--no-draft"], capture_output=True, text=True,
+                       timeout=120)
+    m = re.search(r"layer 1 expert \d+: the gate \(w1\) weight's E8M0 scales hold 255 \(NaN\)"
+                  r"[^\n]*", r.stderr)
+    check(r.returncode == 1 and m is not None, "one machine refuses the damaged expert: "
+          + r.stderr.strip())
+    want = m.group(0) if m else "E8M0 scales hold 255"
+    port, state = free_port(), os.path.join(WORK, "coord")
+    nlog = os.path.join(WORK, "n-bad.log")
+    tok = token(state)
+    p, so, se, out = coordinator("nan", port, state, 8, 1)
+    wait_log(se, "listening on")
+    n1 = node("bad", port, os.path.join(WORK, "n-bad"), nlog, "1G", tok, model=False)
+    finish(p, so, out)
+    log = read(se)
+    check(p.returncode == 1, "the cluster run fails as one machine does (exit %s)" % p.returncode)
+    check(want in log, "with the same message: '%s'" % want)
+    check("dropped node bad" in log and "error 4 on FFN: layer 1 expert" in log
+          and "255 (NaN)" in log, "the coordinator dropped the node for its ERROR")
+    check("refused FFN: layer 1 expert" in read(nlog), "the node refused the FFN with a reason")
+    time.sleep(0.5)  # a crash would show now: the node redials the coordinator that left
+    alive = n1.poll() is None
+    n1.terminate()
+    check(alive and n1.wait(timeout=DEADLINE) == 0, "the node did not crash (still running, "
+          "exit 0 on SIGTERM)")
 
 
 def scen_stream():
@@ -732,7 +969,8 @@ def main():
          "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"), "ds_fp8_device": scen_ds_fp8_device,
          "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16"),
          "kl_48b": lambda: scen_exact_ds("tiny-kl-48b"), "shutdown": scen_shutdown,
-         "state_modes": scen_state_modes}[SCEN]()
+         "state_modes": scen_state_modes, "k3": scen_k3, "k3_kill": scen_k3_kill,
+         "k3_badscale": scen_k3_badscale}[SCEN]()
     finally:
         for q in procs:
             if q.poll() is None:

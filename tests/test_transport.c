@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -312,6 +313,159 @@ static void test_codec_join_device(void **st) {
   assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), -1);
   assert_int_equal(code, DF_PROTO_E_MALFORMED);
   assert_non_null(strstr(err, "device"));
+}
+
+/* Kimi K3's experts (docs/PROTOCOL.md §2): JOIN `features`, ASSIGN `act` (absent = SiLU) and
+ * `mx` (MXFP4: six tensors per pair); every value a peer could get wrong is refused. */
+static int decode_of(const df_proto_msg *in, df_proto_msg *out, char *err, size_t errlen) {
+  uint8_t *buf;
+  size_t len;
+  int code = 0;
+  assert_int_equal(df_proto_encode(in, &buf, &len, err, errlen), 0);
+  int rc = df_proto_decode(buf, len, out, &code, err, errlen);
+  free(buf);
+  if (rc) {
+    assert_int_equal(code, DF_PROTO_E_MALFORMED);
+    assert_null(out->pairs);
+    assert_null(out->tensors);
+  }
+  return rc;
+}
+
+static void test_codec_k3(void **st) {
+  (void)st;
+  char err[256];
+  df_proto_msg o;
+  /* JOIN features: round trip; absent = none; unknown names ignored */
+  df_proto_msg j = {.op = DF_PROTO_JOIN, .id = 1, .memory = 1,
+                    .features = DF_PROTO_FEAT_ACT | DF_PROTO_FEAT_MX};
+  strcpy(j.name, "x");
+  o = roundtrip(&j);
+  assert_int_equal(o.features, DF_PROTO_FEAT_ACT | DF_PROTO_FEAT_MX);
+  j.features = DF_PROTO_FEAT_MX;
+  o = roundtrip(&j);
+  assert_int_equal(o.features, DF_PROTO_FEAT_MX);
+  static const char *k_old = "86a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
+                             "a9686173 5f6d6f64656cc2";
+  uint8_t want[256], *buf;
+  size_t wn, n;
+  int code;
+  j.features = 0; /* no features: the JOIN of before the key, byte for byte */
+  assert_int_equal(df_proto_encode(&j, &buf, &n, err, sizeof err), 0);
+  wn = unhex(k_old, want);
+  assert_int_equal(n, wn);
+  assert_memory_equal(buf, want, wn);
+  free(buf);
+  /* features ["act", "zz"] (a name from the future is ignored) */
+  wn = unhex("87a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
+             "a9686173 5f6d6f64656cc2 a8666561747572657392a3616374a27a7a", want);
+  assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), 0);
+  assert_int_equal(o.features, DF_PROTO_FEAT_ACT);
+  /* features not an array, or holding a number: malformed */
+  wn = unhex("87a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
+             "a9686173 5f6d6f64656cc2 a86665617475726573a3616374", want);
+  assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), -1);
+  assert_non_null(strstr(err, "features"));
+  wn = unhex("87a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
+             "a9686173 5f6d6f64656cc2 a8666561747572657391 07", want);
+  assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), -1);
+  assert_non_null(strstr(err, "features"));
+
+  /* ASSIGN of MXFP4 SiTU experts in a latent width of 96: one pair, three U8 weight_packed
+   * then three U8 weight_scale; the betas arrive as the same floats */
+  int32_t pairs[2] = {1, 7};
+  df_proto_tensor ts[6];
+  memset(ts, 0, sizeof ts);
+  static const char *const part[3] = {"w1", "w3", "w2"};
+  for (int i = 0; i < 6; i++) {
+    int64_t N = i % 3 == 2 ? 96 : 64, K = i % 3 == 2 ? 64 : 96;
+    snprintf(ts[i].name, sizeof ts[i].name,
+             "language_model.model.layers.1.block_sparse_moe.experts.7.%s.weight_%s",
+             part[i % 3], i < 3 ? "packed" : "scale");
+    strcpy(ts[i].dtype, "U8");
+    ts[i].shape[0] = N, ts[i].shape[1] = i < 3 ? K / 2 : K / 32;
+    ts[i].nbytes = (uint64_t)(ts[i].shape[0] * ts[i].shape[1]);
+    memset(ts[i].sha256, i + 1, 32);
+  }
+  df_proto_msg a = {.op = DF_PROTO_ASSIGN, .id = 2, .epoch = 5, .hidden = 96, .inter = 64,
+                    .max_rows = 64, .mx = DF_PROTO_MX_BLOCK, .act_kind = DF_PROTO_ACT_SITU,
+                    .act_beta = 4.0f, .act_beta_lin = 25.0f, .n_pairs = 1, .pairs = pairs,
+                    .n_tensors = 6, .tensors = ts};
+  o = roundtrip(&a);
+  assert_true(o.mx == 32 && o.block_n == 0 && df_proto_assign_per_pair(&o) == 6);
+  assert_true(o.act_kind == DF_PROTO_ACT_SITU && o.act_beta == 4.0f && o.act_beta_lin == 25.0f);
+  assert_true(o.hidden == 96 && o.inter == 64 && o.n_tensors == 6);
+  assert_memory_equal(o.tensors, ts, sizeof ts);
+  df_proto_msg_free(&o);
+  a.act_beta = 0.1f, a.act_beta_lin = 0; /* inexact in binary, and a pass-through up branch */
+  o = roundtrip(&a);
+  assert_true(o.act_beta == 0.1f && o.act_beta_lin == 0);
+  df_proto_msg_free(&o);
+  /* SiTU without mx (BF16 experts): three tensors per pair */
+  df_proto_msg a3 = a;
+  a3.mx = 0, a3.n_tensors = 3;
+  o = roundtrip(&a3);
+  assert_true(o.mx == 0 && o.act_kind == DF_PROTO_ACT_SITU && df_proto_assign_per_pair(&o) == 3);
+  df_proto_msg_free(&o);
+  /* act absent: SiLU, zero betas */
+  a3.act_kind = DF_PROTO_ACT_SILU, a3.act_beta = a3.act_beta_lin = 0;
+  o = roundtrip(&a3);
+  assert_true(o.act_kind == DF_PROTO_ACT_SILU && o.act_beta == 0 && o.act_beta_lin == 0);
+  df_proto_msg_free(&o);
+
+  /* refusals, each naming the key */
+  struct { float b, bl; uint32_t kind; const char *what; } bad_act[] = {
+      {0, 25, DF_PROTO_ACT_SITU, "beta 0"},         {-4, 25, DF_PROTO_ACT_SITU, "beta < 0"},
+      {NAN, 25, DF_PROTO_ACT_SITU, "beta NaN"},     {INFINITY, 25, DF_PROTO_ACT_SITU, "beta Inf"},
+      {4, -1, DF_PROTO_ACT_SITU, "beta_lin < 0"},   {4, NAN, DF_PROTO_ACT_SITU, "beta_lin NaN"},
+      {4, INFINITY, DF_PROTO_ACT_SITU, "beta_lin Inf"}, {4, 25, 2, "unknown kind"},
+      {4, 25, 0xffffffffu, "kind 2^32-1"},
+  };
+  for (size_t i = 0; i < sizeof bad_act / sizeof *bad_act; i++) {
+    df_proto_msg x = a;
+    x.act_kind = bad_act[i].kind, x.act_beta = bad_act[i].b, x.act_beta_lin = bad_act[i].bl;
+    if (decode_of(&x, &o, err, sizeof err) != -1) fail_msg("act %s decoded", bad_act[i].what);
+    assert_non_null(strstr(err, "'act'"));
+  }
+  df_proto_msg x = a;
+  x.mx = 16; /* not the MX block size */
+  assert_int_equal(decode_of(&x, &o, err, sizeof err), -1);
+  assert_non_null(strstr(err, "'mx'"));
+  x = a;
+  x.block_n = x.block_k = 128; /* MXFP4 and FP8 at once */
+  assert_int_equal(decode_of(&x, &o, err, sizeof err), -1);
+  assert_non_null(strstr(err, "'mx'"));
+  x = a;
+  x.n_tensors = 3; /* mx with three tensors for one pair */
+  assert_int_equal(decode_of(&x, &o, err, sizeof err), -1);
+  assert_non_null(strstr(err, "six per pair"));
+  /* act [1, 4.0, "x"], act [1, 4.0] and SiLU with a beta: hand-written */
+  static const char *bad_hex[] = {
+      "82a36163749301ca40800000a178", "82a36163749201ca40800000",
+      "82a36163749300ca40800000ca00000000"};
+  for (size_t i = 0; i < 3; i++) {
+    /* splice {act: ...} into a valid ASSIGN: decode the valid one's map, then the bad key */
+    df_proto_msg y = a;
+    y.act_kind = DF_PROTO_ACT_SILU, y.act_beta = y.act_beta_lin = 0;
+    assert_int_equal(df_proto_encode(&y, &buf, &n, err, sizeof err), 0);
+    uint8_t bk[64];
+    size_t bl = unhex(bad_hex[i], bk) - 1; /* drop the leading 0x82 (a 2-key map header) */
+    uint8_t *cp = malloc(n + bl);
+    memcpy(cp, buf, n);
+    assert_true((cp[0] & 0xf0) == 0x80 && (cp[0] & 0x0f) < 15);
+    cp[0]++; /* one more key */
+    memcpy(cp + n, bk + 1, bl);
+    free(buf);
+    int c2 = 0;
+    assert_int_equal(df_proto_decode(cp, n + bl, &o, &c2, err, sizeof err), -1);
+    free(cp);
+    assert_int_equal(c2, DF_PROTO_E_MALFORMED);
+    assert_non_null(strstr(err, "'act'"));
+  }
+  assert_true(df_proto_act_valid(DF_PROTO_ACT_SITU, 4.0f, 25.0f));
+  assert_true(df_proto_act_valid(DF_PROTO_ACT_SITU, 1.0f, 0));
+  assert_true(df_proto_act_valid(DF_PROTO_ACT_SILU, 0, 0));
+  assert_false(df_proto_act_valid(DF_PROTO_ACT_SILU, 4.0f, 0));
 }
 
 static void test_codec_truncations(void **st) {
@@ -882,6 +1036,7 @@ int main(void) {
       cmocka_unit_test(test_codec_roundtrip),
       cmocka_unit_test(test_codec_malformed),
       cmocka_unit_test(test_codec_join_device),
+      cmocka_unit_test(test_codec_k3),
       cmocka_unit_test(test_codec_truncations),
       cmocka_unit_test_setup_teardown(test_keys, setup_dir, teardown_dir),
       cmocka_unit_test_setup_teardown(test_tokens, setup_dir, teardown_dir),

@@ -23,7 +23,21 @@ static const char *const op_names[DF_PROTO_OP_COUNT] = {
     [DF_PROTO_ERROR] = "ERROR",
 };
 
-int df_proto_assign_per_pair(const df_proto_msg *m) { return m->block_n > 0 ? 6 : 3; }
+int df_proto_assign_per_pair(const df_proto_msg *m) {
+  return m->block_n > 0 || m->mx > 0 ? 6 : 3;
+}
+
+/* JOIN `features` names, by bit (DF_PROTO_FEAT_*). */
+static const char *const feature_names[] = {"act", "mx"};
+#define N_FEATURES (sizeof feature_names / sizeof *feature_names)
+
+bool df_proto_act_valid(uint32_t kind, float beta, float beta_lin) {
+  if (kind == DF_PROTO_ACT_SILU) return beta == 0 && beta_lin == 0;
+  if (kind != DF_PROTO_ACT_SITU) return false;
+  /* NaN fails every comparison below */
+  return beta > 0 && beta <= DF_PROTO_MAX_BETA &&
+         (beta_lin == 0 || (beta_lin > 0 && beta_lin <= DF_PROTO_MAX_BETA));
+}
 
 const char *df_proto_op_name(df_proto_op op) {
   return op > 0 && op < DF_PROTO_OP_COUNT ? op_names[op] : "?";
@@ -61,8 +75,10 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   uint32_t n = 3;
   switch (m->op) {
-  case DF_PROTO_JOIN: n += 3 + (m->token[0] != 0) + (m->device > 0); break;
-  case DF_PROTO_ASSIGN: n += 6 + (m->block_n > 0); break;
+  case DF_PROTO_JOIN: n += 3 + (m->token[0] != 0) + (m->device > 0) + (m->features != 0); break;
+  case DF_PROTO_ASSIGN:
+    n += 6 + (m->block_n > 0) + (m->act_kind != DF_PROTO_ACT_SILU) + (m->mx > 0);
+    break;
   case DF_PROTO_FETCH: case DF_PROTO_SHARD_CHUNK: n += 4; break;
   case DF_PROTO_READY: n += 2; break;
   case DF_PROTO_FFN: n += 5; break;
@@ -84,6 +100,15 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
     if (m->has_model) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
     if (m->token[0]) pk_str(&pk, "token", m->token);
     if (m->device > 0) pk_uint(&pk, "device", m->device); /* absent = 0 (a CPU node) */
+    if (m->features) { /* absent = none: an older node's JOIN, byte for byte */
+      uint32_t cnt = 0;
+      for (size_t b = 0; b < N_FEATURES; b++) cnt += (m->features >> b) & 1u;
+      pk_key(&pk, "features");
+      msgpack_pack_array(&pk, cnt);
+      for (size_t b = 0; b < N_FEATURES; b++)
+        if ((m->features >> b) & 1u)
+          msgpack_pack_str_with_body(&pk, feature_names[b], strlen(feature_names[b]));
+    }
     break;
   case DF_PROTO_ASSIGN:
     pk_uint(&pk, "epoch", m->epoch);
@@ -96,6 +121,14 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
       msgpack_pack_uint64(&pk, (uint64_t)m->block_n);
       msgpack_pack_uint64(&pk, (uint64_t)m->block_k);
     }
+    if (m->act_kind != DF_PROTO_ACT_SILU) { /* absent = SiLU, as before the key */
+      pk_key(&pk, "act");
+      msgpack_pack_array(&pk, 3);
+      msgpack_pack_uint32(&pk, m->act_kind);
+      msgpack_pack_float(&pk, m->act_beta); /* float32: the receiver's value bit for bit */
+      msgpack_pack_float(&pk, m->act_beta_lin);
+    }
+    if (m->mx > 0) pk_uint(&pk, "mx", (uint64_t)m->mx);
     pk_key(&pk, "pairs");
     msgpack_pack_array(&pk, (size_t)m->n_pairs);
     for (int64_t i = 0; i < m->n_pairs; i++) {
@@ -315,6 +348,44 @@ static bool is_uint(const msgpack_object *o, uint64_t max) {
   return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= max;
 }
 
+/* A number of `act`: a float32 or float64, or an unsigned integer below 2^24 (exact as a
+ * float), as the receiver's float; -1 otherwise. */
+static int obj_float(const msgpack_object *o, float *out) {
+  if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64) {
+    double v = o->via.f64;
+    if (!(v >= -3.4e38 && v <= 3.4e38)) return -1; /* NaN, Inf, past float */
+    *out = (float)v;
+    return 0;
+  }
+  if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 < (1u << 24)) {
+    *out = (float)o->via.u64;
+    return 0;
+  }
+  return -1;
+}
+
+/* ASSIGN `act` (optional): [kind uint, beta, beta_lin]; absent = SiLU. */
+static int dec_act(const dec *d, df_proto_msg *m) {
+  const msgpack_object *o = get(d, "act");
+  if (!o) return 0;
+  if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 ||
+      !is_uint(&o->via.array.ptr[0], UINT32_MAX))
+    return bad(d, "act", "is not [kind, beta, beta_lin]");
+  float b = 0, bl = 0;
+  uint32_t kind = (uint32_t)o->via.array.ptr[0].via.u64;
+  if (obj_float(&o->via.array.ptr[1], &b) || obj_float(&o->via.array.ptr[2], &bl))
+    return bad(d, "act", "has a beta that is not a finite number");
+  if (kind != DF_PROTO_ACT_SILU && kind != DF_PROTO_ACT_SITU)
+    return bad(d, "act", "names an unknown activation kind");
+  if (!df_proto_act_valid(kind, b, bl))
+    return bad(d, "act", kind == DF_PROTO_ACT_SITU
+                             ? "has a SiTU beta that is not in (0, 1e30] or a beta_lin that "
+                               "is not 0 or in (0, 1e30]"
+                             : "has SiLU with nonzero betas");
+  m->act_kind = kind, m->act_beta = b, m->act_beta_lin = bl;
+  return 0;
+}
+
 static int dec_assign(const dec *d, df_proto_msg *m) {
   uint64_t h, in, mr;
   const msgpack_object_array *pa, *ta;
@@ -335,8 +406,16 @@ static int dec_assign(const dec *d, df_proto_msg *m) {
     m->block_n = (int64_t)bo->via.array.ptr[0].via.u64;
     m->block_k = (int64_t)bo->via.array.ptr[1].via.u64;
   }
+  if (get(d, "mx")) {
+    uint64_t mx;
+    if (get_uint(d, "mx", UINT32_MAX, &mx)) return -1;
+    if (mx != DF_PROTO_MX_BLOCK) return bad(d, "mx", "is not the MX block size 32");
+    if (bo) return bad(d, "mx", "comes with 'block' (MXFP4 and FP8 experts at once)");
+    m->mx = (int64_t)mx;
+  }
+  if (dec_act(d, m)) return -1;
   if (ta->size != (uint64_t)df_proto_assign_per_pair(m) * pa->size)
-    return bad(d, "tensors", bo ? "is not six per pair" : "is not three per pair");
+    return bad(d, "tensors", bo || m->mx ? "is not six per pair" : "is not three per pair");
   m->n_pairs = pa->size;
   m->n_tensors = ta->size;
   m->pairs = calloc(pa->size ? 2 * (size_t)pa->size : 1, sizeof *m->pairs);
@@ -418,7 +497,19 @@ static int dec_ops(const dec *d, df_proto_msg *m) {
     if (!hm || hm->type != MSGPACK_OBJECT_BOOLEAN) return bad(d, "has_model", "is not a boolean");
     m->has_model = hm->via.boolean;
     /* optional (absent: a CPU node, or a peer from before the key); never over `memory` */
-    return opt_uint(d, "device", m->memory, &m->device);
+    if (opt_uint(d, "device", m->memory, &m->device)) return -1;
+    /* optional (absent: none); names this peer does not know are ignored */
+    const msgpack_object *fo = get(d, "features");
+    if (!fo) return 0;
+    if (fo->type != MSGPACK_OBJECT_ARRAY || fo->via.array.size > DF_PROTO_MAX_FEATURES)
+      return bad(d, "features", "is not an array of at most 16 names");
+    for (uint32_t i = 0; i < fo->via.array.size; i++) {
+      char nm[DF_PROTO_MAX_FEATURE + 1];
+      if (obj_str(d, "features", &fo->via.array.ptr[i], nm, sizeof nm)) return -1;
+      for (size_t b = 0; b < N_FEATURES; b++)
+        if (!strcmp(nm, feature_names[b])) m->features |= 1u << b;
+    }
+    return 0;
   }
   case DF_PROTO_ASSIGN: return dec_assign(d, m);
   case DF_PROTO_FETCH:
@@ -483,7 +574,7 @@ int df_proto_decode(const uint8_t *buf, size_t len, df_proto_msg *m, int *code, 
     goto done;
   }
   dec d = {&up.data.via.map, err, errlen};
-  if (d.map->size > 32) { /* no op has more than 10 keys; bounds the duplicate check below */
+  if (d.map->size > 32) { /* no op has more than 12 keys; bounds the duplicate check below */
     snprintf(err, errlen, "malformed header: %u keys", d.map->size);
     goto done;
   }

@@ -14,8 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: ASSIGN may carry `block` and six tensors per pair (FP8 weights + their block scales);
- * JOIN may carry the optional `device` (absent = 0), an addition within version 2. */
+/* 2: ASSIGN may carry `block` and six tensors per pair (FP8 weights + their block scales).
+ * Optional keys added within version 2 (absent = what version 2 meant before them): JOIN
+ * `device` (absent = 0) and `features` (absent = none); ASSIGN `act` (absent = SiLU) and `mx`
+ * (absent = no MXFP4), sent only to a node whose JOIN listed "act" / "mx". */
 #define DF_PROTO_VERSION 2
 
 /* Limits a decoder enforces (inclusive). */
@@ -29,6 +31,10 @@
 #define DF_PROTO_MAX_ROWS 1048576   /* rows of one expert group, and of one FFN */
 #define DF_PROTO_MAX_CHUNK (4u << 20) /* FETCH length */
 #define DF_PROTO_MAX_BLOCK 65536    /* ASSIGN block sizes */
+#define DF_PROTO_MAX_FEATURES 16    /* JOIN features entries */
+#define DF_PROTO_MAX_FEATURE 31     /* bytes of one JOIN features entry */
+#define DF_PROTO_MX_BLOCK 32        /* ASSIGN mx: the only MX block size (OCP MX v1.0) */
+#define DF_PROTO_MAX_BETA 1e30f     /* ASSIGN act betas: finite and at most this */
 #define DF_PROTO_MAX_DEPTH 6        /* msgpack nesting */
 
 /* Error codes carried by ERROR (docs/PROTOCOL.md §2). */
@@ -40,6 +46,17 @@ enum {
   DF_PROTO_E_NOT_READY = 5,
   DF_PROTO_E_INTERNAL = 6,
 };
+
+/* JOIN `features`: what a node understands beyond version 2's first ASSIGN (a node lists
+ * them; unknown names are ignored, so newer nodes may list more). */
+enum {
+  DF_PROTO_FEAT_ACT = 1u << 0, /* "act": ASSIGN `act` (the experts' gated activation) */
+  DF_PROTO_FEAT_MX = 1u << 1,  /* "mx": ASSIGN `mx` (MXFP4 experts, six tensors per pair) */
+};
+
+/* ASSIGN `act` kinds: the routed experts' gated activation (engine/kernels/kernels.h df_k_act
+ * numbers them the same way). */
+enum { DF_PROTO_ACT_SILU = 0, DF_PROTO_ACT_SITU = 1 };
 
 typedef enum df_proto_op {
   DF_PROTO_JOIN = 1,
@@ -60,7 +77,7 @@ typedef enum df_proto_op {
 /* One expert tensor of an ASSIGN manifest. */
 typedef struct df_proto_tensor {
   char name[DF_PROTO_MAX_TNAME + 1]; /* safetensors name */
-  char dtype[8];                     /* safetensors dtype name ("BF16", "F8_E4M3", "F32") */
+  char dtype[8];                     /* safetensors dtype name ("BF16", "F8_E4M3", "F32", "U8") */
   int64_t shape[2];                  /* [d0, d1] */
   uint64_t nbytes;                   /* = d0 * d1 * dtype size */
   uint8_t sha256[32];                /* of the tensor's bytes */
@@ -81,16 +98,26 @@ typedef struct df_proto_msg {
   uint64_t device;                    /* of it, bytes the node keeps on its GPU (optional key,
                                          <= memory; 0 = a CPU node, and encoded as absent) */
   bool has_model;
+  uint32_t features;                  /* DF_PROTO_FEAT_* the node understands (optional key
+                                         `features`, names; 0 = none, encoded as absent) */
   /* ASSIGN, FETCH, SHARD_CHUNK, READY */
   uint64_t epoch;
   /* ASSIGN */
-  int64_t hidden, inter, max_rows;
+  int64_t hidden;            /* the width the routed experts run in: hidden_size, or a latent
+                                MoE's latent width (routed_expert_hidden_size) */
+  int64_t inter, max_rows;
   int64_t n_pairs;
   int32_t *pairs;            /* [n_pairs][2] (layer, expert) */
   int64_t block_n, block_k;  /* FP8 block size [n, k] (weight_block_size); 0 = no scales */
+  int64_t mx;                /* MXFP4 experts: DF_PROTO_MX_BLOCK; 0 = none (not with block) */
+  uint32_t act_kind;         /* DF_PROTO_ACT_*: SILU (0) is encoded as an absent `act` */
+  float act_beta, act_beta_lin; /* SITU: beta finite > 0, beta_lin finite >= 0 (0 = the up
+                                   branch passes unchanged); SILU: both 0 */
   int64_t n_tensors;         /* = df_proto_assign_per_pair(m) * n_pairs */
   df_proto_tensor *tensors;  /* [n_tensors] per pair: gate, up, down weights, then (block_n
-                                > 0) their F32 weight_scale_inv in the same order */
+                                > 0) their F32 weight_scale_inv in the same order; with mx
+                                the three U8 weight_packed [N, K/2], then the three U8
+                                weight_scale [N, K/32] */
   /* FETCH, SHARD_CHUNK */
   uint64_t tensor, offset, length, total;
   /* READY, STATS */
@@ -109,8 +136,14 @@ typedef struct df_proto_msg {
 } df_proto_msg;
 
 /* Tensors per (layer, expert) pair in an ASSIGN: 6 when m->block_n > 0 (three F8_E4M3
- * weights, then their three F32 block-scale tensors), else 3. */
+ * weights, then their three F32 block-scale tensors) or m->mx > 0 (three MXFP4 weight_packed,
+ * then their three E8M0 weight_scale), else 3. */
 int df_proto_assign_per_pair(const df_proto_msg *m);
+
+/* Whether the gated activation (kind, beta, beta_lin) is one a receiver accepts: SILU with
+ * both betas 0, or SITU with beta finite in (0, DF_PROTO_MAX_BETA] and beta_lin 0 or finite
+ * in (0, DF_PROTO_MAX_BETA]. The decoder refuses every other `act`. */
+bool df_proto_act_valid(uint32_t kind, float beta, float beta_lin);
 
 /* Name of an op as on the wire ("FFN"); "?" for values outside the enum. */
 const char *df_proto_op_name(df_proto_op op);

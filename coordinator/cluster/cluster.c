@@ -56,6 +56,8 @@ typedef struct member {
   bool alive, ready, has_model;
   uint64_t budget, held;
   uint64_t device;           /* of budget, bytes kept on its GPU (JOIN `device`; 0 = CPU) */
+  uint32_t features;         /* DF_PROTO_FEAT_* of its JOIN; a node lacking one the model's
+                                experts need (mf.needs) is given none of them */
   uint64_t epoch;            /* of the assignment last sent */
   int64_t *apairs, n_apairs; /* that assignment's pair indices, ascending */
   uint64_t reply_id;         /* JOIN id to answer with the next ASSIGN (0 = none) */
@@ -101,6 +103,7 @@ struct df_cluster {
   int64_t wait_deadline;
   int wait_min;
   bool stop;
+  bool act_said;               /* the "activation differs from the manifest's" line was logged */
   int64_t status_due;
   df_cluster_stats st;
 };
@@ -263,12 +266,25 @@ static int cmp_key(const void *a, const void *b, void *arg) {
   return strcmp(c->mb[*(const int *)a].key, c->mb[*(const int *)b].key);
 }
 
+/* Whether member mb declared every feature the model's experts need (JOIN `features`). */
+static bool can_serve(const df_cluster *c, const member *mb) {
+  return (c->mf.needs & ~mb->features) == 0;
+}
+
 static void send_assign(df_cluster *c, member *mb) {
+  /* a node that cannot serve this model's experts is given none, in version 2's first form
+   * (it would ignore `act` / `mx`): it stays a member that holds nothing */
+  bool full = can_serve(c, mb);
+  int tpp = full ? c->mf.tpp : 3;
   df_proto_msg a = {.op = DF_PROTO_ASSIGN, .epoch = mb->epoch, .hidden = c->mf.hidden,
                     .inter = c->mf.inter, .max_rows = df_model_max_rows(c->m),
-                    .block_n = c->mf.block_n, .block_k = c->mf.block_k,
-                    .n_pairs = mb->n_apairs, .n_tensors = c->mf.tpp * mb->n_apairs};
-  int tpp = c->mf.tpp;
+                    .block_n = full ? c->mf.block_n : 0, .block_k = full ? c->mf.block_k : 0,
+                    .mx = full ? c->mf.mx : 0,
+                    .act_kind = full ? c->mf.act_kind : DF_PROTO_ACT_SILU,
+                    .act_beta = full ? c->mf.act_beta : 0,
+                    .act_beta_lin = full ? c->mf.act_beta_lin : 0,
+                    .n_pairs = full ? mb->n_apairs : 0,
+                    .n_tensors = full ? tpp * mb->n_apairs : 0};
   a.id = mb->reply_id ? mb->reply_id : ++c->id_seq;
   mb->reply_id = 0;
   a.pairs = malloc((size_t)(mb->n_apairs ? mb->n_apairs : 1) * 2 * sizeof *a.pairs);
@@ -277,7 +293,7 @@ static void send_assign(df_cluster *c, member *mb) {
     cl_log("out of memory building an assignment for %s", mb->name);
     goto done;
   }
-  for (int64_t i = 0; i < mb->n_apairs; i++) {
+  for (int64_t i = 0; i < a.n_pairs; i++) { /* full: tpp is the manifest's */
     int64_t p = mb->apairs[i];
     a.pairs[2 * i] = c->mf.pairs[2 * p];
     a.pairs[2 * i + 1] = c->mf.pairs[2 * p + 1];
@@ -297,7 +313,11 @@ static void replan(df_cluster *c) {
   for (int i = 0; i < c->n_mb; i++)
     if (c->mb[i].alive) idx[n++] = i;
   qsort_r(idx, (size_t)n, sizeof *idx, cmp_key, c);
-  for (int i = 0; i < n; i++) budgets[i] = c->mb[idx[i]].budget, device[i] = c->mb[idx[i]].device;
+  for (int i = 0; i < n; i++) { /* a node that cannot serve these experts has no room */
+    bool ok = can_serve(c, &c->mb[idx[i]]);
+    budgets[i] = ok ? c->mb[idx[i]].budget : 0;
+    device[i] = ok ? c->mb[idx[i]].device : 0;
+  }
   int64_t P = c->mf.n_pairs;
   int64_t placed = df_cluster_place_hot(P, c->mf.pair_bytes, n, budgets, device, c->heat, 1, c->prim,
                                         c->repl);
@@ -420,6 +440,7 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   mb->fd = f->fd;
   mb->budget = m->memory;
   mb->device = m->device; /* the codec keeps it <= memory */
+  mb->features = m->features;
   mb->has_model = m->has_model;
   mb->alive = true;
   mb->ready = false;
@@ -430,6 +451,12 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   if (mb->device) snprintf(dev, sizeof dev, " (%.1f MiB on its device)", mb->device / 1048576.0);
   cl_log("node %s (%s) joined%s: budget %.1f MiB%s%s", mb->name, fp, known ? " with its stored key" : " with a token",
        mb->budget / 1048576.0, dev, mb->has_model ? ", has the checkpoint" : "");
+  if (!can_serve(c, mb) && c->mf.n_pairs > 0)
+    cl_log("node %s (%s) does not declare %s%s%s (a df-node older than this model's experts): "
+           "it is given none of them; update it", mb->name, fp,
+           (c->mf.needs & ~mb->features & DF_PROTO_FEAT_ACT) ? "SiTU experts (`act`)" : "",
+           (c->mf.needs & ~mb->features) == (DF_PROTO_FEAT_ACT | DF_PROTO_FEAT_MX) ? " or " : "",
+           (c->mf.needs & ~mb->features & DF_PROTO_FEAT_MX) ? "MXFP4 experts (`mx`)" : "");
   replan(c);
 }
 
@@ -595,7 +622,18 @@ static void start_job(df_cluster *c, df_cluster_job *j) {
   int32_t base = req->layer >= 0 && req->layer < df_model_cfg(c->m)->num_hidden_layers
                      ? c->mf.pair_of_layer[req->layer] : -1;
   c->job_outstanding = 0;
-  if (base < 0 || c->n_mb == 0) {
+  /* the nodes compute the manifest's activation: a request asking another runs here */
+  const df_k_act *ra = req->act;
+  bool act_ok = ra ? ((uint32_t)ra->kind == c->mf.act_kind &&
+                      (ra->kind == DF_K_ACT_SILU ||
+                       (ra->beta == c->mf.act_beta && ra->beta_lin == c->mf.act_beta_lin)))
+                   : c->mf.act_kind == DF_PROTO_ACT_SILU;
+  if (!act_ok && !c->act_said) {
+    c->act_said = true;
+    cl_log("layer %d asks for an expert activation other than the one the nodes were sent; "
+           "such layers run on the coordinator", req->layer);
+  }
+  if (base < 0 || c->n_mb == 0 || !act_ok) {
     c->st.groups_local += (uint64_t)req->n_groups;
     ctl_reply(c, CTL_PLANNED, 0);
     return;
@@ -920,7 +958,7 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
   /* largest legal inbound message: a RESULT of every routed row of a chunk, + header */
   const df_model_config *cfg = df_model_cfg(m);
   int64_t max_msg = df_model_max_rows(m) * (cfg->num_experts_per_tok > 0 ? cfg->num_experts_per_tok : 1) *
-                        cfg->hidden_size * 4 + MAX_INBOUND_HDR;
+                        c->mf.hidden * 4 + MAX_INBOUND_HDR; /* rows of the experts' width */
   if (!(c->router = df_proto_server_open(c->ctx, c->endpoint, &c->kp, max_msg, err, errlen))) goto fail;
   if (!(c->mon = df_proto_monitor_open(c->ctx, c->router, "inproc://df-cluster-mon",
                                        ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |

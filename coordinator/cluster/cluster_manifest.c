@@ -30,26 +30,59 @@ static int manifest_tensor(const df_st_model *st, const char *name, df_proto_ten
   return 0;
 }
 
+/* How a routed weight is stored: plain (BF16/F16/F32), FP8 with F32 block scales, or MXFP4
+ * with E8M0 scales. The first MoE layer's gate decides for the model; every weight must agree. */
+enum { W_PLAIN = 0, W_FP8, W_MX };
+static int weight_kind(const df_t_tensor *w) {
+  df_dtype dt = df_t_dtype(w);
+  return dt == DF_DT_F8_E4M3 ? W_FP8 : dt == DF_DT_F4 ? W_MX : W_PLAIN;
+}
+
 int df_cluster_manifest_build(const df_model *m, df_cluster_manifest *mf, char *err, size_t errlen) {
   memset(mf, 0, sizeof *mf);
   const df_model_config *c = df_model_cfg(m);
   const df_st_model *st = df_model_tensors(m);
   int64_t L = c->num_hidden_layers, E = c->num_experts > 0 ? c->num_experts : 0, n_moe = 0;
-  mf->hidden = c->hidden_size;
+  /* the width the routed experts run in: a latent MoE's latent (engine/layers/moe.c) */
+  mf->hidden = c->latent_dim > 0 ? c->latent_dim : c->hidden_size;
   mf->inter = c->moe_intermediate_size;
   mf->n_experts = E;
   mf->tpp = 3;
+  if (c->hidden_act == DF_ACT_SITU) { /* as engine/models/mla_moe.c hands it to the experts */
+    mf->act_kind = DF_PROTO_ACT_SITU;
+    mf->act_beta = (float)c->situ_beta;
+    mf->act_beta_lin = (float)c->situ_linear_beta;
+    if (!df_proto_act_valid(mf->act_kind, mf->act_beta, mf->act_beta_lin)) {
+      snprintf(err, errlen, "cluster manifest: SiTU betas %g, %g cannot be sent to a node",
+               c->situ_beta, c->situ_linear_beta);
+      goto fail;
+    }
+    mf->needs |= DF_PROTO_FEAT_ACT;
+  }
+  int kind = W_PLAIN;
   mf->pair_of_layer = malloc((size_t)(L > 0 ? L : 1) * sizeof *mf->pair_of_layer);
   if (!mf->pair_of_layer) goto oom;
   for (int64_t l = 0; l < L; l++) {
     const df_t_tensor *g, *u, *d;
     bool moe = E > 0 && df_model_expert_weights(m, (int)l, 0, &g, &u, &d) == 0;
     mf->pair_of_layer[l] = moe ? (int32_t)(n_moe * E) : -1;
-    if (moe && n_moe == 0 && df_t_dtype(g) == DF_DT_F8_E4M3) { /* FP8 experts: ship scales */
-      if (!df_t_block_scale(g, &mf->block_n, &mf->block_k)) {
-        snprintf(err, errlen, "cluster manifest: layer %lld experts are FP8 without block scales",
-                 (long long)l);
+    if (moe && n_moe == 0 && (kind = weight_kind(g)) != W_PLAIN) { /* ship the scales */
+      int64_t bn = 0, bk = 0;
+      if (!df_t_block_scale(g, &bn, &bk)) {
+        snprintf(err, errlen, "cluster manifest: layer %lld experts are %s without scales",
+                 (long long)l, kind == W_FP8 ? "FP8" : "MXFP4");
         goto fail;
+      }
+      if (kind == W_FP8) {
+        mf->block_n = bn, mf->block_k = bk;
+      } else {
+        if (bn != 1 || bk != DF_PROTO_MX_BLOCK) {
+          snprintf(err, errlen, "cluster manifest: layer %lld MXFP4 experts have scale blocks "
+                   "%lldx%lld, not 1x32", (long long)l, (long long)bn, (long long)bk);
+          goto fail;
+        }
+        mf->mx = DF_PROTO_MX_BLOCK;
+        mf->needs |= DF_PROTO_FEAT_MX;
       }
       mf->tpp = 6;
     }
@@ -71,12 +104,16 @@ int df_cluster_manifest_build(const df_model *m, df_cluster_manifest *mf, char *
       df_model_expert_weights(m, (int)l, (int)e, &w[0], &w[1], &w[2]);
       uint64_t pb = 0;
       for (int k = 0; k < 3; k++) {
-        char name[DF_PROTO_MAX_TNAME + 1];
-        df_model_expert_tensor_name(m, (int)l, (int)e, k, name, sizeof name);
+        /* the weight's name as the family binds it ("....w1.weight"); MXFP4 stores it as
+         * "<name>_packed" + "<name>_scale" (engine/layers/bind.h), FP8 as "<name>" +
+         * "<name>_scale_inv" */
+        char name[DF_PROTO_MAX_TNAME + 1], wname[DF_PROTO_MAX_TNAME + 1];
+        df_model_expert_tensor_name(m, (int)l, (int)e, k, wname, sizeof wname);
+        if (kind == W_MX) snprintf(name, sizeof name, "%.*s_packed", DF_PROTO_MAX_TNAME - 7, wname);
+        else snprintf(name, sizeof name, "%s", wname);
         df_proto_tensor *t = &mf->t[mf->tpp * p + k];
         if (manifest_tensor(st, name, t, &mf->data[mf->tpp * p + k], err, errlen) != 0) goto fail;
-        bool fp8 = df_t_dtype(w[k]) == DF_DT_F8_E4M3;
-        if (fp8 != (mf->tpp == 6) || mf->data[mf->tpp * p + k] != df_t_data(w[k])) {
+        if (weight_kind(w[k]) != kind || mf->data[mf->tpp * p + k] != df_t_data(w[k])) {
           snprintf(err, errlen, "cluster manifest: %s is %s, unlike the model's other experts",
                    name, t->dtype);
           goto fail;
@@ -87,14 +124,14 @@ int df_cluster_manifest_build(const df_model *m, df_cluster_manifest *mf, char *
         const df_t_tensor *sc = df_t_block_scale(w[k], &bn, &bk);
         df_proto_tensor *ts = &mf->t[mf->tpp * p + 3 + k];
         const uint8_t **sd = &mf->data[mf->tpp * p + 3 + k];
-        char wname[DF_PROTO_MAX_TNAME + 1];
-        df_model_expert_tensor_name(m, (int)l, (int)e, k, wname, sizeof wname);
-        snprintf(name, sizeof name, "%.*s_scale_inv", DF_PROTO_MAX_TNAME - 10, wname);
+        int64_t want_n = kind == W_MX ? 1 : mf->block_n, want_k = kind == W_MX ? mf->mx : mf->block_k;
+        snprintf(name, sizeof name, "%.*s%s", DF_PROTO_MAX_TNAME - 10, wname,
+                 kind == W_MX ? "_scale" : "_scale_inv");
         if (manifest_tensor(st, name, ts, sd, err, errlen) != 0) goto fail;
-        if (!sc || bn != mf->block_n || bk != mf->block_k || *sd != df_t_data(sc)) {
-          snprintf(err, errlen, "cluster manifest: %s is not the block scale the engine bound "
-                   "(block %lldx%lld expected)", name, (long long)mf->block_n,
-                   (long long)mf->block_k);
+        if (!sc || bn != want_n || bk != want_k || *sd != df_t_data(sc)) {
+          snprintf(err, errlen, "cluster manifest: %s is not the %s scale the engine bound "
+                   "(block %lldx%lld expected)", name, kind == W_MX ? "E8M0" : "block",
+                   (long long)want_n, (long long)want_k);
           goto fail;
         }
         pb += ts->nbytes;

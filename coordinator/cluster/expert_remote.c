@@ -5,7 +5,9 @@
  * which sends the node-held groups and writes their rows into y) and the coordinator's own
  * local backend (engine/experts/expert_local.h), and the rerun of every group whose node
  * failed, so a layer always completes with the bytes one machine would produce (same kernels,
- * same weight bytes, per-row outputs; the model combines them in router order). Does not own:
+ * same weight bytes, per-row outputs; the model combines them in router order). A latent
+ * MoE's (Kimi K3's) requests carry rows of the latent width and the SiTU activation; the
+ * nodes are sent both in ASSIGN (cluster_manifest.h). Does not own:
  * sockets or membership (the manager thread's), routing or combining (engine/model.c).
  */
 #include <stdio.h>
@@ -83,13 +85,6 @@ static const df_expert_backend_ops remote_ops = {"cluster", remote_run, remote_d
 df_expert_backend *df_expert_remote_new(const df_model *m, df_cluster *c, bool stats, char *err,
                                         size_t errlen) {
   const df_model_config *cfg = df_model_cfg(m);
-  if (cfg->latent_dim > 0 || cfg->hidden_act != DF_ACT_SILU || cfg->quant == DF_QUANT_MXFP4) {
-    /* df-node runs SwiGLU experts on the hidden width from BF16/FP8 bytes only */
-    snprintf(err, errlen, "cluster: df-node does not serve Kimi K3's experts yet (latent "
-             "width, SiTU, MXFP4); run this model on one machine (without --cluster)");
-    df_cluster_stop(&c, NULL);
-    return NULL;
-  }
   remote_be *rb = calloc(1, sizeof *rb);
   if (!rb || !(rb->where = calloc((size_t)(cfg->num_experts > 0 ? cfg->num_experts : 1), 1))) {
     snprintf(err, errlen, "out of memory");

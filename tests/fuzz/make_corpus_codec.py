@@ -14,6 +14,8 @@ def pk(o):
         return b"\xc3"
     if o is False:
         return b"\xc2"
+    if isinstance(o, float):
+        return b"\xca" + struct.pack(">f", o)
     if isinstance(o, int):
         if 0 <= o < 128:
             return bytes([o])
@@ -40,12 +42,19 @@ def hdr(op, **kw):
 t = ["model.layers.1.mlp.experts.0.gate_proj.weight", "BF16", [48, 96], 9216, b"\x11" * 32]
 t8 = ["model.layers.1.mlp.experts.0.gate_proj.weight", "F8_E4M3", [48, 96], 4608, b"\x22" * 32]
 s8 = ["model.layers.1.mlp.experts.0.gate_proj.weight_scale_inv", "F32", [1, 1], 4, b"\x33" * 32]
+tk = "language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight_"
+p4 = [tk + "packed", "U8", [64, 48], 3072, b"\x44" * 32]
+e4 = [tk + "scale", "U8", [64, 3], 192, b"\x55" * 32]
 seeds = {
     "join": hdr("JOIN", name="node-a", memory=1 << 30, has_model=True, token="00" * 16),
     "assign": hdr("ASSIGN", epoch=3, hidden=96, inter=48, max_rows=64, pairs=[[1, 0]],
                   tensors=[t, t, t]),
     "assign_fp8": hdr("ASSIGN", epoch=3, hidden=96, inter=48, max_rows=64, block=[128, 128],
                       pairs=[[1, 0]], tensors=[t8, t8, t8, s8, s8, s8]),
+    "join_features": hdr("JOIN", name="node-a", memory=1 << 30, has_model=False,
+                         features=["act", "mx"]),
+    "assign_mx": hdr("ASSIGN", epoch=3, hidden=96, inter=64, max_rows=64, act=[1, 4.0, 25.0],
+                     mx=32, pairs=[[1, 0]], tensors=[p4, p4, p4, e4, e4, e4]),
     "fetch": hdr("FETCH", epoch=3, tensor=2, offset=0, length=1 << 20),
     "chunk": hdr("SHARD_CHUNK", epoch=3, tensor=2, offset=0, total=9216),
     "ready": hdr("READY", epoch=3, held=27648),
