@@ -361,7 +361,11 @@ class Model:
 def model_for(model_dir, dtype="fp32", threads=1):
     """The reference Model of whichever family DIR/config.json declares."""
     with open(os.path.join(model_dir, "config.json")) as f:
-        mt = json.load(f).get("model_type")
+        cfg = json.load(f)
+    mt = cfg.get("model_type")
+    if mt == "kimi_k3" and (cfg.get("text_config") or {}).get("attn_res_block_size"):
+        import kimi_k3_ref  # K3's own switches (Attention Residuals, latent MoE, SiTU, MXFP4)
+        return kimi_k3_ref.Model(model_dir, dtype, threads)
     if mt in ("kimi_linear", "kimi_k3"):
         import kimi_linear_ref
         return kimi_linear_ref.Model(model_dir, dtype, threads)

@@ -2,7 +2,8 @@
 """tests/reference/make_checkpoint.py — deterministic random Qwen3 / Qwen3-MoE checkpoints.
 
 Owns: the presets (tiny golden-fixture shapes, benchmark sizes; the deepseek_v3 / kimi_k2
-presets are written by deepseek_ckpt.py, the kimi_linear ones by kimi_linear_ckpt.py), the Hugging Face folder
+presets are written by deepseek_ckpt.py, the kimi_linear ones by kimi_linear_ckpt.py; the kimi_k3
+ones are defined and written by kimi_k3_ckpt.py and found here by name), the Hugging Face folder
 layout they are written in (config.json, generation_config.json, model.safetensors or
 model-0000i-of-0000n.safetensors + model.safetensors.index.json, real tensor names), and
 the weight distributions. Does not own: the container format (safetensors_io.py) or the
@@ -491,10 +492,21 @@ def write_preset(name, out):
     if p.get("family") == "kimi_linear":
         import kimi_linear_ckpt
         return kimi_linear_ckpt.write_checkpoint(out, p["config"], p["seed"], p["shards"], p.get("knobs"))
+    if p.get("family") == "kimi_k3":
+        import kimi_k3_ckpt
+        return kimi_k3_ckpt.write_checkpoint(out, p["config"], p["seed"], p["shards"], p.get("knobs"))
     return write_checkpoint(out, p["config"], p["seed"], p["shards"], "BF16", p.get("knobs"))
 
 
+def _k3_presets():
+    """The Kimi K3 presets (family kimi_k3) live in kimi_k3_ckpt.py."""
+    import kimi_k3_ckpt
+    return kimi_k3_ckpt.PRESETS
+
+
 def preset_args(name):
+    if name not in PRESETS and name in _k3_presets():
+        return copy.deepcopy(_k3_presets()[name])
     if name not in PRESETS:
         raise SystemExit("make_checkpoint: unknown preset %r (known: %s)" % (name, ", ".join(sorted(PRESETS))))
     return copy.deepcopy(PRESETS[name])
@@ -548,11 +560,21 @@ def main(argv=None):
                 c = full_config(p["config"], "bfloat16")
                 size = sum(s.nbytes for s in tensor_specs(c, 0, knobs=p.get("knobs")))
             print("%-18s %-11s %8.1f MB  seed %d  shards %d" % (name, c["model_type"], size / 1e6, p["seed"], p["shards"]))
-        return 0
+        import kimi_k3_ckpt
+        return kimi_k3_ckpt.main(["--list"])
     if not a.out:
         ap.error("--out is required")
 
     p = preset_args(a.preset)
+    if p.get("family") == "kimi_k3":  # the Kimi K3 family (kimi_k3_ckpt.py) takes no overrides
+        import kimi_k3_ckpt
+        t0 = time.time()
+        seed = p["seed"] if a.seed is None else a.seed
+        cfg, files, nbytes = kimi_k3_ckpt.write_checkpoint(a.out, p["config"], seed, a.shards or p["shards"],
+                                                           p.get("knobs"))
+        print("wrote %s: %s, %.1f MB of tensors, %.2f s" % (a.out, cfg["model_type"], nbytes / 1e6, time.time() - t0),
+              file=sys.stderr)
+        return 0
     if p.get("family") == "kimi_linear":  # the Kimi Linear family takes no shape overrides
         import kimi_linear_ckpt
         t0 = time.time()

@@ -14,7 +14,8 @@ py=${DF_PYTHON:-/usr/bin/python3}
 export PYTHONDONTWRITEBYTECODE=1
 if [ $# -eq 0 ]; then
   set -- tiny-moe-tied tiny-moe-sharded tiny-moe-sparse tiny-dense tiny-ds-bf16 tiny-ds-fp8 \
-    tiny-kl-48b tiny-kl-sharded tiny-kl-k3gate tiny-kl-mixed
+    tiny-kl-48b tiny-kl-sharded tiny-kl-k3gate tiny-kl-mixed \
+    tiny-k3 tiny-k3-unpadded tiny-k3-deep tiny-k3-sharded
 fi
 for name in "$@"; do
   "$py" "$here/make_golden.py" --preset "$name" --out "$fixtures/$name"

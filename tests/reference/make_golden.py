@@ -81,7 +81,8 @@ def main(argv=None):
     eos = {cfg["eos_token_id"], cfg["bos_token_id"]}
     m32 = dr.model_for(a.out, "fp32")
     ds = "hf_mask_differs" in m32.stats  # deepseek_ref.py / kimi_linear_ref.py
-    ref_file = {"deepseek_ref": "deepseek_ref.py", "kimi_linear_ref": "kimi_linear_ref.py"}.get(
+    ref_file = {"deepseek_ref": "deepseek_ref.py", "kimi_linear_ref": "kimi_linear_ref.py",
+                "kimi_k3_ref": "kimi_k3_ref.py"}.get(
         type(m32).__module__, "qwen3_ref.py")
 
     best, best_key = None, None
