@@ -165,10 +165,17 @@ static void summary(const df_model_config *c, FILE *f) {
 
 static const char *const model_types[] = {"deepseek_v3", "kimi_k2", NULL};
 
+/* The plain pre-norm residual. */
+static df_residual *residual_new(const df_family_ctx *fc, const df_layer *layers, char *err,
+                                 size_t errlen) {
+  (void)layers;
+  return df_residual_prenorm_of(fc->cfg, err, errlen);
+}
+
 const df_family df_family_deepseek_v3 = {
     .config = {.model_types = model_types, .rope_mscale = true, .parse = parse_config},
     .name = "deepseek_v3",
     .build_layer = build_layer,
-    .residual_new = df_family_prenorm,
+    .residual_new = residual_new,
     .summary = summary,
 };

@@ -24,12 +24,6 @@ const df_family *df_family_of(const df_model_config *c, char *err, size_t errlen
   return NULL;
 }
 
-df_residual *df_family_prenorm(const df_family_ctx *fc, const df_layer *layers, char *err,
-                               size_t errlen) {
-  (void)layers;
-  return df_residual_prenorm_of(fc->cfg, err, errlen);
-}
-
 int df_cfg_load(const char *dir, df_model_config *out, char *err, size_t errlen) {
   return df_cfg_load_for(dir, families, N_FAMILIES, out, err, errlen);
 }

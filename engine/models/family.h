@@ -53,11 +53,6 @@ typedef struct df_family {
                              size_t cap);
 } df_family;
 
-/* The plain pre-norm residual (engine/layers/layer.h df_residual_prenorm_of) as a family's
- * residual_new. */
-df_residual *df_family_prenorm(const df_family_ctx *fc, const df_layer *layers, char *err,
-                               size_t errlen);
-
 /* The family whose parser read config c (c->family), or NULL + message when c was not
  * parsed by df_cfg_load / df_cfg_parse. */
 const df_family *df_family_of(const df_model_config *c, char *err, size_t errlen);

@@ -148,10 +148,17 @@ static void summary(const df_model_config *c, FILE *f) {
 
 static const char *const model_types[] = {"qwen3_moe", "qwen3", NULL};
 
+/* The plain pre-norm residual. */
+static df_residual *residual_new(const df_family_ctx *fc, const df_layer *layers, char *err,
+                                 size_t errlen) {
+  (void)layers;
+  return df_residual_prenorm_of(fc->cfg, err, errlen);
+}
+
 const df_family df_family_qwen3_moe = {
     .config = {.model_types = model_types, .rope_mscale = false, .parse = parse_config},
     .name = "qwen3_moe",
     .build_layer = build_layer,
-    .residual_new = df_family_prenorm,
+    .residual_new = residual_new,
     .summary = summary,
 };
