@@ -25,6 +25,13 @@ Fault injection (MockHub.faults, keyed by repo file path, reset per scenario):
 Log: MockHub.log has one dict per request (method, kind, path, range, auth, host); served[path]
 counts body bytes sent. on_fetch(path, range) is called before each ranged body is sent.
 
+FileRepo serves a folder from disk without reading it whole (ranges are pread), for folders
+too large for memory such as the header-only Kimi K3 (96 sparse shards, 1.56 TB apparent):
+files above `hash_limit` are listed with a stand-in lfs.sha256 (a full download of such a
+file would fail its hash check; tests of them read headers only), and a single read larger
+than `max_read` is refused (the connection is closed), so a test that asks for the sparse
+bytes by mistake fails instead of exhausting memory.
+
 Run standalone to serve a folder:  python3 mock_hub.py ORG/NAME DIR  (prints the endpoint)
 """
 import hashlib
@@ -60,6 +67,60 @@ class Repo:
         b = self.files[path]
         return {"size": self.sizes.get(path, len(b)), "blob": git_blob_sha1(b),
                 "sha256": hashlib.sha256(b).hexdigest(), "lfs": self.is_lfs(path)}
+
+
+class FileBytes:
+    """A file's bytes, read on demand: len() and slicing (pread) like bytes."""
+
+    def __init__(self, path, max_read):
+        self.path = path
+        self.size = os.path.getsize(path)
+        self.max_read = max_read
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, sl):
+        start, stop, _ = sl.indices(self.size)
+        if stop - start > self.max_read:
+            raise ValueError("%s: refusing to read %d bytes at %d" % (self.path, stop - start, start))
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), max(0, stop - start), start)
+
+
+class FileRepo(Repo):
+    """A repository served from a folder on disk (see the module comment)."""
+
+    def __init__(self, repo_id, folder, hash_limit=256 << 20, max_read=256 << 20, token=None):
+        files = {}
+        for root, _, names in os.walk(folder):
+            for n in names:
+                p = os.path.join(root, n)
+                files[os.path.relpath(p, folder)] = FileBytes(p, max_read)
+        self.hash_limit = hash_limit
+        self._meta = {}
+        self.id = repo_id
+        self.files = files
+        self.token = token
+        self.sizes = {}
+        self.commit = hashlib.sha1(repr(sorted((p, len(b)) for p, b in files.items())).encode()).hexdigest()
+        self.refs = {"main": self.commit}
+
+    def meta(self, path):
+        m = self._meta.get(path)
+        if m is None:
+            f = self.files[path]
+            if f.size <= self.hash_limit:
+                with open(f.path, "rb") as fh:
+                    data = fh.read()
+                m = {"size": f.size, "blob": git_blob_sha1(data),
+                     "sha256": hashlib.sha256(data).hexdigest(), "lfs": self.is_lfs(path)}
+            else:  # a stand-in: too large (or sparse) to hash
+                tag = ("%s:%d" % (path, f.size)).encode()
+                m = {"size": f.size, "blob": hashlib.sha1(b"pointer " + tag).hexdigest(),
+                     "sha256": hashlib.sha256(b"unhashed " + tag).hexdigest(), "lfs": True}
+            self._meta[path] = m
+        return m
 
 
 class MockHub:
@@ -331,7 +392,7 @@ def repo_from_dir(repo_id, folder):
 if __name__ == "__main__":
     import sys
     hub = MockHub()
-    hub.add_repo(repo_from_dir(sys.argv[1], sys.argv[2]))
+    hub.add_repo(FileRepo(sys.argv[1], sys.argv[2]))
     print(hub.endpoint, flush=True)
     try:
         threading.Event().wait()

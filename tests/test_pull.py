@@ -2,12 +2,21 @@
 
 usage: test_pull.py DELTAFIN FIXTURES WORKDIR SCENARIO
 scenarios: full resume corrupt http_errors stall disk stream stream_fp8 verify
+           stream_k3 stream_k3_real setup_k3
 
 The mock hub (tests/mock_hub.py) runs in this process on 127.0.0.1 and serves the
 tiny-moe-sharded checkpoint (2 shards + index, 8 experts) plus a byte-level tokenizer.json and a
 file in a subfolder, with the hub's URL layout, LFS metadata, redirects and Range support.
 Each scenario injects its faults and checks exit codes, messages, the published bytes and
 that nothing half-written is ever at a final path.
+
+The Kimi K3 scenarios (stream_k3, setup_k3) serve a tiny K3 (tests/reference/kimi_k3_ckpt.py
+--preset tiny-k3-sharded) re-sharded the way a real checkpoint mixes its shards: per-layer
+shards in which MXFP4 experts (six contiguous tensors each, not in id order) sit between the
+layer's other tensors, the vision tower in the middle of one shard, and a shard without
+experts. stream_k3_real serves the real Kimi-K3 layout (kimi_k3_ckpt.py --header-only: 96
+sparse shards, 497,220 tensors) from disk (mock_hub.FileRepo) and checks the stream plan
+from its headers alone (pull --stream --dry-run) plus a pull of its 59 MB index.
 """
 import hashlib
 import json
@@ -19,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mock_hub import MockHub, Repo  # noqa: E402
+from mock_hub import FileRepo, MockHub, Repo  # noqa: E402
 from server_util import byte_level_tokenizer  # noqa: E402
 
 DELTAFIN, FIXTURES, WORK, SCENARIO = sys.argv[1:5]
@@ -646,6 +655,321 @@ def scenario_verify():
     v = deltafin(["verify", SRC])
     check(v.returncode == 0 and "no .deltafin-manifest.json" in v.stdout,
           "a folder without manifest is checked structurally, with a note")
+
+
+# ------------------------------------------------------------------ Kimi K3
+
+K3_REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "kimi_k3_ckpt.py")
+K3_EXPERT = "block_sparse_moe.experts."
+
+
+def st_write(path, names, tensors):
+    """A safetensors file holding `names` in that order (tensors: name -> (dtype, shape, bytes))."""
+    hdr, off = {"__metadata__": {"format": "pt"}}, 0
+    for n in names:
+        dt, shape, b = tensors[n]
+        hdr[n] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
+        off += len(b)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for n in names:
+            f.write(tensors[n][2])
+
+
+def st_tensors(folder):
+    """Every tensor of a folder's shards: name -> (dtype, shape, bytes)."""
+    out = {}
+    for fn in sorted(os.listdir(folder)):
+        if fn.endswith(".safetensors"):
+            data = open(os.path.join(folder, fn), "rb").read()
+            base, hdr = st_header(data)
+            for n, t in hdr.items():
+                if n != "__metadata__":
+                    a, b = t["data_offsets"]
+                    out[n] = (t["dtype"], t["shape"], data[base + a:base + b])
+    return out
+
+
+def k3_expert_of(name):
+    """(layer, expert) of a routed-expert tensor name, else None."""
+    if K3_EXPERT not in name:
+        return None
+    l = int(name.split("layers.")[1].split(".")[0])
+    return l, int(name.split(K3_EXPERT)[1].split(".")[0])
+
+
+def make_k3_mixed(dst):
+    """tiny-k3-sharded re-sharded like a real checkpoint (module comment). Returns dst."""
+    src = os.path.join(WORK, SCENARIO, "k3-gen")
+    shutil.rmtree(src, ignore_errors=True)
+    subprocess.run([sys.executable, K3_REF, "--preset", "tiny-k3-sharded", "--out", src],
+                   check=True, capture_output=True, timeout=120)
+    T = st_tensors(src)
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for fn in ("config.json", "generation_config.json"):
+        shutil.copy(os.path.join(src, fn), os.path.join(dst, fn))
+    layer_of = lambda n: int(n.split("layers.")[1].split(".")[0]) if "layers." in n else -1
+    n_layers = 1 + max(layer_of(n) for n in T)
+    vision = sorted(n for n in T if not n.startswith("language_model."))
+    glob = sorted(n for n in T if n.startswith("language_model.") and layer_of(n) < 0)
+    shards = [[] for _ in range(4)]
+    rot = 0
+    for l in range(n_layers):
+        own = sorted(n for n in T if layer_of(n) == l and not k3_expert_of(n))
+        ex = sorted({k3_expert_of(n)[1] for n in T if k3_expert_of(n) and k3_expert_of(n)[0] == l})
+        ex = ex[1::2][::-1] + ex[0::2]  # not in id order
+        names = own[:len(own) // 2]
+        rest = own[len(own) // 2:]
+        for i, e in enumerate(ex):
+            names += ["language_model.model.layers.%d.%s%d.%s.%s" % (l, K3_EXPERT, e, w, part)
+                      for w in ("w1", "w2", "w3") for part in ("weight_packed", "weight_scale")]
+            if i % 4 == 3 and rest:  # the layer's other tensors between its experts
+                names.append(rest.pop(0))
+            if l == 2 and i == len(ex) // 2:
+                names += vision  # the vision tower in the middle of a shard
+        names += rest
+        shards[min(l // 2, 2)] += names
+    shards[0] = [n for n in glob if "embed_tokens" in n] + shards[0]
+    shards[3] = [n for n in glob if "embed_tokens" not in n]  # no experts: a complete file
+    assert sorted(sum(shards, [])) == sorted(T)
+    wmap, total = {}, 0
+    for k, names in enumerate(shards):
+        fn = "model-%05d-of-%05d.safetensors" % (k + 1, len(shards))
+        st_write(os.path.join(dst, fn), names, T)
+        for n in names:
+            wmap[n] = fn
+            total += len(T[n][2])
+    with open(os.path.join(dst, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f, indent=1)
+    return dst
+
+
+def k3_layout(files):
+    """Per shard: expert extents {(layer, expert): (start, end)} (each expert's six tensors),
+    vision ranges [(start, end)] and every other tensor's ranges, as absolute file offsets."""
+    out = {}
+    for path, data in files.items():
+        if not path.endswith(".safetensors"):
+            continue
+        base, hdr = st_header(data)
+        ex, vis, other = {}, [], []
+        for n, t in hdr.items():
+            if n == "__metadata__":
+                continue
+            a, b = base + t["data_offsets"][0], base + t["data_offsets"][1]
+            k = k3_expert_of(n)
+            if k:
+                x = ex.get(k, (a, b))
+                ex[k] = (min(x[0], a), max(x[1], b))
+            elif not n.startswith("language_model."):
+                vis.append((a, b))
+            else:
+                other.append((a, b))
+        out[path] = (ex, vis, other)
+    return out
+
+
+def get_ranges(gets):
+    out = []
+    for g in gets:
+        if g["path"].endswith(".safetensors") and g["range"]:
+            a, b = g["range"][6:].split("-")
+            out.append((g["path"], int(a), int(b) + 1))
+    return out
+
+
+def k3_run(model_dir, tag, env=None):
+    """deltafin run (greedy ids) with the logits of the prompt: (rc, ids, logits, stderr)."""
+    out = os.path.join(WORK, SCENARIO, tag + ".f32")
+    p = deltafin(["run", "--model", model_dir, "--logits-out", out] + RUN_ARGS, extra_env=env)
+    lg = open(out, "rb").read() if p.returncode == 0 else b""
+    return p.returncode, p.stdout.strip(), lg, p.stderr
+
+
+def k3_repo(name):
+    src = make_k3_mixed(os.path.join(WORK, SCENARIO, "k3-mixed"))
+    files = {n: open(os.path.join(src, n), "rb").read() for n in sorted(os.listdir(src))}
+    hub.add_repo(Repo(name, files))
+    return src, files
+
+
+def scenario_stream_k3():
+    """Kimi K3 in stream mode: MXFP4 experts (weight_packed + weight_scale) and the vision
+    tower are holes after pull --stream; run fetches each expert's six tensors in one Range
+    request on first use and gives the full folder's ids and logits bit for bit; the vision
+    tower is never fetched."""
+    src, files = k3_repo("acme/tiny-k3")
+    layout = k3_layout(files)
+    rc0, ids0, lg0, _ = k3_run(src, "full")
+    check(rc0 == 0 and ids0 and lg0, "run on the full mixed K3 folder")
+    d = fresh("stream-k3")
+    hub.reset()
+    p = pull("acme/tiny-k3", d, "--stream", "--cache-budget", "1M")
+    check(p.returncode == 0, "pull --stream of a K3 folder exits 0")
+    check("kimi_k3 wrapper" in p.stderr and "language_model." in p.stderr,
+          "pull says the wrapper's other towers are not downloaded")
+    m = manifest(d)
+    mf = {f["path"]: f for f in m["files"]}
+    for path, (ex, vis, other) in layout.items():
+        data, got = files[path], open(os.path.join(d, path), "rb").read()
+        check(len(got) == len(data), "%s has its full size" % path)
+        holes = sorted(list(ex.values()) + vis)
+        check(all(got[a:b] == bytes(b - a) for a, b in holes), "%s: experts and vision are holes" % path)
+        check(all(got[a:b] == data[a:b] for a, b in other), "%s: text tensors are the hub's bytes" % path)
+        check(got[:st_header(data)[0]] == data[:st_header(data)[0]], "%s: header written" % path)
+        f = mf.get(path, {})
+        if ex or vis:
+            check(f.get("sparse") and f.get("omitted_bytes") == sum(b - a for a, b in ex.values())
+                  and f.get("unused_bytes", 0) == sum(b - a for a, b in vis),
+                  "%s: manifest counts expert and never-read bytes (%s)" % (path, f.get("unused_bytes")))
+        else:
+            check(not f.get("sparse") and f.get("sha256") == sha256(data),
+                  "%s: a shard without experts is downloaded and verified in full" % path)
+    check(sum(len(v[1]) for v in layout.values()) > 0 and
+          sum(1 for v in layout.values() if v[0]) >= 3, "the layout mixes experts and vision")
+    for path, a, b in get_ranges(shard_gets()):
+        ex, vis, _ = layout[path]
+        for x, y in list(ex.values()) + vis:
+            check(b <= x or a >= y, "pull --stream fetched expert or vision bytes %s %d..%d" % (path, a, b))
+    v = deltafin(["verify", d])
+    check(v.returncode == 0 and "never read" in v.stdout, "verify accepts a K3 stream folder")
+
+    hub.reset()
+    rc, ids, lg, err = k3_run(d, "stream", env={"DELTAFIN_STREAM_STATS": "1"})
+    check(rc == 0 and ids == ids0 and lg == lg0,
+          "K3 stream mode: ids and logits identical to the full folder (%s vs %s)" % (ids, ids0))
+    fetched = get_ranges(shard_gets())
+    check(len(fetched) > 0, "the first run fetches experts (%d requests)" % len(fetched))
+    for path, a, b in fetched:
+        ex, vis, _ = layout[path]
+        check((a, b) in ex.values(), "one request is exactly one expert's six tensors (%s %d..%d)"
+              % (path, a, b))
+    check(len(set(fetched)) == len(fetched), "no expert is fetched twice")
+    check("%d expert fetches (%d requests" % (len(fetched), len(fetched)) in err,
+          "one request per expert fetch (stats: %s)" % err.strip().splitlines()[-1:])
+    hub.reset()
+    rc, ids2, lg2, _ = k3_run(d, "stream2")
+    check(rc == 0 and ids2 == ids0 and lg2 == lg0 and not hub.log,
+          "second K3 stream run: same bits, no request at all")
+    # back to a full folder
+    hub.reset()
+    p = pull("acme/tiny-k3", d)
+    check(p.returncode == 0 and manifest(d)["mode"] == "full", "pull without --stream completes it")
+    all_published(d, files)
+
+
+def scenario_stream_k3_real():
+    """The real Kimi-K3 layout (96 shards, 497,220 tensors, 1.56 TB described, sparse on disk)
+    served from disk: pull --stream --dry-run reads the 96 headers only and plans exactly
+    the text spine up front, the routed experts as holes to stream and the vision tower as
+    never read (K3.md §1.5); the 59 MB index is pulled and verified."""
+    src = os.path.join(WORK, SCENARIO, "k3-real")
+    shutil.rmtree(src, ignore_errors=True)
+    t0 = time.time()
+    subprocess.run([sys.executable, K3_REF, "--header-only", "--out", src], check=True,
+                   capture_output=True, timeout=300)
+    print("header-only K3 written in %.1f s" % (time.time() - t0))
+    repo = hub.add_repo(FileRepo("moonshotai/Kimi-K3", src))
+    shards = sorted(n for n in repo.files if n.endswith(".safetensors"))
+    check(len(shards) == 96, "96 shards")
+    heads = {}
+    for n in shards:
+        with open(os.path.join(src, n), "rb") as f:
+            heads[n] = 8 + struct.unpack("<Q", f.read(8))[0]
+    d = os.path.join(WORK, SCENARIO, "k3-pulled")
+    shutil.rmtree(d, ignore_errors=True)
+    hub.reset()
+    p = pull("moonshotai/Kimi-K3", d, "--stream", "--dry-run", "--json", "--jobs", "8", timeout=300)
+    check(p.returncode == 0, "pull --stream --dry-run of the real layout exits 0")
+    ev = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+    plan = [e for e in ev if e.get("event") == "plan"]
+    check(len(plan) == 1, "one plan event")
+    if plan:
+        pl = plan[0]
+        fs = {f["path"]: f for f in pl["files"]}
+        other = [f for f in fs.values() if not f["path"].endswith(".safetensors")]
+        sparse = [n for n in shards if fs[n]["sparse"]]
+        # a shard of text tensors only is an ordinary full download (its header included)
+        spine = sum(fs[n]["download"] - (0 if fs[n]["sparse"] else heads[n]) for n in shards)
+        check(pl["text_prefix"] == "language_model.", "the wrapper's text prefix is found")
+        check(all(fs[n]["sparse"] == (fs[n]["experts"] + fs[n]["unused"] > 0) for n in shards)
+              and len(sparse) >= 80, "shards holding experts or vision are planned sparse (%d)"
+              % len(sparse))
+        check(pl["expert_bytes"] == 1446456066048, "routed experts 1,446,456,066,048 B left to "
+              "stream (%d)" % pl["expert_bytes"])
+        check(pl["unused_bytes"] == 894717952, "vision 894,717,952 B never read (%d)"
+              % pl["unused_bytes"])
+        check(spine == 113509540864, "the text spine 113,509,540,864 B up front (%d)" % spine)
+        check(pl["header_bytes"] == sum(heads[n] for n in sparse), "the sparse shards' headers")
+        check(pl["download_bytes"] == spine + sum(f["download"] for f in other),
+              "up front = spine + the other files")
+        check(spine + pl["expert_bytes"] + pl["unused_bytes"] + sum(heads.values()) ==
+              sum(len(repo.files[n]) for n in shards), "spine + experts + vision + headers = the shards")
+    served = {n: 0 for n in shards}
+    for r in hub.requests():
+        if r["path"] in served and r["kind"] == "storage":
+            a, b = r["range"][6:].split("-")
+            a, b = int(a), int(b) + 1
+            check(b <= heads[r["path"]], "%s: only header bytes are read (%d..%d)" % (r["path"], a, b))
+            served[r["path"]] += b - a
+    check(all(served[n] == heads[n] for n in shards), "each shard's header is read once, nothing else")
+    check(not os.path.exists(d), "a dry run writes nothing")
+    # the index (59 MB, an LFS file) and the configs, pulled for real
+    hub.reset()
+    p = pull("moonshotai/Kimi-K3", d, "--include", "*.json", timeout=300)
+    check(p.returncode == 0, "pull of the K3 index and configs exits 0")
+    idx = os.path.join(d, "model.safetensors.index.json")
+    check(os.path.exists(idx) and os.path.getsize(idx) > 50e6 and
+          open(idx, "rb").read() == open(os.path.join(src, "model.safetensors.index.json"), "rb").read(),
+          "the 59 MB index is published byte-identical (SHA-256 verified)")
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def scenario_setup_k3():
+    """deltafin setup --stream / --full against the hub: pulls, loads, prints the plan, the
+    admission verdict and the next command; the stream folder then runs like the full one."""
+    src, files = k3_repo("acme/tiny-k3")
+    rc0, ids0, _, _ = k3_run(src, "full")
+    d = fresh("setup-stream")
+    hub.reset()
+    p = deltafin(["setup", "--stream", "acme/tiny-k3", "--dir", d, "--cache-budget", "1M",
+                  "--progress-interval", "0.2"])
+    print(p.stdout)
+    check(p.returncode == 0, "setup --stream exits 0")
+    check(manifest(d)["mode"] == "stream", "setup --stream pulls in stream mode")
+    check("deltafin run --model %s" % d in p.stdout, "setup prints the run command")
+    check("admission    ok" in p.stdout and "stream mode" in p.stdout, "setup prints the verdict")
+    check("no draft model for Kimi K3" in p.stdout, "setup says K3 has no drafter")
+    check(not shard_gets() or all((a, b) not in layout_ex(files, path)
+                                  for path, a, b in get_ranges(shard_gets())),
+          "setup fetches no expert")
+    hub.reset()
+    rc, ids, _, _ = k3_run(d, "setup-stream")
+    check(rc == 0 and ids == ids0, "the setup --stream folder runs with the full folder's ids")
+    d2 = fresh("setup-full")
+    p = deltafin(["setup", "--full", "acme/tiny-k3", "--dir", d2, "--quiet"])
+    check(p.returncode == 0 and manifest(d2)["mode"] == "full" and "admission    ok" in p.stdout,
+          "setup --full pulls everything")
+    all_published(d2, files)
+    p = deltafin(["setup", "acme/tiny-k3", "--dir", d2])
+    check(p.returncode == 2 and "--full" in p.stderr, "setup needs --full or --stream")
+    p = deltafin(["setup", "--full", "--stream", "--dir", d2])
+    check(p.returncode == 2, "not both")
+    hub.reset()
+    p = deltafin(["setup", "--stream", "--dry-run", "--dir", fresh("setup-default")])
+    check(p.returncode == 1 and "moonshotai/Kimi-K3" in p.stderr and
+          any("/api/models/moonshotai/Kimi-K3/" in r["url"] for r in hub.requests(kind="api")),
+          "setup's default model is moonshotai/Kimi-K3 (asked of HF_ENDPOINT)")
+    p = deltafin(["setup", "--help"])
+    check(p.returncode == 0 and "no draft model" in p.stdout, "setup --help mentions the drafter")
+
+
+def layout_ex(files, path):
+    return k3_layout({path: files[path]})[path][0].values()
 
 
 SCENARIOS = {n[len("scenario_"):]: f for n, f in globals().items() if n.startswith("scenario_")}

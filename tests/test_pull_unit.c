@@ -209,7 +209,8 @@ static const char *GOOD_MANIFEST =
     " \"created\": \"2025-01-01T00:00:00Z\", \"mode\": \"stream\", \"complete\": false, \"cache_budget\": 1000,"
     " \"files\": [{\"path\": \"config.json\", \"size\": 3, \"sha256\": "
     "\"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\"},"
-    " {\"path\": \"sub/model.safetensors\", \"size\": 100, \"sparse\": true, \"omitted_bytes\": 50,"
+    " {\"path\": \"sub/model.safetensors\", \"size\": 100, \"sparse\": true, \"omitted_bytes\": 40,"
+    " \"unused_bytes\": 10,"
     " \"lfs_sha256\": \"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\","
     " \"ranges\": [[0, 20, \"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\"],"
     " [70, 30, \"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\"]]}],"
@@ -238,7 +239,8 @@ static void test_manifest_roundtrip(void **state) {
   assert_int_equal(df_pull_manifest_read(dir, &m2, err, sizeof err), 0);
   assert_string_equal(m2.commit, m.commit);
   assert_int_equal(m2.n_files, 2);
-  assert_int_equal(df_pull_manifest_find(&m2, "sub/model.safetensors")->omitted, 50);
+  assert_int_equal(df_pull_manifest_find(&m2, "sub/model.safetensors")->omitted, 40);
+  assert_int_equal(df_pull_manifest_find(&m2, "sub/model.safetensors")->unused, 10);
   assert_int_equal(m2.cache_budget, 1000);
   df_pull_manifest_free(&m2);
   df_pull_manifest_free(&m);
@@ -258,6 +260,7 @@ static void test_manifest_malformed(void **state) {
       {"\"version\": 1", "\"version\": 2", "version"},
       {"deltafin-manifest", "other", "format"},
       {"\"config.json\"", "\"../config.json\"", "files[0].path"},
+      {"\"unused_bytes\": 10", "\"unused_bytes\": \"x\"", "files[1].unused_bytes"},
       {"\"config.json\"", "\"/etc/passwd\"", "files[0].path"},
       {"\"config.json\"", "\".deltafin/x\"", "files[0].path"},
       {"\"size\": 3", "\"size\": -3", "files[0].size"},
@@ -337,6 +340,16 @@ static void test_names(void **state) {
   assert_false(df_pull_is_expert_tensor("model.layers.3.mlp.gate.weight"));
   assert_false(df_pull_is_expert_tensor("model.layers.3.mlp.shared_experts.gate_proj.weight"));
   assert_false(df_pull_is_expert_tensor("model.layers.3.mlp.experts.x.gate_proj.weight"));
+  /* Kimi K3: MXFP4 experts under a wrapper's prefix, no `.weight` tensor */
+  assert_true(df_pull_is_expert_tensor(
+      "language_model.model.layers.1.block_sparse_moe.experts.895.w1.weight_packed"));
+  assert_true(df_pull_is_expert_tensor(
+      "language_model.model.layers.92.block_sparse_moe.experts.0.w2.weight_scale"));
+  assert_false(df_pull_is_expert_tensor(
+      "language_model.model.layers.1.block_sparse_moe.shared_experts.gate_proj.weight"));
+  assert_false(df_pull_is_expert_tensor(
+      "language_model.model.layers.1.block_sparse_moe.routed_expert_up_proj.weight"));
+  assert_false(df_pull_is_expert_tensor("language_model.model.layers.1.block_sparse_moe.gate.weight"));
 }
 
 static void test_hashes(void **state) {

@@ -13,6 +13,10 @@
 
 int df_cmd_run(int argc, char **argv);
 int df_cmd_inspect(int argc, char **argv);
+/* `deltafin plan --model DIR --node MEM,DISK_GBPS,LINK_GBITPS[,MEM_GBPS[,DISK_SIZE]] ...`:
+ * placement and predicted time per token (coordinator/cluster/plan_model.h); 0 a feasible plan,
+ * 1 an infeasible one (shortfall on stderr) or a load error, 2 usage. */
+int df_cmd_plan(int argc, char **argv);
 /* deltafin tokenize --model DIR [--ids-only] [--no-special] [--add-special] TEXT
  * argv[0] is the subcommand name ("tokenize"); options follow. TEXT may also be given as
  * "-" to read standard input. Prints one line per token, "ID<TAB>PIECE" (PIECE is the text the
@@ -27,6 +31,18 @@ int df_cmd_tokenize(int argc, char **argv);
 int df_cmd_serve(int argc, char **argv);
 /* `deltafin pull`: 0 ok, 1 failed, 2 usage. */
 int df_cmd_pull(int argc, char **argv);
+/* `deltafin setup --full | --stream [ORG/NAME]`: pull (default DF_SETUP_DEFAULT_MODEL), then
+ * load the folder and print its memory plan, the host admission verdict and the command to
+ * run next. 0 ready, 1 failed (pull, load, or the resident part does not fit), 2 usage. */
+int df_cmd_setup(int argc, char **argv);
+#define DF_SETUP_DEFAULT_MODEL "moonshotai/Kimi-K3"
+struct df_pull_opts;
+/* The options of `deltafin pull` (setup false: one ORG/NAME required; --json allowed) or of
+ * `deltafin setup` (setup true: --full or --stream required, *full says which; the id is
+ * optional, default DF_SETUP_DEFAULT_MODEL; no --json) into *o (initialised here). Returns
+ * -1 to go on, else the exit status to return: 0 after --help, 2 after a usage error
+ * (message on stderr). */
+int df_cli_pull_args(int argc, char **argv, bool setup, struct df_pull_opts *o, bool *full);
 /* `deltafin verify`: 0 when no problem, 1 otherwise, 2 usage. */
 int df_cmd_verify(int argc, char **argv);
 /* `deltafin cluster init|token|status`: 0 ok, 1 error, 2 usage. */

@@ -11,9 +11,11 @@ static void usage(FILE *f) {
           "commands:\n"
           "  run       generate from a prompt (deltafin run --help)\n"
           "  inspect   config summary, tensor inventory and memory plan of a model folder\n"
+          "  plan      placement and predicted time per token on given machines (deltafin plan --help)\n"
           "  tokenize  print the token ids and pieces of a text\n"
           "  serve     OpenAI-compatible HTTP API (deltafin serve --help)\n"
           "  pull      download a model from the Hugging Face hub (deltafin pull --help)\n"
+          "  setup     pull a model (default Kimi K3) --full or --stream, and say how to run it\n"
           "  verify    check a model folder against its manifest, offline\n"
           "  cluster   cluster keys, join tokens and status (deltafin cluster --help)\n"
           "\n"
@@ -28,9 +30,11 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "run")) return df_cmd_run(argc - 1, argv + 1);
   if (!strcmp(cmd, "inspect")) return df_cmd_inspect(argc - 1, argv + 1);
+  if (!strcmp(cmd, "plan")) return df_cmd_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize")) return df_cmd_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "serve")) return df_cmd_serve(argc - 1, argv + 1);
   if (!strcmp(cmd, "pull")) return df_cmd_pull(argc - 1, argv + 1);
+  if (!strcmp(cmd, "setup")) return df_cmd_setup(argc - 1, argv + 1);
   if (!strcmp(cmd, "verify")) return df_cmd_verify(argc - 1, argv + 1);
   if (!strcmp(cmd, "cluster")) return df_cmd_cluster(argc - 1, argv + 1);
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {

@@ -29,6 +29,7 @@
 #include "coordinator/hub/pull_manifest.h"
 #include "coordinator/hub/pull_progress.h"
 #include "coordinator/hub/pull_util.h"
+#include "engine/models/family.h"
 
 void df_pull_opts_init(df_pull_opts *o) {
   memset(o, 0, sizeof *o);
@@ -164,6 +165,188 @@ static bool ends_with(const char *s, const char *suf) {
   return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* ---------------------------------------------------------------- stream planning */
+
+/* Stream mode: which tensors the engine reads. The repo's config.json at the pulled commit,
+ * parsed by the engine's own config reader: a wrapper config (kimi_k3: text_config +
+ * vision_config) names its text model's tensors under a prefix ("language_model."), and
+ * tensors outside it (K3's vision_tower.*, mm_projector.*) are never read by the engine, so
+ * stream mode neither downloads nor streams them. No config.json, or one the engine does not
+ * read: "" (every non-expert tensor is downloaded, as before). */
+static void stream_text_prefix(df_pull_state *p) {
+  const df_pull_opts *o = p->o;
+  p->text_prefix[0] = 0;
+  bool listed = false;
+  for (int i = 0; i < p->n && !listed; i++) listed = !strcmp(p->e[i].path, "config.json");
+  char url[4400], herr[1024];
+  if (!listed || df_pull_resolve_url(o->net.endpoint, o->repo, p->commit, "config.json", url,
+                                     sizeof url) != 0)
+    return;
+  char *body = NULL;
+  size_t len = 0;
+  df_pull_resp resp;
+  if (df_pull_http_get_small(&o->net, url, (size_t)16 << 20, &body, &len, &resp, herr,
+                             sizeof herr) != 0) {
+    df_pull__note(p, false, "pull: config.json: %s; every non-expert tensor is downloaded", herr);
+    return;
+  }
+  df_model_config *c = calloc(1, sizeof *c);
+  if (c && df_cfg_parse(body, len, "config.json", c, herr, sizeof herr) == 0 &&
+      c->tensor_prefix[0]) {
+    snprintf(p->text_prefix, sizeof p->text_prefix, "%s", c->tensor_prefix);
+    df_pull__note(p, false, "pull: config.json is a %s wrapper: tensors outside %s (its other "
+                  "towers) are never read and are not downloaded", c->model_type,
+                  c->tensor_prefix);
+  }
+  free(c);
+  free(body);
+}
+
+typedef struct plan_ctx {
+  df_pull_state *p;
+  int next;
+  bool failed;
+  char err[1024];
+} plan_ctx;
+
+/* A planning thread: reads sparse shards' headers until none is left or one fails. */
+static void *plan_worker(void *arg) {
+  plan_ctx *c = arg;
+  df_pull_state *p = c->p;
+  void *h = df_pull_http_handle_new();
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    int i = c->next;
+    while (i < p->n && (p->e[i].state != E_TODO || !p->e[i].sparse)) i++;
+    c->next = i + 1;
+    bool stop = c->failed || i >= p->n;
+    pthread_mutex_unlock(&p->mu);
+    if (stop) break;
+    char err[1024];
+    int rc = h ? df_pull__plan_sparse(p, h, &p->e[i], err, sizeof err) : -1;
+    if (!h) snprintf(err, sizeof err, "cannot create an HTTP handle");
+    if (rc != 0) {
+      pthread_mutex_lock(&p->mu);
+      if (!c->failed) snprintf(c->err, sizeof c->err, "%s", err);
+      c->failed = true;
+      pthread_mutex_unlock(&p->mu);
+      break;
+    }
+  }
+  df_pull_http_handle_destroy(&h);
+  return NULL;
+}
+
+/* Stream mode: plan every sparse shard (header fetched, validated, spans listed), up to
+ * `jobs` shards at a time (Kimi K3: 96 headers of ~1 MB each). */
+static int plan_sparse_all(df_pull_state *p, char *err, size_t errlen) {
+  int todo = 0;
+  for (int i = 0; i < p->n; i++) todo += p->e[i].state == E_TODO && p->e[i].sparse;
+  if (!todo) return 0;
+  plan_ctx c = {.p = p};
+  int nt = p->o->jobs < todo ? p->o->jobs : todo, started = 0;
+  pthread_t th[64];
+  for (int i = 0; i < nt && i < 64; i++)
+    if (pthread_create(&th[i], NULL, plan_worker, &c) == 0) started++;
+  if (!started) plan_worker(&c);
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  if (c.failed) {
+    snprintf(err, errlen, "%s", c.err);
+    return -1;
+  }
+  return 0;
+}
+
+/* statvfs of the folder, or of its nearest existing parent (a --dry-run of a new folder). */
+static int statvfs_near(const char *dir, struct statvfs *vfs) {
+  char d[4096];
+  snprintf(d, sizeof d, "%.4000s", dir);
+  for (;;) {
+    if (statvfs(d, vfs) == 0) return 0;
+    char *s = strrchr(d, '/');
+    if (!s) return statvfs(".", vfs);
+    if (s == d) return statvfs("/", vfs);
+    *s = 0;
+  }
+}
+
+/* --dry-run: what the pull would do, on stdout (plain) or as one "plan" JSON event. */
+static void print_plan(const df_pull_state *p, uint64_t need, bool have_free, uint64_t avail,
+                       uint64_t want) {
+  const df_pull_opts *o = p->o;
+  uint64_t experts = 0, unused = 0, heads = 0, shard_need = 0, other_need = 0,
+           full_shard_need = 0;
+  int n_sparse = 0, n_other = 0, n_skip = 0, n_full_shards = 0;
+  for (int i = 0; i < p->n; i++) {
+    const df_pull_entry *e = &p->e[i];
+    if (e->state == E_SKIP) n_skip++;
+    if (e->state != E_TODO) continue;
+    if (e->sparse) {
+      n_sparse++;
+      experts += e->omitted;
+      unused += e->unused;
+      heads += e->head_len;
+      shard_need += e->need;
+    } else {
+      n_other++;
+      other_need += e->need;
+      if (ends_with(e->path, ".safetensors")) n_full_shards++, full_shard_need += e->need;
+    }
+  }
+  bool fits = !have_free || want <= avail;
+  char a[32], b[32], c[32], d[32], f[32];
+  if (o->json) {
+    json_t *files = json_array();
+    for (int i = 0; i < p->n; i++) {
+      const df_pull_entry *e = &p->e[i];
+      if (e->state != E_TODO && e->state != E_SKIP) continue;
+      json_array_append_new(files, json_pack(
+          "{s:s, s:I, s:s, s:b, s:I, s:I, s:I, s:I}", "path", e->path, "size",
+          (json_int_t)e->size, "state", e->state == E_SKIP ? "present" : "todo", "sparse",
+          e->sparse, "download", (json_int_t)(e->state == E_TODO ? e->need : 0), "header",
+          (json_int_t)(e->sparse ? e->head_len : 0), "experts", (json_int_t)e->omitted,
+          "unused", (json_int_t)e->unused));
+    }
+    json_t *ev = json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:I, s:s}", "event",
+                           "plan", "repo", o->repo, "revision", p->rev, "commit", p->commit,
+                           "dir", p->dir, "stream", o->stream, "download_bytes",
+                           (json_int_t)need, "expert_bytes", (json_int_t)experts,
+                           "unused_bytes", (json_int_t)unused, "header_bytes",
+                           (json_int_t)heads, "text_prefix", p->text_prefix);
+    json_object_set_new(ev, "free_bytes", have_free ? json_integer((json_int_t)avail) : json_null());
+    json_object_set_new(ev, "fits", json_boolean(fits));
+    json_object_set_new(ev, "files", files);
+    df_pull__json_event(ev);
+    return;
+  }
+  printf("plan for %s@%s (commit %.12s), %s mode, into %s (dry run: nothing written)\n",
+         o->repo, p->rev, p->commit, o->stream ? "stream" : "full", p->dir);
+  if (n_sparse) {
+    printf("  %d shard(s) in stream mode: %s of text tensors to download (their headers, %s, "
+           "were read to plan this)\n", n_sparse, df_pull_fmt_bytes(shard_need, a, sizeof a),
+           df_pull_fmt_bytes(heads, b, sizeof b));
+    printf("    %s of routed experts left as holes, fetched on first use\n",
+           df_pull_fmt_bytes(experts, c, sizeof c));
+    if (unused)
+      printf("    %s never read (outside %s: not the text model), not downloaded\n",
+             df_pull_fmt_bytes(unused, d, sizeof d), p->text_prefix);
+  }
+  if (n_full_shards)
+    printf("  %d shard(s)%s downloaded in full: %s\n", n_full_shards,
+           o->stream ? " without routed experts," : "", df_pull_fmt_bytes(full_shard_need, a, sizeof a));
+  if (n_other - n_full_shards)
+    printf("  %d other file(s): %s\n", n_other - n_full_shards,
+           df_pull_fmt_bytes(other_need - full_shard_need, a, sizeof a));
+  if (n_skip) printf("  %d file(s) already present\n", n_skip);
+  if (have_free)
+    printf("  up front: %s to download; %s needed with headroom%s, %s free: %s\n",
+           df_pull_fmt_bytes(need, a, sizeof a), df_pull_fmt_bytes(want, b, sizeof b),
+           o->stream && o->cache_budget ? " and the --cache-budget" : "",
+           df_pull_fmt_bytes(avail, f, sizeof f), fits ? "fits" : "NOT enough free disk");
+  else
+    printf("  up front: %s to download\n", df_pull_fmt_bytes(need, a, sizeof a));
+}
+
 /* ---------------------------------------------------------------- the pull */
 
 static void utc_now(char *buf, size_t cap) {
@@ -208,7 +391,6 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
   df_pull_manifest man = {0};
   int rc = -1, lock_fd = -1, nthreads = 0;
   pthread_t th[64];
-  void *h = NULL;
   char path[4400];
   pthread_mutex_init(&p->mu, NULL);
   p->tty = !o->quiet && !o->json && isatty(STDERR_FILENO);
@@ -243,14 +425,27 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
     df_pull__json_event(json_pack("{s:s, s:s, s:s, s:s, s:i}", "event", "list", "repo", o->repo,
                                   "revision", p->rev, "commit", p->commit, "files", p->n));
 
-  snprintf(path, sizeof path, "%.2048s/.deltafin/partial", p->dir);
-  if (df_fs_mkdirs(path, err, errlen) != 0) goto done;
-  snprintf(path, sizeof path, "%.2048s/.deltafin/lock", p->dir);
-  lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    snprintf(err, errlen, "%s: another deltafin pull is writing this folder (%s)", p->dir,
-             lock_fd < 0 ? strerror(errno) : "lock held");
-    goto done;
+  if (o->dry_run) {
+    /* nothing goes into the folder: stream mode's header images go to a temporary folder */
+    const char *tmp = getenv("TMPDIR");
+    snprintf(p->partial_dir, sizeof p->partial_dir, "%.2048s/deltafin-plan-XXXXXX",
+             tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(p->partial_dir)) {
+      snprintf(err, errlen, "%s: cannot create a temporary folder: %s", p->partial_dir,
+               strerror(errno));
+      p->partial_dir[0] = 0;
+      goto done;
+    }
+  } else {
+    snprintf(p->partial_dir, sizeof p->partial_dir, "%.2048s/.deltafin/partial", p->dir);
+    if (df_fs_mkdirs(p->partial_dir, err, errlen) != 0) goto done;
+    snprintf(path, sizeof path, "%.2048s/.deltafin/lock", p->dir);
+    lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      snprintf(err, errlen, "%s: another deltafin pull is writing this folder (%s)", p->dir,
+               lock_fd < 0 ? strerror(errno) : "lock held");
+      goto done;
+    }
   }
 
   int mr = df_pull_manifest_read(p->dir, &man, err, errlen);
@@ -287,10 +482,10 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
       snprintf(key, sizeof key, "%s", e->git);
     else {
       char id[4400];
-      snprintf(id, sizeof id, "%s@%s:%s", o->repo, p->commit, e->path);
+      snprintf(id, sizeof id, "%.255s@%.95s:%.2048s", o->repo, p->commit, e->path);
       df_pull_sha256_buf(id, strlen(id), key);
     }
-    snprintf(e->partial, sizeof e->partial, "%.2048s/.deltafin/partial/%.64s.%s", p->dir, key,
+    snprintf(e->partial, sizeof e->partial, "%.2100s/%.64s.%s", p->partial_dir, key,
              e->sparse ? "sparse" : "incomplete");
   }
   if (n_sel == 0) {
@@ -299,16 +494,10 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
     goto done;
   }
   if (o->stream) {
-    h = df_pull_http_handle_new();
-    for (int i = 0; i < p->n; i++) {
-      df_pull_entry *e = &p->e[i];
-      if (e->state != E_TODO || !e->sparse) continue;
-      if (!h || df_pull__plan_sparse(p, h, e, err, errlen) != 0) {
-        if (!h) snprintf(err, errlen, "cannot create an HTTP handle");
-        goto done;
-      }
-    }
-    df_pull_http_handle_destroy(&h);
+    bool any = false;
+    for (int i = 0; i < p->n && !any; i++) any = p->e[i].state == E_TODO && p->e[i].sparse;
+    if (any) stream_text_prefix(p);
+    if (plan_sparse_all(p, err, errlen) != 0) goto done;
   }
   /* free disk: what is still to download, plus the expert cache budget in stream mode */
   uint64_t need = 0;
@@ -327,10 +516,16 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
   uint64_t budget = o->cache_budget ? o->cache_budget
                     : man.cache_budget ? man.cache_budget : DF_PULL_DEFAULT_CACHE_BUDGET;
   struct statvfs vfs;
-  if (statvfs(p->dir, &vfs) == 0) {
-    uint64_t avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
-    uint64_t want = need + ((uint64_t)64 << 20); /* headroom for metadata */
-    if (o->stream && o->cache_budget) want += o->cache_budget;
+  bool have_free = statvfs_near(p->dir, &vfs) == 0;
+  uint64_t avail = have_free ? (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize : 0;
+  uint64_t want = need + ((uint64_t)64 << 20); /* headroom for metadata */
+  if (o->stream && o->cache_budget) want += o->cache_budget;
+  if (o->dry_run) {
+    print_plan(p, need, have_free, avail, want);
+    rc = 0;
+    goto done;
+  }
+  if (have_free) {
     if (want > avail) {
       char a[32], b[32], c[32];
       snprintf(err, errlen, "not enough free disk in %s: %s needed (%s to download%s), %s "
@@ -427,16 +622,15 @@ done:
   for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
   if (rc != 0 && o->json)
     df_pull__json_event(json_pack("{s:s, s:s}", "event", "error", "message", err));
-  df_pull_http_handle_destroy(&h);
   if (lock_fd >= 0) close(lock_fd);
   for (int i = 0; i < p->n; i++) {
     df_pull_entry *e = &p->e[i];
     if (e->out.ranges) free(e->out.ranges);
     if (e->sparse && e->state != E_DONE && e->partial[0]) unlink(e->partial);
-    free(e->head);
     free(e->spans);
     free(e->path);
   }
+  if (o->dry_run && p->partial_dir[0]) rmdir(p->partial_dir);
   free(p->e);
   for (int i = 0; i < p->n_notes; i++) free(p->notes[i]);
   free(p->notes);

@@ -268,7 +268,7 @@ io_fail:
 int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err, size_t errlen) {
   const df_pull_opts *o = p->o;
   char url[4400], herr[768];
-  uint8_t len8[8];
+  uint8_t len8[8], *head = NULL;
   int fd = -1, rc = -1;
   df_st_model *st = NULL;
   if (df_pull_resolve_url(o->net.endpoint, o->repo, p->commit, e->path, url, sizeof url) != 0) {
@@ -292,24 +292,29 @@ int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err,
     return -1;
   }
   e->head_len = 8 + n;
-  e->head = malloc(e->head_len);
-  if (!e->head) {
+  head = malloc(e->head_len);
+  if (!head) {
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  memcpy(e->head, len8, 8);
-  if (df_pull_http_get_range(&o->net, h, url, 8, n, e->head + 8, herr, sizeof herr) != 0) {
+  memcpy(head, len8, 8);
+  if (df_pull_http_get_range(&o->net, h, url, 8, n, head + 8, herr, sizeof herr) != 0) {
     snprintf(err, errlen, "%s: reading the safetensors header: %s", e->path, herr);
-    return -1;
+    goto done;
   }
+  /* the header's hash is its manifest range; the bytes themselves live in the partial file
+   * from here on (Kimi K3: 96 headers of ~1 MB need not stay in memory) */
+  df_pull_sha256_buf(head, e->head_len, e->head_sha);
   /* validate through the engine's own parser on a sparse image of the file */
   unlink(e->partial);
   fd = open(e->partial, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); /* unlinked above */
   if (fd < 0 || ftruncate(fd, (off_t)e->size) != 0 ||
-      pwrite(fd, e->head, e->head_len, 0) != (ssize_t)e->head_len) {
+      pwrite(fd, head, e->head_len, 0) != (ssize_t)e->head_len) {
     snprintf(err, errlen, "%s: cannot write %s: %s", e->path, e->partial, strerror(errno));
     goto done;
   }
+  free(head);
+  head = NULL;
   if (df_st_open_file(e->partial, &st, herr, sizeof herr) != 0) {
     snprintf(err, errlen, "%s: %s", e->path, herr);
     goto done;
@@ -321,10 +326,15 @@ int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err,
     goto done;
   }
   int ns = 0;
-  uint64_t omitted = 0, need = 0;
+  uint64_t omitted = 0, unused = 0, need = 0;
+  size_t pl = strlen(p->text_prefix);
   for (size_t i = 0; i < nt; i++) {
     const df_st_tensor *t = df_st_at(st, i);
     if (t->nbytes == 0) continue;
+    if (pl && strncmp(t->name, p->text_prefix, pl) != 0) {
+      unused += t->nbytes; /* another tower of a wrapper config: never read, never fetched */
+      continue;
+    }
     if (df_pull_is_expert_tensor(t->name)) {
       omitted += t->nbytes;
       continue;
@@ -349,7 +359,8 @@ int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err,
   e->spans = sp;
   e->n_spans = m;
   e->omitted = omitted;
-  if (omitted == 0) {
+  e->unused = unused;
+  if (omitted == 0 && unused == 0) {
     /* nothing to leave out: an ordinary verified download */
     e->sparse = false;
     free(e->spans);
@@ -368,6 +379,7 @@ int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err,
   e->need = need;
   rc = 0;
 done:
+  free(head);
   df_st_close(&st);
   if (fd >= 0) close(fd);
   return rc;
@@ -394,7 +406,7 @@ static int download_sparse(df_pull_state *p, void *h, df_pull_entry *e) {
   }
   rs[0].off = 0;
   rs[0].len = e->head_len;
-  df_pull_sha256_buf(e->head, e->head_len, rs[0].sha256);
+  snprintf(rs[0].sha256, sizeof rs[0].sha256, "%s", e->head_sha);
   int nr = 1;
   e->need = 0;
   for (int i = 0; i < e->n_spans; i++) e->need += e->spans[i].len;
@@ -428,6 +440,7 @@ static int download_sparse(df_pull_state *p, void *h, df_pull_entry *e) {
   e->out.size = e->size;
   e->out.sparse = true;
   e->out.omitted = e->omitted;
+  e->out.unused = e->unused;
   e->out.ranges = rs;
   e->out.n_ranges = nr;
   snprintf(e->out.lfs_sha256, sizeof e->out.lfs_sha256, "%s", e->lfs);
@@ -465,7 +478,13 @@ void *df_pull__worker(void *arg) {
         df_pull__json_event(json_pack("{s:s, s:s, s:s, s:I, s:s, s:b}", "event", "file", "path",
                                       e->path, "status", "ok", "size", (json_int_t)e->size,
                                       "sha256", e->out.sha256, "sparse", e->sparse));
-      else if (e->sparse)
+      else if (e->sparse && e->unused) {
+        char un[32];
+        df_pull__note(p, false, "pull: %s: header and non-expert tensors written, %s of routed "
+                      "experts left to stream, %s never read (outside %s) not downloaded",
+                      e->path, df_pull_fmt_bytes(e->omitted, sz, sizeof sz),
+                      df_pull_fmt_bytes(e->unused, un, sizeof un), p->text_prefix);
+      } else if (e->sparse)
         df_pull__note(p, false, "pull: %s: header and non-expert tensors written, %s of routed "
                       "experts left to stream", e->path,
                       df_pull_fmt_bytes(e->omitted, sz, sizeof sz));

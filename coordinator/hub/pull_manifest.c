@@ -153,6 +153,7 @@ int df_pull_manifest_parse(const char *text, size_t len, const char *name, df_pu
     if (!f.sparse && !f.sha256[0]) FAIL("files[%zu].sha256: missing", i);
     if (f.sparse) {
       if (get_u64(e, "omitted_bytes", true, &f.omitted)) FAIL("files[%zu].omitted_bytes: expected bytes", i);
+      if (get_u64(e, "unused_bytes", false, &f.unused)) FAIL("files[%zu].unused_bytes: expected bytes", i);
       json_t *rs = json_object_get(e, "ranges");
       if (!json_is_array(rs)) FAIL("files[%zu].ranges: expected an array", i);
       size_t n = json_array_size(rs);
@@ -255,6 +256,7 @@ int df_pull_manifest_write(const char *dir, const df_pull_manifest *m, char *err
       if (!rs) goto oom;
       json_object_set_new(o, "sparse", json_true());
       json_object_set_new(o, "omitted_bytes", json_integer((json_int_t)f->omitted));
+      if (f->unused) json_object_set_new(o, "unused_bytes", json_integer((json_int_t)f->unused));
       for (int k = 0; k < f->n_ranges; k++)
         json_array_append_new(rs, json_pack("[IIs]", (json_int_t)f->ranges[k].off,
                                             (json_int_t)f->ranges[k].len, f->ranges[k].sha256));

@@ -14,7 +14,8 @@
  *              {"path": "model-00001-of-00002.safetensors", "size": N, "lfs_sha256": "<hex>",
  *               "sha256": "<hex>"},                         (a full LFS file)
  *              {"path": "...", "size": N, "lfs_sha256": "<hex>", "sparse": true,
- *               "omitted_bytes": M, "ranges": [[offset, length, "<sha256 of those bytes>"]]}],
+ *               "omitted_bytes": M, "unused_bytes": U (optional, 0 when absent),
+ *               "ranges": [[offset, length, "<sha256 of those bytes>"]]}],
  *    "pending": ["paths listed by the hub but not (yet) published"]}
  */
 #ifndef DF_COORD_PULL_MANIFEST_H
@@ -40,7 +41,10 @@ typedef struct df_pull_mfile {
   char lfs_sha256[DF_PULL_SHA256_HEX]; /* the hub's LFS oid; "" for plain git files */
   char git_oid[DF_PULL_SHA1_HEX];      /* the hub's git blob id; "" when not given */
   bool sparse;                         /* stream mode: only `ranges` hold data */
-  uint64_t omitted;                    /* sparse: bytes left as holes */
+  uint64_t omitted;                    /* sparse: routed-expert bytes left as holes */
+  uint64_t unused;                     /* sparse: bytes of tensors the engine never reads
+                                          (outside a wrapper config's text prefix, e.g. Kimi
+                                          K3's vision tower), holes never fetched */
   df_pull_range *ranges;               /* [n_ranges], ascending, owned */
   int n_ranges;
 } df_pull_mfile;

@@ -23,6 +23,8 @@ typedef struct df_pull_opts {
   const char *exclude[DF_PULL_MAX_GLOBS];  /* applied after include */
   int n_exclude;
   bool stream;                             /* leave routed experts to be fetched on use */
+  bool dry_run;                            /* list and plan (stream: read the shard headers),
+                                              print the plan, write nothing */
   uint64_t cache_budget;                   /* stream: expert cache bytes; 0 = keep / default */
   int jobs;                                /* parallel file downloads, 1..64; 0 = 4 */
   bool quiet;                              /* errors only */

@@ -38,11 +38,13 @@ typedef struct df_pull_entry {
   int state;
   char partial[4300];                  /* temp path under .deltafin/partial */
   /* sparse plan */
-  uint8_t *head;                       /* [head_len] first bytes: 8 + header */
-  uint64_t head_len;
-  df_pull_span *spans;                         /* non-expert data ranges after the header */
+  uint64_t head_len;                   /* 8 + header length (written at planning) */
+  char head_sha[DF_PULL_SHA256_HEX];   /* SHA-256 of those head_len bytes */
+  df_pull_span *spans;                 /* non-expert data ranges after the header */
   int n_spans;
-  uint64_t omitted;                    /* expert bytes left as holes */
+  uint64_t omitted;                    /* expert bytes left as holes (fetched on use) */
+  uint64_t unused;                     /* bytes of tensors the engine never reads (outside a
+                                          wrapper config's text prefix) left as holes */
   uint64_t need;                       /* bytes still to download */
   /* progress (written by the worker) */
   _Atomic uint64_t done;               /* bytes of `need` done */
@@ -60,6 +62,10 @@ typedef struct df_pull_state {
   char rev[256];
   df_pull_entry *e;
   int n;
+  char text_prefix[32];   /* stream mode: the text model's tensor prefix from config.json
+                             ("language_model." for kimi_k3); "" = every tensor is read */
+  char partial_dir[4200]; /* where partial files go (DIR/.deltafin/partial; a temporary
+                             folder for --dry-run) */
   pthread_mutex_t mu;
   int next;
   _Atomic int workers_done;

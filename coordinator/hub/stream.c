@@ -1,10 +1,12 @@
 /* coordinator/hub/stream.c — the streaming expert backend; see stream.h.
  *
  * One slot per (MoE layer, expert): where its tensors live in the remote shards (gate, up,
- * down weights, and for FP8 experts their F32 `weight_scale_inv` block scales, which pull
- * --stream leaves as holes too), how they are laid out in its cache blob (file order, so
- * adjacent tensors come in one request), and tensor views over the blob while it is mapped,
- * FP8 views carrying their block scales so df_t_swiglu_ffn de-quantises inside its kernels.
+ * down weights, and for FP8 experts their F32 `weight_scale_inv` block scales, for MXFP4
+ * experts (Kimi K3) their U8 `weight_packed` E2M1 pairs and U8 `weight_scale` E8M0 scales,
+ * all of which pull --stream leaves as holes), how they are laid out in its cache blob (file
+ * order, so adjacent tensors come in one request: a K3 expert's six tensors are contiguous,
+ * one request), and tensor views over the blob while it is mapped, FP8 and MXFP4 views
+ * carrying their scales so df_t_glu_ffn de-quantises inside its kernels.
  * Experts of shards that were downloaded in full are computed from the local mapping, like
  * the local backend.
  */
@@ -27,7 +29,7 @@ typedef struct piece {
   int file;            /* index into the backend's remote file table */
   uint64_t off, len;   /* bytes in that file */
   uint64_t blob_off;   /* where the bytes sit in the expert's blob */
-  int which;           /* 0 gate, 1 up, 2 down; 3..5 their block scales */
+  int which;           /* 0 gate, 1 up, 2 down; 3..5 their FP8 / MXFP4 scales */
 } piece;
 
 #define MAX_PIECES 6
@@ -35,13 +37,14 @@ typedef struct piece {
 typedef struct slot {
   bool remote;               /* false: the shard is complete locally */
   char key[72];              /* cache key: SHA-256 of where the bytes come from */
-  int n_pc;                  /* 3, or 6 for FP8 experts */
+  int n_pc;                  /* 3, or 6 for FP8 and MXFP4 experts */
+  bool mx;                   /* MXFP4: views 0..2 are F4 with E8M0 scales 3..5 */
   piece pc[MAX_PIECES];      /* in file order */
   uint64_t bytes;            /* blob size */
   df_dtype dt[MAX_PIECES];   /* by `which` */
   int ndim[MAX_PIECES];
   int64_t shape[MAX_PIECES][2];
-  int64_t bn, bk;            /* FP8 block size (n_pc == 6) */
+  int64_t bn, bk;            /* FP8 block size (n_pc == 6, !mx) */
   const void *base;          /* blob mapping the views below were made for */
   df_t_tensor *view[MAX_PIECES]; /* gate, up, down (+ scales) over `base` */
 } slot;
@@ -148,7 +151,9 @@ static int ensure(stream_be *s, slot *sl, int layer, int expert, char *err, size
       }
     }
     for (int k = 0; k < 3 && sl->n_pc == MAX_PIECES; k++)
-      if (df_t_set_block_scale(sl->view[k], sl->view[3 + k], sl->bn, sl->bk, e2, sizeof e2) != 0) {
+      if ((sl->mx ? df_t_set_mx_scale(sl->view[k], sl->view[3 + k], e2, sizeof e2)
+                  : df_t_set_block_scale(sl->view[k], sl->view[3 + k], sl->bn, sl->bk, e2,
+                                         sizeof e2)) != 0) {
         snprintf(err, errlen, "stream: layer %d expert %d: %s", layer, expert, e2);
         return -1;
       }
@@ -251,13 +256,22 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
       const df_st_tensor *t[MAX_PIECES];
       const df_t_tensor *sc[3] = {NULL, NULL, NULL};
       bool any_sparse = false;
-      sl->n_pc = df_t_dtype(w3[0]) == DF_DT_F8_E4M3 ? MAX_PIECES : 3;
+      /* FP8: `<w>.weight` + `<w>.weight_scale_inv`; MXFP4 (compressed-tensors, Kimi K3):
+       * `<w>.weight_packed` + `<w>.weight_scale`, no `<w>.weight` in the checkpoint */
+      sl->mx = df_t_dtype(w3[0]) == DF_DT_F4;
+      sl->n_pc = df_t_dtype(w3[0]) == DF_DT_F8_E4M3 || sl->mx ? MAX_PIECES : 3;
       for (int k = 0; k < sl->n_pc; k++) {
         char nm[256];
         const void *bound = NULL;
         if (k < 3) {
           bound = df_t_data(w3[k]);
           df_model_expert_tensor_name(m, l, e, k, nm, sizeof nm);
+          if (sl->mx) strncat(nm, "_packed", sizeof nm - strlen(nm) - 1);
+        } else if (sl->mx) {
+          sc[k - 3] = df_t_block_scale(w3[k - 3], NULL, NULL);
+          if (sc[k - 3]) bound = df_t_data(sc[k - 3]);
+          df_model_expert_tensor_name(m, l, e, k - 3, nm, sizeof nm);
+          strncat(nm, "_scale", sizeof nm - strlen(nm) - 1);
         } else {
           int64_t bn = 0, bk = 0;
           sc[k - 3] = df_t_block_scale(w3[k - 3], &bn, &bk);
@@ -291,6 +305,11 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
         sl->ndim[k] = 2;
         sl->shape[k][0] = t[k]->shape[0];
         sl->shape[k][1] = t[k]->shape[1];
+        if (sl->mx && k < 3) { /* the packed pairs viewed as the F4 weight they hold */
+          sl->dt[k] = DF_DT_F4;
+          sl->shape[k][0] = df_t_size(w3[k], 0);
+          sl->shape[k][1] = df_t_size(w3[k], 1);
+        }
       }
       /* blob layout in file order */
       for (int a = 1; a < sl->n_pc; a++)
@@ -306,11 +325,11 @@ int df_stream_attach(df_model *m, const char *dir, const df_stream_opts *opts, c
       for (int k = 0; k < sl->n_pc; k++) {
         /* FP8 slots: a piece that does not continue the previous one's file bytes starts at a
          * blob offset congruent to its file offset mod 16, so the F32 scales keep the
-         * alignment they have in the checkpoint's mapping (3-piece slots keep their packed
-         * layout, and their cache keys) */
+         * alignment they have in the checkpoint's mapping (3-piece slots and MXFP4 slots,
+         * all U8 bytes, keep their packed layout, and their cache keys) */
         bool cont = k > 0 && sl->pc[k].file == sl->pc[k - 1].file &&
                     sl->pc[k].off == sl->pc[k - 1].off + sl->pc[k - 1].len;
-        if (sl->n_pc == MAX_PIECES && !cont)
+        if (sl->n_pc == MAX_PIECES && !sl->mx && !cont)
           sl->bytes += (sl->pc[k].off - sl->bytes) & 15;
         sl->pc[k].blob_off = sl->bytes;
         sl->bytes += sl->pc[k].len;

@@ -4,11 +4,13 @@
  * `deltafin pull --stream`. Such a folder has every shard at full size with its header and
  * non-expert tensors written and the routed-expert byte ranges left as holes that are never
  * read (pull.h). On the first use of (layer, expert) the backend fetches exactly the byte
- * ranges of its gate_proj, up_proj and down_proj tensors (offsets from the safetensors
- * header; adjacent ranges in one HTTP Range request) from the commit recorded in the
+ * ranges of its gate_proj, up_proj and down_proj tensors, with their scales for FP8
+ * (`weight_scale_inv`) and MXFP4 (Kimi K3: `weight_packed` + `weight_scale`, six contiguous
+ * tensors, so one request) experts (offsets from the safetensors header; adjacent ranges in
+ * one HTTP Range request) from the commit recorded in the
  * manifest, stores them as one blob in the folder's expert cache (stream_cache.h:
  * content-addressed, byte budget, LRU) and computes from the cached bytes, exactly as the
- * local backend would from a complete file (the same df_t_swiglu_ffn on the same bytes).
+ * local backend would from a complete file (the same df_t_glu_ffn on the same bytes).
  * Offline (HF_HUB_OFFLINE=1 or DELTAFIN_OFFLINE=1) only the cache is used, and an expert
  * missing from it is an error naming the layer and expert.
  * Does not own: routing and combining (engine/model.c), the download (pull.c).

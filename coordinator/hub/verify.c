@@ -95,7 +95,11 @@ static void check_file(vctx *v, const df_pull_mfile *f) {
       bad++;
     }
   }
-  if (!bad)
+  if (!bad && f->unused)
+    report(v, DF_VERIFY_OK, f->path, "stream-mode shard: size and %d written ranges ok, "
+           "%llu bytes of routed experts fetched on use, %llu bytes never read (not the text "
+           "model)", f->n_ranges, (unsigned long long)f->omitted, (unsigned long long)f->unused);
+  else if (!bad)
     report(v, DF_VERIFY_OK, f->path, "stream-mode shard: size and %d written ranges ok, "
            "%llu bytes of routed experts fetched on use", f->n_ranges,
            (unsigned long long)f->omitted);

@@ -1,0 +1,125 @@
+/* coordinator/cli/cmd_setup.c — `deltafin setup --full | --stream [ORG/NAME]`: one command
+ * that gets a model (default Kimi K3) ready to run. A thin layer over pull: the options are
+ * pull's (cmd_pull.c df_cli_pull_args), the download is df_pull_run (coordinator/hub/pull.h,
+ * HF_ENDPOINT / HF_TOKEN as pull reads them); then the folder is loaded as `deltafin inspect`
+ * loads it (nothing of the routed experts is read, so a --stream folder loads without
+ * fetching), and the memory plan, the host admission verdict (engine/model.h
+ * df_model_admit_host, the check `run` and `serve` make) and the command to run next are
+ * printed on stdout. Exit: 0 ready, 1 pull / load failed or the resident part does not fit
+ * this machine's memory (the download is kept), 2 usage. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator/cli/cli.h"
+#include "coordinator/hub/pull.h"
+#include "coordinator/hub/pull_manifest.h"
+#include "coordinator/hub/pull_util.h"
+#include "engine/model.h"
+
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+/* `s` as one shell word: as is when it holds only safe characters, else single-quoted. */
+static const char *shell_word(const char *s, char *buf, size_t cap) {
+  if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:@,~")
+                == strlen(s))
+    return s;
+  size_t o = 0;
+  if (o + 1 < cap) buf[o++] = '\'';
+  for (; *s && o + 5 < cap; s++) {
+    if (*s == '\'') {
+      memcpy(buf + o, "'\\''", 4);
+      o += 4;
+    } else {
+      buf[o++] = *s;
+    }
+  }
+  if (o + 1 < cap) buf[o++] = '\'';
+  buf[o] = 0;
+  return buf;
+}
+
+static bool has_file(const char *dir, const char *name) {
+  char p[4400];
+  snprintf(p, sizeof p, "%.4096s/%s", dir, name);
+  return access(p, R_OK) == 0;
+}
+
+int df_cmd_setup(int argc, char **argv) {
+  df_pull_opts o;
+  bool full = false;
+  int st = df_cli_pull_args(argc, argv, true, &o, &full);
+  if (st >= 0) return st;
+  char err[2048], dir[4096];
+  if (df_pull_run(&o, dir, sizeof dir, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin setup: %s\n", err);
+    return 1;
+  }
+  if (o.dry_run) return 0; /* the plan is the answer */
+
+  df_model *m = NULL;
+  df_model_opts mo = {.max_ctx = 1, .max_rows = 1};
+  if (df_model_load(dir, &mo, &m, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin setup: %s is downloaded, but the engine does not load it: %s\n",
+            dir, err);
+    return 1;
+  }
+  const df_model_config *c = df_model_cfg(m);
+  df_model_bytes b = df_model_memory(m);
+  df_pull_manifest man;
+  char merr[512];
+  bool stream = df_pull_manifest_read(dir, &man, merr, sizeof merr) == 0 && man.stream;
+  uint64_t budget = stream ? man.cache_budget : 0;
+  df_pull_manifest_free(&man);
+
+  char q[8400], bb[32];
+  const char *qd = shell_word(dir, q, sizeof q);
+  printf("setup: %s is in %s (%s)\n", o.repo, dir,
+         stream ? "stream mode: routed experts are fetched on first use" : "full download");
+  printf("model        %s, %lld layers (hidden %lld, vocab %lld)\n", c->model_type,
+         (long long)c->num_hidden_layers, (long long)c->hidden_size, (long long)c->vocab_size);
+  fflush(stdout);
+  df_model_print_summary(m, stdout);
+  char r1[32], r2[32], r3[32];
+  printf("memory       resident part %s (read on every token), routed experts %s, %s of "
+         "weights read per decoded token\n", df_pull_fmt_bytes(b.resident, r1, sizeof r1),
+         df_pull_fmt_bytes(b.experts, r2, sizeof r2),
+         df_pull_fmt_bytes(b.active_per_token, r3, sizeof r3));
+  if (stream)
+    printf("experts      fetched from the hub on first use into %s/.deltafin/experts, at most "
+           "%s (DELTAFIN_STREAM_BUDGET changes it)\n", dir,
+           df_pull_fmt_bytes(budget, bb, sizeof bb));
+  int64_t mem = df_host_mem_total();
+  int rc = 0;
+  if (df_model_admit_host(m, err, sizeof err) != 0) {
+    printf("admission    NO: %s\n", err);
+    rc = 1;
+  } else if (mem > 0) {
+    printf("admission    ok: the resident part (%s) fits this machine's %s of memory\n",
+           df_pull_fmt_bytes(b.resident, r1, sizeof r1),
+           df_pull_fmt_bytes((uint64_t)mem, r2, sizeof r2));
+  } else {
+    printf("admission    unknown: this machine's memory size is unreadable (/proc/meminfo)\n");
+  }
+  if (!strcmp(c->model_type, "kimi_k3"))
+    printf("drafter      none: there is no draft model for Kimi K3 yet; run decodes with the "
+           "target alone\n");
+  if (rc == 0) {
+    bool tok = has_file(dir, "tokenizer.json") || has_file(dir, "tiktoken.model");
+    printf("\nnext:\n");
+    if (tok)
+      printf("  deltafin run --model %s --chat --prompt 'Hello' --stats\n", qd);
+    else
+      printf("  deltafin run --model %s --prompt-ids 1,2,3 --max-new 16   (no tokenizer in the "
+             "folder: token ids only)\n", qd);
+    printf("  deltafin inspect %s      deltafin verify %s\n", qd, qd);
+  } else {
+    printf("\nthe download is complete and kept; run it on a machine with at least %.1f GiB of "
+           "memory, or serve its routed experts from df-nodes (docs/CLUSTER.md)\n",
+           gib(b.resident));
+  }
+  df_model_destroy(&m);
+  return rc;
+}
