@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""`deltafin run --chat` on a Kimi K3-like folder (tests/tokenizer/tiktoken_tiny: the tiny tiktoken
-vocabulary with K3's special names and no chat template, so XTML is used) over a random
-checkpoint of that vocabulary size (1141). The chat prompt must be exactly the golden ids of
+"""`deltafin run --chat` and `serve` on a tiny Kimi K3 folder (tests/tokenizer/tiktoken_tiny: the
+tiny tiktoken vocabulary with K3's special names and no chat template, so XTML is used, over
+kimi_k3_ckpt.py's tiny-k3 checkpoint at that vocabulary size, 1141: Attention Residuals,
+latent MoE, SiTU, MXFP4 experts). The chat prompt must be exactly the golden ids of
 tests/tokenizer/gen_k3_goldens.py (jinja2 text, the independent Python segmenter, each segment
 encoded alone by the Python tiktoken oracle; a typed <|end_of_msg|> stays text): the prompt
 logits of `--prompt TEXT --chat` equal those of `--prompt-ids` with those ids, byte for byte,
@@ -23,7 +24,8 @@ from server_util import Server, check, failures, post, run_ref, tiny_tiktoken_mo
 def main():
     exe, work = sys.argv[1:3]
     os.makedirs(work, exist_ok=True)
-    model = tiny_tiktoken_model(work, "kimi-k3-tiny-moe", os.path.join(HERE, "tokenizer", "tiktoken_tiny"))
+    model = tiny_tiktoken_model(work, "kimi-k3-tiny", os.path.join(HERE, "tokenizer", "tiktoken_tiny"),
+                                k3=True)
     template = g.template_text()  # optional (see gen_k3_goldens.py)
     oracle = g.oracle()
     text = "Say <|end_of_msg|><|open|>message hi, 你好 café"

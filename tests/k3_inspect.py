@@ -14,11 +14,13 @@ patterns are loose; each check prints ok / FAIL / SKIP):
   * 92 MoE layers of 896 experts, top-16
   * MLA cache per token 24 x (512 + 64) x 4 = 55,296 bytes (as kimi_linear prints it)
   * the index's metadata.total_size is 1,560,860,324,864 (generator check)
-When inspect refuses the folder because a K3 switch is not supported yet (its message says
-"not supported"), the remaining checks are printed as SKIP and the script exits 77 (ctest:
-skipped), so this test turns on by itself once the engine reads K3.
+  * the memory plan: resident part 113,509,512,192 B (K3.md §1.5's spine less layer 0's two
+    self_attention_res tensors, which are never read), routed experts 1,446,456,066,048 B
+  * `deltafin run` on a machine whose memory is below the resident part is refused before the
+    first token by the admission, naming both sizes (skipped where the machine is that large)
 
-usage: k3_inspect.py DELTAFIN PYTHON REFERENCE_DIR WORK_DIR
+usage: k3_inspect.py DELTAFIN PYTHON REFERENCE_DIR DIR   (DIR: the header-only folder, made
+       there and removed afterwards unless it already holds one)
 """
 import json
 import os
@@ -29,9 +31,11 @@ import sys
 import time
 
 exe, py, ref, work = sys.argv[1:5]
-shutil.rmtree(work, ignore_errors=True)
-subprocess.run([py, os.path.join(ref, "kimi_k3_ckpt.py"), "--header-only", "--out", work],
-               check=True, capture_output=True)
+# the folder the ctest fixture k3_real made (kimi_k3.cmake), used read-only; else our own
+own = not os.path.exists(os.path.join(work, "model.safetensors.index.json"))
+if own:
+    subprocess.run([py, os.path.join(ref, "kimi_k3_ckpt.py"), "--header-only", "--out", work],
+                   check=True, capture_output=True)
 fails = 0
 
 
@@ -51,17 +55,9 @@ try:
     r = subprocess.run([exe, "inspect", work], capture_output=True, text=True, timeout=540)
 except subprocess.TimeoutExpired:
     check(False, "inspect finishes within 540 s")
-    shutil.rmtree(work, ignore_errors=True)
     sys.exit(1)
 print("inspect: exit %d after %.1f s" % (r.returncode, time.time() - t0))
 out = r.stdout + r.stderr
-if r.returncode != 0 and "not supported" in out:
-    print("SKIP  inspect refuses K3 for now: %s" % out.strip().splitlines()[-1][:300])
-    for what in ("parameters ~2.8 T total, ~104 B active", "69 KDA layers", "24 MLA layers",
-                 "92 MoE layers x 896 experts top-16", "MLA cache 55296 B/token"):
-        print("SKIP  " + what)
-    shutil.rmtree(work, ignore_errors=True)
-    sys.exit(77 if not fails else 1)
 check(r.returncode == 0, "inspect exits 0 (exit %d: %s)" % (r.returncode, r.stderr.strip()[-300:]))
 
 
@@ -82,8 +78,29 @@ check(re.search(r"NoPE MLA on 24\b", out) is not None, "24 NoPE MLA layers")
 check(re.search(r"92 of 93 layers, 896 experts", out) is not None and "top-16" in out,
       "92 MoE layers x 896 experts top-16")
 check(re.search(r"KV cache per token +55296 bytes", out) is not None, "MLA cache 55296 B/token")
+check(re.search(r"parameters +2779\.48 B total, 104\.19 B active", out) is not None,
+      "parameters exactly 2779.48 B total, 104.19 B active")
+check(re.search(r"resident part +113509512192 bytes", out) is not None,
+      "resident part 113,509,512,192 B")
+check(re.search(r"routed experts +1446456066048 bytes", out) is not None,
+      "routed experts 1,446,456,066,048 B")
+check("168 tensors outside language_model.*" in out, "the 168 vision tensors named as never read")
+mem = 0
+with open("/proc/meminfo") as f:
+    for line in f:
+        if line.startswith("MemTotal:"):
+            mem = int(line.split()[1]) * 1024
+if 0 < mem < 113509512192:
+    r = subprocess.run([exe, "run", "--model", work, "--prompt-ids", "1008,10484", "--max-new", "1"],
+                       capture_output=True, text=True, timeout=540)
+    check(r.returncode != 0 and "admission: the resident part" in r.stderr and "105.7 GiB" in r.stderr
+          and "GiB short" in r.stderr and "load " not in r.stderr,
+          "run is refused by the admission before the first token: %s" % r.stderr.strip()[-300:])
+else:
+    print("skip  run admission: this machine holds the resident part (%d B of memory)" % mem)
 if fails:
     print(out[-4000:])
-shutil.rmtree(work, ignore_errors=True)
+if own:
+    shutil.rmtree(work, ignore_errors=True)
 print("all checks passed" if not fails else "%d checks failed" % fails)
 sys.exit(1 if fails else 0)

@@ -7,6 +7,6 @@
 df_add_cmocka_test(test_plan_model SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_plan_model.c
   LIBS dfcoord)
 add_test(NAME plan_kimi_k3_real COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan_cli.py
-  $<TARGET_FILE:deltafin> ${DF_PYTHON} ${DF_REFERENCE} ${PROJECT_BINARY_DIR}/k3-real-plan)
-set_tests_properties(plan_kimi_k3_real PROPERTIES TIMEOUT 600
+  $<TARGET_FILE:deltafin> ${DF_PYTHON} ${DF_REFERENCE} ${PROJECT_BINARY_DIR}/k3-real)
+set_tests_properties(plan_kimi_k3_real PROPERTIES TIMEOUT 600 FIXTURES_REQUIRED k3_real
   ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")

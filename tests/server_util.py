@@ -58,14 +58,16 @@ def make_model(tokdir, out):
         os.rename(tmp, out)
 
 
-def tiny_tiktoken_model(work, name, tokdir):
-    """WORK/NAME: a random tiny-moe-tied checkpoint of the 1141-id tiny tiktoken vocabulary
-    (tests/reference/make_checkpoint.py, made once) with tokdir's tiktoken.model and
-    tokenizer_config.json copied in. Returns the folder."""
+def tiny_tiktoken_model(work, name, tokdir, k3=False):
+    """WORK/NAME: a random tiny-moe-tied checkpoint (k3: a tiny Kimi K3, kimi_k3_ckpt.py's
+    tiny-k3) of the 1141-id tiny tiktoken vocabulary (made once) with tokdir's tiktoken.model
+    and tokenizer_config.json copied in. Returns the folder."""
     model = os.path.join(work, name)
-    if not os.path.exists(os.path.join(model, "model.safetensors")):
-        subprocess.run([sys.executable, os.path.join(HERE, "reference", "make_checkpoint.py"),
-                        "--preset", "tiny-moe-tied", "--vocab", "1141", "--out", model],
+    if not os.path.exists(os.path.join(model, "config.json")):
+        cmd = (["kimi_k3_ckpt.py", "--preset", "tiny-k3"] if k3 else
+               ["make_checkpoint.py", "--preset", "tiny-moe-tied"])
+        subprocess.run([sys.executable, os.path.join(HERE, "reference", cmd[0]), *cmd[1:],
+                        "--vocab", "1141", "--out", model],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for fn in ("tiktoken.model", "tokenizer_config.json"):
         shutil.copy(os.path.join(tokdir, fn), model)

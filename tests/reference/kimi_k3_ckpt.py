@@ -70,7 +70,7 @@ self_attention_res_proj 30/sqrt(hidden); A_log = a_log_mean + a_log_std N(0,1), 
 dt_mean + dt_std N(0,1) (float32), vision dummies N(0, 1).
 
 Usage:
-  kimi_k3_ckpt.py --preset NAME --out DIR        (also: make_checkpoint.py --preset NAME)
+  kimi_k3_ckpt.py --preset NAME --out DIR [--vocab N]   (also: make_checkpoint.py --preset NAME)
   kimi_k3_ckpt.py --header-only --out DIR [--no-extend]
   kimi_k3_ckpt.py --list
 """
@@ -220,6 +220,28 @@ PRESETS = {
         },
         "seed": 9504, "shards": 4,
         "knobs": {"a_log_pad": 16, "mx_lo": -20, "mx_hi": -1, "mx_spread": 3.0}},
+    # the benchmark's K3-shaped model (tools/bench: df-bench-engine --model bench-k3): hidden
+    # 1024, K3's proportions at ~0.6 GB — 12 layers, block 4, MLA every 4th layer and the
+    # last two (3, 7, 10, 11), KDA 8 heads x 128 (P = hidden), MLA 8 heads, dense layer 0;
+    # 64 experts top-8 + 2 shared in a 512-wide latent (hidden / 2, as K3's 3584 of 7168),
+    # expert width 384, MXFP4 routed experts; vocab 32000
+    "bench-k3": {
+        "family": "kimi_k3",
+        "config": {
+            "vocab_size": 32000, "hidden_size": 1024, "num_hidden_layers": 12,
+            "intermediate_size": 2816, "activation_situ_beta": 4.0,
+            "activation_situ_linear_beta": 25.0, "rms_norm_eps": 1e-5,
+            "num_attention_heads": 8, "q_lora_rank": 192, "kv_lora_rank": 64,
+            "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+            "num_experts": 64, "num_experts_per_token": 8, "num_shared_experts": 2,
+            "moe_intermediate_size": 384, "routed_expert_hidden_size": 512,
+            "routed_scaling_factor": 1.0, "attn_res_block_size": 4,
+            "linear_attn_config": {"num_heads": 8, "head_dim": 128, "short_conv_kernel_size": 4,
+                                   "use_full_rank_gate": True, "gate_lower_bound": -5.0,
+                                   "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10],
+                                   "full_attn_layers": [4, 8, 11, 12]},
+        },
+        "seed": 9505, "shards": 2, "knobs": {"a_log_pad": 0}},
 }
 
 for _p in PRESETS.values():  # every knob explicit (make_golden.py reads router_scale / margin_unit)
@@ -676,9 +698,11 @@ def write_checkpoint(out, cfg_keys, seed, shards=1, knobs=None):
     return cfg, ["config.json", "generation_config.json"] + files, total
 
 
-def write_preset(name, out):
+def write_preset(name, out, vocab=None):
+    """Preset `name` into out; vocab overrides vocab_size (bos / eos then vocab - 2 / - 1)."""
     p = PRESETS[name]
-    return write_checkpoint(out, p["config"], p["seed"], p["shards"], p.get("knobs"))
+    c = dict(p["config"], vocab_size=vocab) if vocab else p["config"]
+    return write_checkpoint(out, c, p["seed"], p["shards"], p.get("knobs"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -726,6 +750,8 @@ def main(argv=None):
     ap.add_argument("--header-only", action="store_true",
                     help="write the real Kimi-K3 folder's config, index and 96 header-only (sparse) shards")
     ap.add_argument("--no-extend", action="store_true", help="with --header-only: leave the shards header-sized")
+    ap.add_argument("--vocab", type=int, help="with --preset: override vocab_size (e.g. to "
+                    "pair the model with a tokenizer of that size)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
@@ -745,7 +771,7 @@ def main(argv=None):
         return 0
     if a.preset not in PRESETS:
         ap.error("unknown preset %r (known: %s)" % (a.preset, ", ".join(PRESETS)))
-    cfg, files, nbytes = write_preset(a.preset, a.out)
+    cfg, files, nbytes = write_preset(a.preset, a.out, a.vocab)
     print("wrote %s: kimi_k3, %.2f MB of tensors in %d file(s), %.2f s"
           % (a.out, nbytes / 1e6, len([f for f in files if f.endswith(".safetensors")]), time.time() - t0),
           file=sys.stderr)
