@@ -85,6 +85,67 @@ done:
   return best;
 }
 
+/* Kimi K3's decode-time expert products: n_exp routed experts (w1, w3 [3072, 3584], w2 [3584,
+ * 3072] in MXFP4: 17,547,264 packed + scale bytes each, the real sizes) with one row each
+ * through df_t_glu_ffn_groups (SiTU), as one MoE layer of one decoded token runs them; random
+ * codes, scales near 2^-7. Returns the best GB/s of packed + scale bytes over `reps` (0 on
+ * allocation failure). *ms gets the best time per layer. */
+static double mxfp4_expert_gbs(int n_exp, int reps, double *ms) {
+  enum { I = 3072, Z = 3584 };
+  int64_t sh_gu[2] = {I, Z}, sh_d[2] = {Z, I}, sc_gu[2] = {I, Z / 32}, sc_d[2] = {Z, I / 32};
+  int64_t per = (int64_t)I * Z / 2 * 3 + (int64_t)I * (Z / 32) * 2 + (int64_t)Z * (I / 32);
+  uint8_t *bytes = malloc((size_t)(per * n_exp));
+  df_t_tensor *w[16][6] = {{0}}, *x = NULL, *g = NULL, *u = NULL, *y = NULL;
+  char err[256];
+  double best = 0;
+  if (!bytes || n_exp > 16) goto done;
+  for (int64_t i = 0; i < per * n_exp; i++) bytes[i] = (uint8_t)(i * 2654435761u >> 13);
+  int64_t rows[2] = {n_exp, Z}, rows_i[2] = {n_exp, I};
+  if (!(x = df_t_new_f32(2, rows, err, sizeof err)) || !(y = df_t_new_f32(2, rows, err, sizeof err)) ||
+      !(g = df_t_new_f32(2, rows_i, err, sizeof err)) || !(u = df_t_new_f32(2, rows_i, err, sizeof err)))
+    goto done;
+  for (int64_t i = 0; i < n_exp * Z; i++) df_t_f32(x)[i] = (float)((i % 13) - 6) * 0.125f;
+  const df_t_tensor *gate[16], *up[16], *down[16];
+  int64_t off[17];
+  for (int e = 0; e < n_exp; e++) {
+    uint8_t *p = bytes + per * e;
+    for (int m = 0; m < 3; m++) { /* packed: w1, w3 [I, Z/2], w2 [Z, I/2]; then the scales */
+      const int64_t *sh = m < 2 ? sh_gu : sh_d, *sc = m < 2 ? sc_gu : sc_d;
+      uint8_t *s = p + sh[0] * sh[1] / 2;
+      for (int64_t i = 0; i < sc[0] * sc[1]; i++) s[i] = (uint8_t)(120 + i % 4);
+      if (!(w[e][m] = df_t_wrap(p, DF_DT_F4, 2, sh, err, sizeof err)) ||
+          !(w[e][3 + m] = df_t_wrap(s, DF_DT_U8, 2, sc, err, sizeof err)) ||
+          df_t_set_mx_scale(w[e][m], w[e][3 + m], err, sizeof err) != 0)
+        goto done;
+      p = s + sc[0] * sc[1];
+    }
+    gate[e] = w[e][0];
+    up[e] = w[e][1];
+    down[e] = w[e][2];
+    off[e] = e;
+  }
+  off[n_exp] = n_exp;
+  df_k_act act = {.kind = DF_K_ACT_SITU, .beta = 4.0f, .beta_lin = 25.0f};
+  for (int r = 0; r <= reps; r++) { /* the first pass warms pages and threads */
+    double t = now_s();
+    df_t_glu_ffn_groups(x, n_exp, off, gate, up, down, &act, g, u, y);
+    double dt = now_s() - t;
+    if (r > 0 && (double)(per * n_exp) / dt / 1e9 > best) {
+      best = (double)(per * n_exp) / dt / 1e9;
+      *ms = dt * 1e3;
+    }
+  }
+done:
+  for (int e = 0; e < 16; e++)
+    for (int m = 0; m < 6; m++) df_t_destroy(&w[e][m]);
+  df_t_destroy(&x);
+  df_t_destroy(&y);
+  df_t_destroy(&g);
+  df_t_destroy(&u);
+  free(bytes);
+  return best;
+}
+
 int main(int argc, char **argv) {
   const char *model_dir = NULL, *json_path = NULL;
   int n_decode = 32, n_prefill = 128, repeat = 3, bw_mib = 1024;
@@ -168,6 +229,11 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "bench: bf16 linear kernel, 64 rows\n");
   double gemm = gemm_gflops(cfg->hidden_size, 2 + repeat);
+  double mx_ms = 0, mx_gbs = 0; /* MXFP4 models: K3's real expert products */
+  if (cfg->quant == DF_QUANT_MXFP4) {
+    fprintf(stderr, "bench: MXFP4 expert FFN at Kimi K3's size\n");
+    mx_gbs = mxfp4_expert_gbs(16, 2 + repeat, &mx_ms);
+  }
   double gbs = (double)mb.active_per_token / best_decode / 1e9;
   double ratio = gbs / bw;
   /* FLOPs: 2 per weight a token reads; lm_head runs for the last prompt position only */
@@ -191,6 +257,10 @@ int main(int argc, char **argv) {
          prefill_gf);
   printf("| bf16 linear kernel, 64 rows | %.1f GFLOP/s (prefill reaches %.2f of it) |\n", gemm,
          gemm > 0 ? prefill_gf / gemm : 0.0);
+  if (cfg->quant == DF_QUANT_MXFP4)
+    printf("| MXFP4 expert FFN, Kimi K3 size (16 experts x 3 matrices, 1 row each, SiTU) | "
+           "%.2f ms per layer, %.2f GB/s of packed + scale bytes = %.2f of bandwidth |\n", mx_ms,
+           mx_gbs, bw > 0 ? mx_gbs / bw : 0.0);
   printf("| decode breakdown | attention %.0f%%, router %.0f%%, experts %.0f%%, combine %.0f%%, "
          "dense MLP %.0f%%, lm_head %.0f%%, embed %.0f%%, residual (norms%s) %.0f%% |\n",
          PCT(best_prof.attention), PCT(best_prof.router), PCT(best_prof.experts),
@@ -212,7 +282,7 @@ int main(int argc, char **argv) {
             "  \"gemm64_gflops\": %.3f,\n  \"decode_tokens\": %d,\n  \"repeat\": %d,\n"
             "  \"total_bytes\": %llu,\n  \"layers\": %lld,\n  \"hidden\": %lld,\n"
             "  \"experts\": %lld,\n  \"top_k\": %lld,\n  \"moe_intermediate\": %lld,\n"
-            "  \"vocab\": %lld,\n"
+            "  \"vocab\": %lld,\n  \"mxfp4_expert_gbs\": %.4f,\n"
             "  \"decode_breakdown_s_per_token\": {\"attention\": %.6f, \"router\": %.6f, "
             "\"experts\": %.6f, \"combine\": %.6f, \"dense_mlp\": %.6f, \"lm_head\": %.6f, "
             "\"embed\": %.6f, \"residual\": %.6f}\n}\n",
@@ -222,7 +292,7 @@ int main(int argc, char **argv) {
             (unsigned long long)mb.total, (long long)cfg->num_hidden_layers,
             (long long)cfg->hidden_size, (long long)cfg->num_experts,
             (long long)cfg->num_experts_per_tok, (long long)cfg->moe_intermediate_size,
-            (long long)cfg->vocab_size, best_prof.attention / n_decode,
+            (long long)cfg->vocab_size, mx_gbs, best_prof.attention / n_decode,
             best_prof.router / n_decode, best_prof.experts / n_decode,
             best_prof.combine / n_decode, best_prof.dense_mlp / n_decode,
             best_prof.lm_head / n_decode, best_prof.embed / n_decode,
