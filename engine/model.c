@@ -482,27 +482,22 @@ void df_model_set_expert_backend(df_model *m, df_expert_backend *be) {
   m->backend = be;
 }
 
-int64_t df_host_mem_available(void) {
+/* A "/proc/meminfo" field in bytes ("MemAvailable:"), or -1 when unreadable. */
+static int64_t meminfo_bytes(const char *field) {
   FILE *f = fopen("/proc/meminfo", "r");
   if (!f) return -1;
   char line[256];
   long long kb = -1;
+  size_t n = strlen(field);
   while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (strncmp(line, field, n) == 0 && sscanf(line + n, " %lld kB", &kb) == 1) break;
   fclose(f);
   return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
-int64_t df_host_mem_total(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return -1;
-  char line[256];
-  long long kb = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemTotal: %lld kB", &kb) == 1) break;
-  fclose(f);
-  return kb < 0 ? -1 : (int64_t)kb * 1024;
-}
+int64_t df_host_mem_available(void) { return meminfo_bytes("MemAvailable:"); }
+
+int64_t df_host_mem_total(void) { return meminfo_bytes("MemTotal:"); }
 
 int df_model_admit_host(const df_model *m, char *err, size_t errlen) {
   int64_t total = df_host_mem_total();

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "coordinator/hub/pull_manifest.h"
@@ -34,6 +35,26 @@ int df_cli_double(const char *name, const char *v, double lo, double hi, double 
     return -1;
   }
   *out = x;
+  return 0;
+}
+
+int df_cli_size(const char *s, size_t n, uint64_t *out) {
+  char buf[32];
+  if (n == 0 || n >= sizeof buf) return -1;
+  memcpy(buf, s, n);
+  buf[n] = 0;
+  char *end;
+  double v = strtod(buf, &end);
+  if (end == buf || !(v >= 0)) return -1;
+  double mul = 1;
+  if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+  else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
+  else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+  else if (*end == 'T' || *end == 't') mul = 1099511627776.0, end++;
+  if (*end == 'i' && end[1] == 'B') end += 2;
+  else if (*end == 'B') end++;
+  if (*end || v * mul >= 1.8e19) return -1;
+  *out = (uint64_t)(v * mul);
   return 0;
 }
 

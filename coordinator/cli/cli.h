@@ -9,6 +9,7 @@
 #define DF_COORD_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 int df_cmd_run(int argc, char **argv);
@@ -58,6 +59,10 @@ int df_cli_double(const char *name, const char *v, double lo, double hi, double 
  * --NAME: expected a folder path, got ''" and returns -1 (usage error, exit 2); 0 for any
  * other value (NULL included: option absent). Allocates nothing. */
 int df_cli_dir(const char *name, const char *v);
+/* A byte size of n chars at s: a number (>= 0, may be fractional) with an optional K/M/G/T
+ * suffix (powers of 1024) and an optional i / iB / B, as "64G", "512MiB", "1.5T": 0 and *out
+ * set, or -1 when malformed or >= 1.8e19. */
+int df_cli_size(const char *s, size_t n, uint64_t *out);
 /* Parse "1,2,3" into a malloc'd int32 array (caller frees); ids must be >= 0.
  * Returns count, or -1 with a message naming the bad element. */
 int64_t df_cli_ids(const char *name, const char *v, int32_t **out);

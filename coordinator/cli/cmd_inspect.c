@@ -24,26 +24,6 @@ static void inspect_usage(FILE *f) {
              "            print the placement the coordinator would choose for them\n");
 }
 
-/* "64G" -> bytes (K/M/G/T, powers of 1024); -1 on a malformed size. */
-static int parse_size(const char *s, size_t n, uint64_t *out) {
-  char buf[32];
-  if (n == 0 || n >= sizeof buf) return -1;
-  memcpy(buf, s, n);
-  buf[n] = 0;
-  char *end;
-  double v = strtod(buf, &end);
-  if (end == buf || !(v > 0)) return -1;
-  double mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-  else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
-  else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
-  else if (*end == 'T' || *end == 't') mul = 1099511627776.0, end++;
-  if (*end == 'i' && end[1] == 'B') end += 2;
-  else if (*end == 'B') end++;
-  if (*end || v * mul >= 1.8e19) return -1;
-  *out = (uint64_t)(v * mul);
-  return 0;
-}
 
 /* The coordinator's placement for nodes of budgets[n] (one replica where room is left). */
 static int print_placement(const df_model *m, const uint64_t *budgets, int n) {
@@ -93,7 +73,8 @@ int df_cmd_inspect(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[2], "--nodes")) {
     for (const char *s = argv[3];;) {
       size_t k = strcspn(s, ",");
-      if (n_nodes == MAX_NODES || parse_size(s, k, &budgets[n_nodes]) != 0) {
+      if (n_nodes == MAX_NODES || df_cli_size(s, k, &budgets[n_nodes]) != 0 ||
+          budgets[n_nodes] == 0) {
         fprintf(stderr, "deltafin inspect: --nodes: expected up to %d sizes like 64G,64G, got "
                 "'%s'\n", MAX_NODES, argv[3]);
         return 2;

@@ -54,27 +54,6 @@ static void plan_usage(FILE *f) {
           PLAN_DEFAULT_DRAFT_K + 1, PLAN_DEFAULT_MEM_GBPS, PLAN_DEFAULT_RTT_MS, PLAN_DEFAULT_CTX);
 }
 
-/* "64G" -> bytes (K/M/G/T, powers of 1024; optional i/iB/B); -1 on a malformed size. */
-static int parse_size(const char *s, size_t n, uint64_t *out) {
-  char buf[32];
-  if (n == 0 || n >= sizeof buf) return -1;
-  memcpy(buf, s, n);
-  buf[n] = 0;
-  char *end;
-  double v = strtod(buf, &end);
-  if (end == buf || !(v >= 0)) return -1;
-  double mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-  else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
-  else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
-  else if (*end == 'T' || *end == 't') mul = 1099511627776.0, end++;
-  if (*end == 'i' && end[1] == 'B') end += 2;
-  else if (*end == 'B') end++;
-  if (*end || v * mul >= 1.8e19) return -1;
-  *out = (uint64_t)(v * mul);
-  return 0;
-}
-
 static int parse_num(const char *s, size_t n, double lo, double hi, double *out) {
   char buf[32];
   if (n == 0 || n >= sizeof buf) return -1;
@@ -96,11 +75,11 @@ static int parse_node(const char *v, df_plan_node *d) {
     size_t k = strcspn(s, ",");
     int bad = 0;
     switch (field) {
-    case 0: bad = parse_size(s, k, &d->mem) || d->mem == 0; break;
+    case 0: bad = df_cli_size(s, k, &d->mem) || d->mem == 0; break;
     case 1: bad = parse_num(s, k, 0, 1e6, &d->disk_gbps); break;
     case 2: bad = parse_num(s, k, 0, 1e6, &d->link_gbitps); break;
     case 3: bad = k && (parse_num(s, k, 1e-3, 1e6, &d->mem_gbps)); break;
-    case 4: bad = parse_size(s, k, &d->disk_bytes); break;
+    case 4: bad = df_cli_size(s, k, &d->disk_bytes); break;
     default: bad = 1;
     }
     if (bad) return -1;
@@ -273,7 +252,7 @@ int df_cmd_plan(int argc, char **argv) {
     case O_MEMBW: if (df_cli_double("mem-bw", optarg, 1e-3, 1e6, &mem_bw)) return 2; break;
     case O_RTT: if (df_cli_double("rtt-ms", optarg, 0, 1e6, &rtt_ms)) return 2; break;
     case O_RESERVE:
-      if (parse_size(optarg, strlen(optarg), &reserve) != 0) {
+      if (df_cli_size(optarg, strlen(optarg), &reserve) != 0) {
         fprintf(stderr, "deltafin plan: --reserve: expected a size like 4G, got '%s'\n", optarg);
         return 2;
       }
