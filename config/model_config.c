@@ -441,6 +441,18 @@ static int mxfp4_group_ok(ctx *c, json_t *g, const char *gname) {
          "group_size 32, type \"float\" (MXFP4)", c->pfx, gname);
     return -1;
   }
+  json_t *sym = get(w, "symmetric"), *strat = get(w, "strategy"), *sdt = get(w, "scale_dtype"),
+         *gf = get(g, "format");
+  if ((sym && !json_is_true(sym)) ||
+      (strat && (!json_is_string(strat) || strcmp(json_string_value(strat), "group") != 0)) ||
+      (sdt && (!json_is_string(sdt) || strcmp(json_string_value(sdt), "torch.uint8") != 0)) ||
+      (gf && (!json_is_string(gf) ||
+              strcmp(json_string_value(gf), "mxfp4-pack-quantized") != 0))) {
+    fail(c, "key '%squantization_config.config_groups.%.64s': expected format "
+         "mxfp4-pack-quantized with symmetric true, strategy \"group\" and scale_dtype "
+         "\"torch.uint8\" (MXFP4: E8M0 scales, one per group of 32)", c->pfx, gname);
+    return -1;
+  }
   if (get(g, "input_activations")) {
     fail(c, "key '%squantization_config.config_groups.%.64s.input_activations': quantised "
          "activations are not supported (expected null: weight-only MXFP4)", c->pfx, gname);
@@ -474,15 +486,14 @@ int df_cfg_quant_mxfp4(df_cfg_reader *r, df_model_config *m) {
     return -1;
   }
   json_t *groups = get(q, "config_groups");
-  if (groups && !json_is_object(groups)) {
-    fail(c, "key '%squantization_config.config_groups': expected an object, got %s", c->pfx,
-         type_name(groups));
+  if (!groups || !json_is_object(groups) || json_object_size(groups) == 0) {
+    fail(c, "key '%squantization_config.config_groups': expected an object of at least one "
+         "group, got %s", c->pfx, groups ? type_name(groups) : "(absent)");
     return -1;
   }
   const char *gname;
   json_t *g;
-  if (groups)
-    json_object_foreach(groups, gname, g) if (mxfp4_group_ok(c, g, gname) != 0) return -1;
+  json_object_foreach(groups, gname, g) if (mxfp4_group_ok(c, g, gname) != 0) return -1;
   m->quant = DF_QUANT_MXFP4;
   return 0;
 }
@@ -654,7 +665,7 @@ static int parse_model(ctx *c, json_t *root, const df_cfg_family *const *familie
   }
   if (get_num(c, root, "rms_norm_eps", 1e-6, &m->rms_norm_eps)) return -1;
   if (!(m->rms_norm_eps > 0.0)) {
-    fail(c, "key 'rms_norm_eps': %g is out of range (expected > 0)", m->rms_norm_eps);
+    fail(c, "key '%srms_norm_eps': %g is out of range (expected > 0)", c->pfx, m->rms_norm_eps);
     return -1;
   }
   /* transformers >= 5 folds rope_theta and rope_scaling into rope_parameters. */

@@ -60,7 +60,11 @@ static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
     if (m->profiling) t0 = df_prof_now();
     rs->ops->sublayer_out(rs, l, L, 1, R, m->x, m->tmp);
   }
-  if (rs->ops->final) rs->ops->final(rs, R, m->x);
+  if (rs->ops->final) {
+    rs->ops->final(rs, R, m->x);
+    if (check_finite(m, m->x, R, c->num_hidden_layers - 1, "the output mix", err, errlen) != 0)
+      return -1;
+  }
   df_prof_lap(m->profiling, &m->prof.residual, &t0);
   return 0;
 }
@@ -163,6 +167,16 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
     if (nl > 0) {
       df_t_rmsnorm(m->tmp, nl, m->final_norm, (float)c->rms_norm_eps, m->xn);
       df_t_linear(m->xn, 0, nl, m->lm_head, NULL, m->logits);
+      const float *lg = df_t_f32(m->logits);
+      for (int64_t k = 0; k < nl * V; k++) {
+        if (isfinite(lg[k])) continue;
+        snprintf(err, errlen, "the final norm and lm_head produced a non-finite logit (%g, token "
+                 "id %lld): the checkpoint's model.norm or lm_head weights are probably corrupt "
+                 "(deltafin verify --deep DIR checks every tensor)", (double)lg[k],
+                 (long long)(k % V));
+        for (int t = 0; t < n_seqs; t++) df_kv_rewind(kvs[t], start[t]);
+        return -1;
+      }
       for (int64_t j = 0; j < nl; j++)
         memcpy(m->row_out[j], df_t_f32(m->logits) + j * V, (size_t)V * sizeof(float));
     }

@@ -461,6 +461,7 @@ static void test_bind(void **state) {
   df_model_config cfg;
   memset(&cfg, 0, sizeof cfg);
   snprintf(cfg.model_type, sizeof cfg.model_type, "kimi_linear");
+  cfg.quant = DF_QUANT_MXFP4;
   df_binder b = {.dir = dir, .st = st, .cfg = &cfg};
 
   const df_t_tensor *w = df_bind_linear(&b, "m.experts.0.w1.weight", N, K, true, err, sizeof err);

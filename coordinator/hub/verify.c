@@ -173,13 +173,41 @@ static uint64_t count_nonfinite(const df_st_tensor *t, uint64_t *first) {
   return bad;
 }
 
-/* --deep: every floating-point tensor's values. */
+/* An MXFP4 scale tensor (compressed-tensors' U8 `<base>.weight_scale` next to its
+ * `<base>.weight_packed`): the number of E8M0 NaN bytes (255), *first the first's index. */
+static uint64_t count_nan_scales(const df_st_model *stm, const df_st_tensor *t, uint64_t *first) {
+  size_t n = strlen(t->name);
+  if (t->dtype != DF_DT_U8 || n < 13 || n > 400 || strcmp(t->name + n - 13, ".weight_scale"))
+    return 0;
+  char packed[420];
+  snprintf(packed, sizeof packed, "%.*s.weight_packed", (int)(n - 13), t->name);
+  if (!df_st_find(stm, packed)) return 0;
+  const uint8_t *p = (const uint8_t *)t->data;
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < t->nbytes; i++)
+    if (p[i] == 255 && bad++ == 0) *first = i;
+  return bad;
+}
+
+/* --deep: every floating-point tensor's values, and every MXFP4 scale byte. */
 static void check_values(vctx *v, const df_st_model *stm) {
   size_t nt = df_st_count(stm), bad_tensors = 0, scanned = 0;
   uint64_t bytes = 0;
   for (size_t i = 0; i < nt; i++) {
     const df_st_tensor *t = df_st_at(stm, i);
     uint64_t first = 0, bad = count_nonfinite(t, &first);
+    uint64_t nan_scales = count_nan_scales(stm, t, &first);
+    if (nan_scales) {
+      scanned++;
+      bytes += t->nbytes;
+      bad_tensors++;
+      const char *fp = df_st_file_path(stm, t->file_index), *slash = strrchr(fp, '/');
+      report(v, DF_VERIFY_PROBLEM, slash ? slash + 1 : fp,
+             "tensor %s (MXFP4 E8M0 scales): %llu of its bytes are 255, the NaN scale (the first "
+             "at flat index %llu)", t->name, (unsigned long long)nan_scales,
+             (unsigned long long)first);
+      continue;
+    }
     if (t->dtype == DF_DT_BF16 || t->dtype == DF_DT_F16 || t->dtype == DF_DT_F32 ||
         t->dtype == DF_DT_F64 || t->dtype == DF_DT_F8_E4M3 || t->dtype == DF_DT_F8_E5M2) {
       scanned++;

@@ -108,6 +108,12 @@ static bool mx_part_ok(const df_binder *b, const df_st_tensor *t, const int64_t 
 static const df_t_tensor *bind_mxfp4(df_binder *b, const char *base, const df_st_tensor *pt,
                                      const df_st_tensor *st, int64_t N, int64_t K,
                                      bool is_expert, char *err, size_t errlen) {
+  if (b->cfg->quant != DF_QUANT_MXFP4) {
+    snprintf(err, errlen, "%s: tensor '%s' is an MXFP4 pair (weight_packed + weight_scale) but "
+             "config.json's quantization_config does not declare compressed-tensors MXFP4 "
+             "(format mxfp4-pack-quantized)", file_of(b, pt), pt->name);
+    return NULL;
+  }
   if (K % 32 != 0 || K <= 0) {
     snprintf(err, errlen, "%s: tensor '%s' is MXFP4 but config.json implies a [%lld, %lld] "
              "weight, whose row length is not a multiple of the MX block size 32", file_of(b, pt),

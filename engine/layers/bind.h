@@ -54,11 +54,13 @@ const df_t_tensor *df_bind(df_binder *b, const char *name, int ndim, const int64
  * binder reads every scale byte here; a routed expert's scales are scanned before the
  * expert's first use instead (engine/experts/expert_local.h df_expert_check_scales, torch_shim.h
  * df_t_mx_scale_check), since reading Kimi K3's ~85 GB of expert scales at load is not
- * acceptable. The packed and scale bytes count (as routed-expert bytes when is_expert). No
- * quantization_config is consulted: the tensors decide.
+ * acceptable. The packed and scale bytes count (as routed-expert bytes when is_expert). The
+ * tensors decide which weights are MXFP4; the config must declare the format
+ * (quantization_config: compressed-tensors MXFP4, config/model_config.h df_cfg_quant_mxfp4).
  * Errors (NULL + one line naming the file or folder, the tensor, what it has and what was
  * expected): df_bind's; F8_E4M3 without an fp8 quantization_config, a missing or mis-shaped
- * (or non-F32) FP8 scale tensor; for MXFP4 one of the pair without the other, K not a
+ * (or non-F32) FP8 scale tensor; for MXFP4 a config that does not declare MXFP4, one of the
+ * pair without the other, K not a
  * multiple of 32, a part not U8 or not of shape [N, K/2] / [N, K/32], and (resident weights)
  * "tensor '<base>.weight_scale' holds E8M0 255 (NaN) at row R, group G". */
 const df_t_tensor *df_bind_linear(df_binder *b, const char *name, int64_t N, int64_t K,

@@ -65,6 +65,19 @@ static int k3_switches(df_cfg_reader *r, df_model_config *m) {
                 "null)", pf, beta_lin);
     return -1;
   }
+  if ((beta > 0 && !((float)beta > 0 && isfinite((float)beta))) ||
+      (beta_lin > 0 && !((float)beta_lin > 0 && isfinite((float)beta_lin)))) {
+    df_cfg_fail(r, "key '%sactivation_situ_%sbeta': %g is not a positive finite fp32 value", pf,
+                (beta > 0 && !((float)beta > 0 && isfinite((float)beta))) ? "" : "linear_",
+                (beta > 0 && !((float)beta > 0 && isfinite((float)beta))) ? beta : beta_lin);
+    return -1;
+  }
+  if (m->hidden_act != DF_ACT_SITU && (df_cfg_has(r, "activation_situ_beta") ||
+                                       df_cfg_has(r, "activation_situ_linear_beta"))) {
+    df_cfg_fail(r, "key '%sactivation_situ_beta': SiTU parameters given but hidden_act is not "
+                "\"situ\"", pf);
+    return -1;
+  }
   m->situ_beta = beta > 0 ? beta : 1.0; /* the reference's `beta or 1.0` */
   m->situ_linear_beta = beta_lin;       /* 0: the up branch passes unchanged */
   if (m->latent_norm && m->latent_dim == 0) {
@@ -308,11 +321,19 @@ static int build_layer(const df_family_ctx *fc, int64_t l, df_layer *L, char *er
 static df_residual *residual_new(const df_family_ctx *fc, const df_layer *layers, char *err,
                                  size_t errlen) {
   const df_model_config *c = fc->cfg;
-  if (c->attn_res_block == 0) return df_residual_prenorm_of(c, err, errlen);
   int64_t Hd = c->hidden_size, ps[2] = {1, Hd};
   char nn[256], np[256];
   snprintf(nn, sizeof nn, "%smodel.output_attn_res_norm.weight", c->tensor_prefix);
   snprintf(np, sizeof np, "%smodel.output_attn_res_proj.weight", c->tensor_prefix);
+  if (c->attn_res_block == 0) {
+    if (df_st_find(fc->bind->st, nn)) { /* a K3 checkpoint whose config lost the switch */
+      snprintf(err, errlen, "%s: the checkpoint has Attention Residuals' tensors ('%s', ...) but "
+               "config.json sets no attn_res_block_size: the config does not describe these "
+               "weights", fc->bind->dir, nn);
+      return NULL;
+    }
+    return df_residual_prenorm_of(c, err, errlen);
+  }
   const df_t_tensor *on = df_bind(fc->bind, nn, 1, &Hd, false, false, err, errlen);
   const df_t_tensor *op = on ? df_bind(fc->bind, np, 2, ps, false, false, err, errlen) : NULL;
   if (!op) return NULL;

@@ -90,6 +90,16 @@ int df_build_mla_moe_ffn(const df_family_ctx *fc, int64_t l, df_layer *L, const 
     LIN(w.sh_down, NM("%s.shared_experts.down_proj.weight", moe_block), H, S, false);
   }
   int64_t W = H; /* the width the routed experts run in */
+  /* tensors of a latent MoE that the config does not switch on: refuse, never ignore */
+  static const char *const lat_part[2] = {"routed_expert_down_proj", "routed_expert_norm"};
+  for (int i = 0; i < 2; i++)
+    if ((i == 0 ? c->latent_dim == 0 : !c->latent_norm) &&
+        df_st_find(b->st, NM("%s.%s.weight", moe_block, lat_part[i]))) {
+      snprintf(err, errlen, "%s: the checkpoint has '%s' but config.json sets no %s: the config "
+               "does not describe these weights", b->dir, nm,
+               i == 0 ? "routed_expert_hidden_size" : "latent_moe_use_norm true");
+      return -1;
+    }
   if (c->latent_dim > 0) { /* Kimi K3's latent MoE (docs/K3.md §3.7) */
     W = c->latent_dim;
     LIN(w.lat_down, NM("%s.routed_expert_down_proj.weight", moe_block), W, H, false);
