@@ -138,9 +138,21 @@ def case_nan_weight(d):
     return ["layer 1", "non-finite", "nan", "position 0"]
 
 
+def case_nan_final_norm(d):
+    """A NaN in the final norm's weight: every logit is NaN, which is refused naming model.norm
+    and lm_head (greedy decoding used to print id 0 forever, exit 0)."""
+    p = os.path.join(d, "model.safetensors")
+    h, data = read_st(p)
+    data = bytearray(data)
+    b = h["model.norm.weight"]["data_offsets"][0]
+    data[b:b + 2] = struct.pack("<H", 0x7FC0)
+    write_st(p, h, bytes(data))
+    return ["non-finite logit", "model.norm or lm_head"]
+
+
 CASES = [case_truncated, case_header_past_end, case_offsets_out_of_range, case_overlapping,
          case_dtype_f8, case_dtype_i32, case_shape, case_missing, case_bad_json,
-         case_config_layers, case_nan_weight]
+         case_config_layers, case_nan_weight, case_nan_final_norm]
 
 
 def main():

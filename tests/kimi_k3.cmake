@@ -83,3 +83,8 @@ set_tests_properties(inspect_kimi_k3_real PROPERTIES TIMEOUT 600 FIXTURES_REQUIR
 # state nearly every round) and the target as its own draft give the target's greedy ids.
 add_test(NAME spec_kimi_k3 COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/k3_spec_cli.py
   $<TARGET_FILE:deltafin> ${DF_FIXTURES})
+
+# Damaged K3 folders (a NaN expert scale, a NaN output-mix weight, config switches that do not
+# describe the checkpoint's tensors) refused with one line naming the cause.
+add_test(NAME bad_kimi_k3 COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/k3_bad.py
+  $<TARGET_FILE:deltafin> ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/k3-bad)
