@@ -405,6 +405,25 @@ static void test_config(void **state) {
                    "key 'text_config.quantization_config.config_groups.group_0.weights': "
                    "expected num_bits 4");
   expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
+                   "\"mla_use_nope\": true, \"activation_situ_beta\": 4.0",
+                   "key 'text_config.activation_situ_beta': SiTU parameters given but hidden_act "
+                   "is not \"situ\"");
+  expect_cfg_error("tiny-kl-k3gate", "\"hidden_act\": \"silu\"",
+                   "\"hidden_act\": \"situ\", \"activation_situ_beta\": 1e39",
+                   "key 'text_config.activation_situ_beta': 1e+39 is not a positive finite fp32");
+  expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
+                   "\"mla_use_nope\": true, \"quantization_config\": {\"quant_method\": "
+                   "\"compressed-tensors\", \"format\": \"mxfp4-pack-quantized\"}",
+                   "key 'text_config.quantization_config.config_groups': expected an object of at "
+                   "least one group");
+  expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
+                   "\"mla_use_nope\": true, \"quantization_config\": {\"quant_method\": "
+                   "\"compressed-tensors\", \"format\": \"mxfp4-pack-quantized\", "
+                   "\"config_groups\": {\"g\": {\"weights\": {\"num_bits\": 4, "
+                   "\"group_size\": 32, \"type\": \"float\", \"symmetric\": false}}}}",
+                   "key 'text_config.quantization_config.config_groups.g': expected format "
+                   "mxfp4-pack-quantized with symmetric true");
+  expect_cfg_error("tiny-kl-k3gate", "\"mla_use_nope\": true",
                    "\"mla_use_nope\": true, \"activation_situ_linear_beta\": -1",
                    "key 'text_config.activation_situ_linear_beta': -1 is out of range");
   expect_cfg_error("tiny-kl-k3gate", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"",
