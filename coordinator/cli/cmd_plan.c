@@ -66,8 +66,14 @@ static int parse_num(const char *s, size_t n, double lo, double hi, double *out)
   return 0;
 }
 
-/* MEM,DISK_GBPS,LINK_GBITPS[,MEM_GBPS[,DISK_SIZE]]; mem_gbps 0 = the --mem-bw default. */
-static int parse_node(const char *v, df_plan_node *d) {
+/* A rate: 0 (none) or 1e-3 .. 1e6. */
+static int parse_rate(const char *s, size_t n, double *out) {
+  return parse_num(s, n, 0, 1e6, out) || (*out > 0 && *out < 1e-3) ? -1 : 0;
+}
+
+/* MEM,DISK_GBPS,LINK_GBITPS[,MEM_GBPS[,DISK_SIZE]]; mem_gbps 0 = the --mem-bw default.
+ * 0, or -1 with *which the 1-based field at fault (0: too few fields). */
+static int parse_node(const char *v, df_plan_node *d, int *which) {
   memset(d, 0, sizeof *d);
   d->disk_bytes = UINT64_MAX;
   int field = 0;
@@ -76,16 +82,18 @@ static int parse_node(const char *v, df_plan_node *d) {
     int bad = 0;
     switch (field) {
     case 0: bad = df_cli_size(s, k, &d->mem) || d->mem == 0; break;
-    case 1: bad = parse_num(s, k, 0, 1e6, &d->disk_gbps); break;
-    case 2: bad = parse_num(s, k, 0, 1e6, &d->link_gbitps); break;
+    case 1: bad = parse_rate(s, k, &d->disk_gbps); break;
+    case 2: bad = parse_rate(s, k, &d->link_gbitps); break;
     case 3: bad = k && (parse_num(s, k, 1e-3, 1e6, &d->mem_gbps)); break;
     case 4: bad = df_cli_size(s, k, &d->disk_bytes); break;
     default: bad = 1;
     }
+    *which = field + 1;
     if (bad) return -1;
     if (!s[k]) break;
     s += k + 1;
   }
+  if (field < 2) *which = 0;
   return field >= 2 ? 0 : -1;
 }
 
@@ -239,10 +247,16 @@ int df_cmd_plan(int argc, char **argv) {
     switch (c) {
     case O_MODEL: dir = optarg; break;
     case O_NODE:
-      if (n_nodes == PLAN_MAX_NODES || parse_node(optarg, &nodes[n_nodes]) != 0) {
+      int which = 0;
+      if (n_nodes == PLAN_MAX_NODES || parse_node(optarg, &nodes[n_nodes], &which) != 0) {
+        static const char *const field[] = {
+            "too few fields", "MEM (a size > 0, e.g. 128G)",
+            "DISK_GBPS (0 or 0.001 .. 1e6 GB/s)", "LINK_GBITPS (0 or 0.001 .. 1e6 Gbit/s)",
+            "MEM_GBPS (0.001 .. 1e6 GB/s)", "DISK_SIZE (a size)", "too many fields"};
         fprintf(stderr, "deltafin plan: --node: expected MEM,DISK_GBPS,LINK_GBITPS[,MEM_GBPS"
-                "[,DISK_SIZE]] like 128G,3.5,10 (at most %d machines), got '%s'\n",
-                PLAN_MAX_NODES, optarg);
+                "[,DISK_SIZE]] like 128G,3.5,10 (at most %d machines), got '%s'%s%s\n",
+                PLAN_MAX_NODES, optarg, n_nodes == PLAN_MAX_NODES ? "" : ": bad ",
+                n_nodes == PLAN_MAX_NODES ? "" : field[which < 6 ? which : 6]);
         return 2;
       }
       n_nodes++;
