@@ -56,8 +56,8 @@ typedef struct member {
   bool alive, ready, has_model;
   uint64_t budget, held;
   uint64_t device;           /* of budget, bytes kept on its GPU (JOIN `device`; 0 = CPU) */
-  uint32_t features;         /* DF_PROTO_FEAT_* of its JOIN; a node lacking one the model's
-                                experts need (mf.needs) is given none of them */
+  bool can_serve;            /* its JOIN `features` hold all the model's experts need
+                                (mf.needs); else it is given none of them */
   uint64_t epoch;            /* of the assignment last sent */
   int64_t *apairs, n_apairs; /* that assignment's pair indices, ascending */
   uint64_t reply_id;         /* JOIN id to answer with the next ASSIGN (0 = none) */
@@ -103,7 +103,6 @@ struct df_cluster {
   int64_t wait_deadline;
   int wait_min;
   bool stop;
-  bool act_said;               /* the "activation differs from the manifest's" line was logged */
   int64_t status_due;
   df_cluster_stats st;
 };
@@ -266,15 +265,10 @@ static int cmp_key(const void *a, const void *b, void *arg) {
   return strcmp(c->mb[*(const int *)a].key, c->mb[*(const int *)b].key);
 }
 
-/* Whether member mb declared every feature the model's experts need (JOIN `features`). */
-static bool can_serve(const df_cluster *c, const member *mb) {
-  return (c->mf.needs & ~mb->features) == 0;
-}
-
 static void send_assign(df_cluster *c, member *mb) {
   /* a node that cannot serve this model's experts is given none, in version 2's first form
    * (it would ignore `act` / `mx`): it stays a member that holds nothing */
-  bool full = can_serve(c, mb);
+  bool full = mb->can_serve;
   int tpp = full ? c->mf.tpp : 3;
   df_proto_msg a = {.op = DF_PROTO_ASSIGN, .epoch = mb->epoch, .hidden = c->mf.hidden,
                     .inter = c->mf.inter, .max_rows = df_model_max_rows(c->m),
@@ -314,7 +308,7 @@ static void replan(df_cluster *c) {
     if (c->mb[i].alive) idx[n++] = i;
   qsort_r(idx, (size_t)n, sizeof *idx, cmp_key, c);
   for (int i = 0; i < n; i++) { /* a node that cannot serve these experts has no room */
-    bool ok = can_serve(c, &c->mb[idx[i]]);
+    bool ok = c->mb[idx[i]].can_serve;
     budgets[i] = ok ? c->mb[idx[i]].budget : 0;
     device[i] = ok ? c->mb[idx[i]].device : 0;
   }
@@ -440,7 +434,7 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   mb->fd = f->fd;
   mb->budget = m->memory;
   mb->device = m->device; /* the codec keeps it <= memory */
-  mb->features = m->features;
+  mb->can_serve = (c->mf.needs & ~m->features) == 0;
   mb->has_model = m->has_model;
   mb->alive = true;
   mb->ready = false;
@@ -451,12 +445,10 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   if (mb->device) snprintf(dev, sizeof dev, " (%.1f MiB on its device)", mb->device / 1048576.0);
   cl_log("node %s (%s) joined%s: budget %.1f MiB%s%s", mb->name, fp, known ? " with its stored key" : " with a token",
        mb->budget / 1048576.0, dev, mb->has_model ? ", has the checkpoint" : "");
-  if (!can_serve(c, mb) && c->mf.n_pairs > 0)
-    cl_log("node %s (%s) does not declare %s%s%s (a df-node older than this model's experts): "
-           "it is given none of them; update it", mb->name, fp,
-           (c->mf.needs & ~mb->features & DF_PROTO_FEAT_ACT) ? "SiTU experts (`act`)" : "",
-           (c->mf.needs & ~mb->features) == (DF_PROTO_FEAT_ACT | DF_PROTO_FEAT_MX) ? " or " : "",
-           (c->mf.needs & ~mb->features & DF_PROTO_FEAT_MX) ? "MXFP4 experts (`mx`)" : "");
+  if (!mb->can_serve && c->mf.n_pairs > 0)
+    cl_log("node %s (%s) does not declare %s (a df-node older than this model's experts): it is "
+           "given none of them; update it", mb->name, fp,
+           df_cluster_manifest_missing(&c->mf, m->features));
   replan(c);
 }
 
@@ -622,17 +614,9 @@ static void start_job(df_cluster *c, df_cluster_job *j) {
   int32_t base = req->layer >= 0 && req->layer < df_model_cfg(c->m)->num_hidden_layers
                      ? c->mf.pair_of_layer[req->layer] : -1;
   c->job_outstanding = 0;
-  /* the nodes compute the manifest's activation: a request asking another runs here */
-  const df_k_act *ra = req->act;
-  bool act_ok = ra ? ((uint32_t)ra->kind == c->mf.act_kind &&
-                      (ra->kind == DF_K_ACT_SILU ||
-                       (ra->beta == c->mf.act_beta && ra->beta_lin == c->mf.act_beta_lin)))
-                   : c->mf.act_kind == DF_PROTO_ACT_SILU;
-  if (!act_ok && !c->act_said) {
-    c->act_said = true;
-    cl_log("layer %d asks for an expert activation other than the one the nodes were sent; "
-           "such layers run on the coordinator", req->layer);
-  }
+  /* the nodes compute the manifest's (the config's) activation; a request asking another
+   * (no family does) runs here */
+  bool act_ok = df_cluster_manifest_act_ok(&c->mf, req->act);
   if (base < 0 || c->n_mb == 0 || !act_ok) {
     c->st.groups_local += (uint64_t)req->n_groups;
     ctl_reply(c, CTL_PLANNED, 0);
@@ -783,29 +767,6 @@ static int64_t next_timeout(const df_cluster *c, int64_t t) {
   return due > t ? due - t : 0;
 }
 
-static void pairs_text(const df_cluster *c, int mi, FILE *f) {
-  /* "L1:0-3,7 L3:..." over the member's assignment */
-  const member *mb = &c->mb[mi];
-  int32_t cur_layer = -1, run_start = -1, run_end = -1;
-  for (int64_t i = 0; i <= mb->n_apairs; i++) {
-    int32_t l = i < mb->n_apairs ? c->mf.pairs[2 * mb->apairs[i]] : -2;
-    int32_t e = i < mb->n_apairs ? c->mf.pairs[2 * mb->apairs[i] + 1] : -2;
-    if (l == cur_layer && e == run_end + 1) {
-      run_end = e;
-      continue;
-    }
-    if (run_start >= 0) {
-      if (run_end > run_start) fprintf(f, "%d-%d", run_start, run_end);
-      else fprintf(f, "%d", run_start);
-    }
-    if (l == -2) break;
-    if (l != cur_layer) fprintf(f, "%sL%d:", cur_layer >= 0 ? " " : "", l);
-    else fputc(',', f);
-    cur_layer = l;
-    run_start = run_end = e;
-  }
-}
-
 static void write_status(df_cluster *c) {
   char path[4200], *buf = NULL;
   size_t len = 0;
@@ -839,7 +800,7 @@ static void write_status(df_cluster *c) {
             (unsigned long long)mb->held,
             (long long)mb->n_apairs, (long long)routed, (unsigned long long)mb->served,
             (unsigned long long)mb->rounds);
-    if (mb->alive) pairs_text(c, i, f);
+    if (mb->alive) df_cluster_manifest_pairs_text(&c->mf, mb->apairs, mb->n_apairs, f);
     fprintf(f, "\"}");
   }
   fprintf(f, "\n  ]\n}\n");

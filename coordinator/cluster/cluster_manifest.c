@@ -219,3 +219,39 @@ void df_cluster_manifest_free(df_cluster_manifest *mf) {
   free(mf->data);
   memset(mf, 0, sizeof *mf);
 }
+
+bool df_cluster_manifest_act_ok(const df_cluster_manifest *mf, const df_k_act *a) {
+  if (!a) return mf->act_kind == DF_PROTO_ACT_SILU;
+  return (uint32_t)a->kind == mf->act_kind &&
+         (a->kind == DF_K_ACT_SILU || (a->beta == mf->act_beta && a->beta_lin == mf->act_beta_lin));
+}
+
+const char *df_cluster_manifest_missing(const df_cluster_manifest *mf, uint32_t features) {
+  uint32_t miss = mf->needs & ~features;
+  if ((miss & DF_PROTO_FEAT_ACT) && (miss & DF_PROTO_FEAT_MX))
+    return "SiTU experts (`act`) or MXFP4 experts (`mx`)";
+  return (miss & DF_PROTO_FEAT_ACT) ? "SiTU experts (`act`)"
+         : (miss & DF_PROTO_FEAT_MX) ? "MXFP4 experts (`mx`)" : "";
+}
+
+void df_cluster_manifest_pairs_text(const df_cluster_manifest *mf, const int64_t *idx, int64_t n,
+                                    FILE *f) {
+  int32_t cur_layer = -1, run_start = -1, run_end = -1;
+  for (int64_t i = 0; i <= n; i++) {
+    int32_t l = i < n ? mf->pairs[2 * idx[i]] : -2;
+    int32_t e = i < n ? mf->pairs[2 * idx[i] + 1] : -2;
+    if (l == cur_layer && e == run_end + 1) {
+      run_end = e;
+      continue;
+    }
+    if (run_start >= 0) {
+      if (run_end > run_start) fprintf(f, "%d-%d", run_start, run_end);
+      else fprintf(f, "%d", run_start);
+    }
+    if (l == -2) break;
+    if (l != cur_layer) fprintf(f, "%sL%d:", cur_layer >= 0 ? " " : "", l);
+    else fputc(',', f);
+    cur_layer = l;
+    run_start = run_end = e;
+  }
+}

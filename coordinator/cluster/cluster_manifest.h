@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/model.h"
 #include "transport/codec.h"
@@ -58,5 +59,18 @@ int df_cluster_manifest_hash(df_cluster_manifest *mf, const df_model *m, const c
                              char *err, size_t errlen);
 
 void df_cluster_manifest_free(df_cluster_manifest *mf);
+
+/* Whether an expert request's activation (NULL = SiLU) is the one the manifest sends nodes:
+ * requests asking another run on the coordinator. */
+bool df_cluster_manifest_act_ok(const df_cluster_manifest *mf, const df_k_act *a);
+
+/* What a node declaring `features` (DF_PROTO_FEAT_*) lacks of mf->needs, as words for a log
+ * line ("SiTU experts (`act`) or MXFP4 experts (`mx`)"); "" when nothing. Static storage. */
+const char *df_cluster_manifest_missing(const df_cluster_manifest *mf, uint32_t features);
+
+/* "L1:0-3,7 L3:..." : the (layer, expert) pairs mf->pairs[idx[0 .. n)] (idx ascending) as runs
+ * of expert ids per layer, written to f (cluster-status.json's `placement`). */
+void df_cluster_manifest_pairs_text(const df_cluster_manifest *mf, const int64_t *idx, int64_t n,
+                                    FILE *f);
 
 #endif
