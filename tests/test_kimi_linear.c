@@ -34,6 +34,7 @@
 #include <jansson.h>
 
 #include "tests/golden.h"
+#include "tests/seq_invariants.h"
 
 #include "engine/kernels/kernels.h"
 #include "engine/layers/kda.h"
@@ -63,25 +64,6 @@ static float max_diff(const float *a, const float *b, int64_t n) {
     if (d > md || d != d) md = d;
   }
   return md;
-}
-
-static df_kv_cache *kv_new(df_model *m) {
-  char err[1024];
-  df_kv_cache *kv = df_model_kv_new(m, 0, err, sizeof err);
-  if (!kv) fail_msg("kv: %s", err);
-  return kv;
-}
-
-static void fwd(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n, df_logits_mode mode,
-                float *out) {
-  char err[1024];
-  if (df_model_forward(m, kv, ids, n, mode, out, err, sizeof err) != 0)
-    fail_msg("forward: %s", err);
-}
-
-/* The deterministic prompt of n tokens the reference setup tests use as well. */
-static void make_prompt(int32_t *ids, int64_t n, int64_t V) {
-  for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
 }
 
 /* Prompt logits within LOGIT_TOL of the goldens; greedy decode (one token per forward)
@@ -209,49 +191,17 @@ static void test_isa_agreement(void **state) {
   if (df_k_isa() != DF_ISA_AVX2) skip();
   for (size_t f = 0; f < N_FIX; f++) {
     df_model *m = load_model(k_fixtures[f], 64, 256);
-    int64_t V = df_model_cfg(m)->vocab_size;
-    int32_t ids[40];
-    make_prompt(ids, 40, V);
-    float *a = prompt_logits(m, ids, 40, 40);
-    df_k_set_isa(DF_ISA_SCALAR);
-    float *b = prompt_logits(m, ids, 40, 40);
-    df_k_set_isa(DF_ISA_AVX2);
-    assert_memory_equal(a, b, (size_t)(40 * V) * sizeof(float));
-    free(a);
-    free(b);
+    inv_isa_agreement(m, k_fixtures[f]);
     df_model_destroy(&m);
   }
 }
 
-/* Two sequences in one forward (a chunk boundary inside a sequence) get their solo logits,
- * and a sequence's decode step next to another's prefill is its solo step. */
+/* inv_alone_equals_batched on every fixture. */
 static void test_alone_equals_batched(void **state) {
   (void)state;
-  char err[1024];
   for (size_t f = 0; f < N_FIX; f++) {
     df_model *m = load_model(k_fixtures[f], 7, 256);
-    int64_t V = df_model_cfg(m)->vocab_size;
-    int32_t ids[40];
-    make_prompt(ids, 40, V);
-    float *solo = malloc((size_t)(3 * V) * 4), *both = malloc((size_t)(3 * V) * 4);
-    df_kv_cache *k1 = kv_new(m), *k2 = kv_new(m);
-    fwd(m, k1, ids, 9, DF_LOGITS_LAST, solo);
-    fwd(m, k2, ids + 20, 12, DF_LOGITS_LAST, solo + V);
-    fwd(m, k1, ids + 30, 1, DF_LOGITS_LAST, solo + 2 * V);
-    df_kv_truncate(k1, 0);
-    df_kv_truncate(k2, 0);
-    df_batch_seq b[2] = {{k1, ids, 9, DF_LOGITS_LAST, both},
-                         {k2, ids + 20, 12, DF_LOGITS_LAST, both + V}};
-    assert_int_equal(df_model_forward_batch(m, b, 2, err, sizeof err), 0);
-    df_kv_truncate(k2, 0);
-    df_batch_seq c[2] = {{k2, ids + 20, 12, DF_LOGITS_LAST, both + V},
-                         {k1, ids + 30, 1, DF_LOGITS_LAST, both + 2 * V}};
-    assert_int_equal(df_model_forward_batch(m, c, 2, err, sizeof err), 0);
-    assert_memory_equal(solo, both, (size_t)(3 * V) * 4);
-    df_kv_destroy(&k1);
-    df_kv_destroy(&k2);
-    free(solo);
-    free(both);
+    inv_alone_equals_batched(m, k_fixtures[f]);
     df_model_destroy(&m);
   }
 }
