@@ -31,19 +31,23 @@ static void make_prompt(int32_t *ids, int64_t n, int64_t V) {
   for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
 }
 
-/* A 40-token prompt's logits on the scalar path equal the AVX2 path's bit for bit (the
- * caller skips where the CPU has no AVX2). */
+/* A 40-token prompt's logits on every lower ISA (scalar, AVX2 below AVX-512) equal the CPU's
+ * best ISA's bit for bit (the caller skips where the CPU has no AVX2). */
 static void inv_isa_agreement(df_model *m, const char *name) {
   int64_t V = df_model_cfg(m)->vocab_size;
   int32_t ids[40];
   make_prompt(ids, 40, V);
+  df_isa hw = df_k_set_isa(df_k_isa_hw());
   float *a = prompt_logits(m, ids, 40, 40);
-  df_k_set_isa(DF_ISA_SCALAR);
-  float *b = prompt_logits(m, ids, 40, 40);
-  df_k_set_isa(DF_ISA_AVX2);
-  if (memcmp(a, b, (size_t)(40 * V) * sizeof(float))) fail_msg("%s: scalar != AVX2", name);
+  for (int isa = DF_ISA_SCALAR; isa < (int)hw; isa++) {
+    df_k_set_isa((df_isa)isa);
+    float *b = prompt_logits(m, ids, 40, 40);
+    if (memcmp(a, b, (size_t)(40 * V) * sizeof(float)))
+      fail_msg("%s: %s != %s", name, df_k_isa_name((df_isa)isa), df_k_isa_name(hw));
+    free(b);
+  }
+  df_k_set_isa(hw);
   free(a);
-  free(b);
 }
 
 /* Two sequences in one forward (m loaded with max_rows 7: a chunk boundary inside a

@@ -127,18 +127,21 @@ static void test_batch_invariance(void **state) {
 
 static void test_isa_agreement(void **state) {
   (void)state;
-  if (df_k_isa() != DF_ISA_AVX2) skip();
+  if (df_k_isa_hw() < DF_ISA_AVX2) skip();
   for (size_t f = 0; f < sizeof k_fixtures / sizeof k_fixtures[0]; f++) {
     golden g;
     golden_load(k_fixtures[f], &g);
     df_model *m = load_fixture_model(k_fixtures[f], 64);
+    df_isa hw = df_k_set_isa(df_k_isa_hw());
     float *a = prompt_logits(m, g.prompt, 24, 24);
-    df_k_set_isa(DF_ISA_SCALAR);
-    float *b = prompt_logits(m, g.prompt, 24, 24);
-    df_k_set_isa(DF_ISA_AVX2);
-    assert_memory_equal(a, b, (size_t)(24 * g.vocab) * sizeof(float));
+    for (int isa = DF_ISA_SCALAR; isa < (int)hw; isa++) {
+      df_k_set_isa((df_isa)isa);
+      float *b = prompt_logits(m, g.prompt, 24, 24);
+      assert_memory_equal(a, b, (size_t)(24 * g.vocab) * sizeof(float));
+      free(b);
+    }
+    df_k_set_isa(hw);
     free(a);
-    free(b);
     golden_free(&g);
     df_model_destroy(&m);
   }
@@ -233,10 +236,11 @@ static void test_fp8_kernels(void **state) {
   assert_int_equal(df_t_ref_linear(x, M, wt, NULL, ref, err, sizeof err), 0);
   for (int i = 0; i < M * N; i++) assert_float_equal(df_t_f32(y)[i], ref[i], 1e-4);
   memcpy(ya, df_t_f32(y), M * N * sizeof(float));
-  if (df_k_isa() == DF_ISA_AVX2) {
+  if (df_k_isa() >= DF_ISA_AVX2) {
+    df_isa best = df_k_isa();
     df_k_set_isa(DF_ISA_SCALAR);
     df_t_linear(x, 0, M, wt, NULL, y);
-    df_k_set_isa(DF_ISA_AVX2);
+    df_k_set_isa(best);
     assert_memory_equal(ya, df_t_f32(y), M * N * sizeof(float));
   }
   /* row subset with an offset into the scale grid */
@@ -254,10 +258,11 @@ static void test_fp8_kernels(void **state) {
         acc += (double)xv[m * K + i] * df_k_fp8_weight(w, sc, gk, bn, bk, K, 130 + i, 5 + j);
       assert_float_equal(yt[m * 40 + j], acc, 1e-4);
     }
-  if (df_k_isa() == DF_ISA_AVX2) {
+  if (df_k_isa() >= DF_ISA_AVX2) {
+    df_isa best = df_k_isa();
     df_k_set_isa(DF_ISA_SCALAR);
     df_k_linear_t(xv, M, 70, K, &kw, 130, 5, 40, yt2, 40);
-    df_k_set_isa(DF_ISA_AVX2);
+    df_k_set_isa(best);
     assert_memory_equal(yt, yt2, sizeof yt);
   }
   /* every byte decodes to the E4M3FN value */
@@ -308,9 +313,8 @@ static void test_fp8_multi(void **state) {
   for (int k = 0; k < 20 * 48; k++) wb[k] = (uint16_t)(0x3c00 + lcg(&s) % 0x600);
   for (int k = 0; k < 3 * 48; k++) xb[k] = (float)(lcg(&s) % 2001) / 1000.0f - 1.0f;
   jobs[NJ] = (df_k_linear_job){xb, 3, 48, 48, wb, DF_DT_BF16, 20, NULL, yb, 20, NULL, 0, 0, 0};
-  for (int isa = 0; isa < 2; isa++) {
-    if (isa == 1 && df_k_set_isa(DF_ISA_AVX2) != DF_ISA_AVX2) break;
-    if (isa == 0) df_k_set_isa(DF_ISA_SCALAR);
+  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+    df_k_set_isa((df_isa)isa);
     for (int i = 0; i < NJ; i++)
       df_k_linear_fp8(x[i], Ms[i], Ks[i], Ks[i], w[i], sc[i], jobs[i].scale_ld, Bn[i], Bk[i], 0,
                       Ns[i], ref[i], Ns[i]);
@@ -333,7 +337,7 @@ static void test_fp8_multi(void **state) {
         assert_true(fabs(y[3][m * Ns[3] + n] - acc) <= 1e-5 * mag + 1e-30);
       }
   }
-  df_k_set_isa(DF_ISA_AVX2);
+  df_k_set_isa(df_k_isa_hw());
   for (int i = 0; i < NJ; i++) free(w[i]), free(sc[i]), free(x[i]), free(y[i]), free(ref[i]);
 }
 

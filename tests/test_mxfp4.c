@@ -142,12 +142,12 @@ static void test_real_vector(void **state) {
   /* the same through the kernel: x = e_k picks column k (y = 0 + ... exact) */
   float x[16 * 32] = {0}, y[16];
   for (int k = 0; k < 16; k++) x[k * 32 + k] = 1.0f;
-  for (int isa = 0; isa < 2; isa++) {
-    df_k_set_isa(isa ? DF_ISA_AVX2 : DF_ISA_SCALAR);
+  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+    df_k_set_isa((df_isa)isa);
     df_k_linear_mxfp4(x, 16, 32, 32, packed, sc, 1, 0, 1, y, 1);
     for (int k = 0; k < 16; k++) assert_true(y[k] == want[k]);
   }
-  df_k_set_isa(DF_ISA_AVX2);
+  df_k_set_isa(df_k_isa_hw());
 }
 
 /* ---- (c) linear == df_k_linear over the de-quantised matrix, bit for bit ------------------ */
@@ -166,9 +166,8 @@ static void check_linear(int64_t M, int64_t K, int64_t N, unsigned lo, unsigned 
   for (int64_t i = 0; i < M * ldx; i++)
     x[i] = ((float)(lcg(&seed) % 2001) / 1000.0f - 1.0f) * xmag;
   bool have_first = false;
-  for (int isa = 0; isa < 2; isa++) {
-    if (isa == 1 && df_k_set_isa(DF_ISA_AVX2) != DF_ISA_AVX2) break;
-    if (isa == 0) df_k_set_isa(DF_ISA_SCALAR);
+  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+    df_k_set_isa((df_isa)isa);
     for (int th = 1; th <= 2; th++) {
       df_k_set_threads(th);
       memset(y, 0, (size_t)(M * ldy) * sizeof(float));
@@ -196,7 +195,7 @@ static void check_linear(int64_t M, int64_t K, int64_t N, unsigned lo, unsigned 
         assert_memory_equal(sub + m * nn, y + m * ldy + n0, (size_t)nn * sizeof(float));
     }
   }
-  df_k_set_isa(DF_ISA_AVX2);
+  df_k_set_isa(df_k_isa_hw());
   df_k_set_threads(0);
   free(pk), free(sc), free(wf), free(x), free(y), free(r), free(first);
 }
@@ -253,9 +252,8 @@ static void test_multi_mixed(void **state) {
       jobs[i] = (df_k_linear_job){x[i], M, K, K, wb, DF_DT_BF16, N, NULL, y[i], N, {NULL}, 0, 0, 0};
     }
   }
-  for (int isa = 0; isa < 2; isa++) {
-    if (isa == 1 && df_k_set_isa(DF_ISA_AVX2) != DF_ISA_AVX2) break;
-    if (isa == 0) df_k_set_isa(DF_ISA_SCALAR);
+  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+    df_k_set_isa((df_isa)isa);
     for (int th = 1; th <= 2; th++) {
       df_k_set_threads(th);
       for (int i = 0; i < NJ; i++) {
@@ -272,7 +270,7 @@ static void test_multi_mixed(void **state) {
                    df_k_isa_name(df_k_isa()), th, i, mx[i] ? "MXFP4" : "BF16");
     }
   }
-  df_k_set_isa(DF_ISA_AVX2);
+  df_k_set_isa(df_k_isa_hw());
   df_k_set_threads(0);
   for (int i = 0; i < NJ; i++) free(w[i]), free(sc[i]), free(x[i]), free(y[i]), free(ref[i]);
 }
@@ -378,9 +376,8 @@ static void test_tensor_ops(void **state) {
   int64_t off[E + 1] = {0, 3, 3, R};
   df_t_tensor *g = f32_new(R, I), *u = f32_new(R, I), *ym = f32_new(R, H), *yf = f32_new(R, H);
   df_t_tensor *ys = f32_new(R, H);
-  for (int isa = 0; isa < 2; isa++) {
-    if (isa == 1 && df_k_set_isa(DF_ISA_AVX2) != DF_ISA_AVX2) break;
-    if (isa == 0) df_k_set_isa(DF_ISA_SCALAR);
+  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+    df_k_set_isa((df_isa)isa);
     df_t_swiglu_ffn_groups(x, E, off, gm, um, dm, g, u, ym);
     df_t_swiglu_ffn_groups(x, E, off, gf, uf, df, g, u, yf);
     assert_memory_equal(df_t_f32(ym), df_t_f32(yf), R * H * sizeof(float));
@@ -389,7 +386,7 @@ static void test_tensor_ops(void **state) {
         df_t_swiglu_ffn(x, off[e], off[e + 1] - off[e], gm[e], um[e], dm[e], g, u, ys);
     assert_memory_equal(df_t_f32(ym), df_t_f32(ys), R * H * sizeof(float));
   }
-  df_k_set_isa(DF_ISA_AVX2);
+  df_k_set_isa(df_k_isa_hw());
   for (int e = 0; e < E; e++) mx_weight_free(&gw[e]), mx_weight_free(&uw[e]), mx_weight_free(&dw[e]);
   df_t_tensor *all[] = {x, y1, y2, g, u, ym, yf, ys};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) df_t_destroy(&all[i]);
@@ -549,7 +546,9 @@ static void test_bench(void **state) {
   for (int m = 0; m < NM; m++) fill_mx(pk + m * pb, sc + m * sb, N, K, 110, 130, &seed);
   memcpy(dst, pk, pb * NM);
   for (int i = 0; i < 8 * K; i++) x[i] = (float)(lcg(&seed) % 2001) / 1000.0f - 1.0f;
-  for (int th = 1; th <= 2; th++) {
+  for (int run = 0; run < 2 * (df_k_isa_hw() - DF_ISA_AVX2 + 1); run++) { /* ISA x threads */
+    int th = 1 + run % 2;
+    df_k_set_isa((df_isa)(DF_ISA_AVX2 + run / 2));
     df_k_set_threads(th);
     static const int Mset[] = {1, 4, 8};
     for (size_t mi = 0; mi < 3; mi++) {

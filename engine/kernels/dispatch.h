@@ -8,14 +8,21 @@
 #ifndef DF_ENGINE_KERNELS_DISPATCH_H
 #define DF_ENGINE_KERNELS_DISPATCH_H
 
-/* Instruction set used by the kernels. */
-typedef enum { DF_ISA_SCALAR = 0, DF_ISA_AVX2 = 1 } df_isa;
+/* Instruction set used by the kernels, ordered: each level includes the one below. AVX512 is
+ * AVX2 + FMA + AVX-512F + AVX-512VL; a kernel without a path of its own for a level runs the
+ * highest one it has (every path gives the same bits, so the level only changes speed). */
+typedef enum { DF_ISA_SCALAR = 0, DF_ISA_AVX2 = 1, DF_ISA_AVX512 = 2 } df_isa;
 
-/* The ISA chosen at first use: AVX2 when the CPU has AVX2+FMA+F16C, else scalar. */
+/* The ISA in effect, chosen at first use: the highest level the CPU has (df_k_isa_hw), capped
+ * by the environment variable DF_ISA ("scalar", "avx2" or "avx512"; a level above the CPU's
+ * is capped to the CPU's; any other value is reported once on stderr and ignored). */
 df_isa df_k_isa(void);
-/* Force an ISA (tests compare paths). Requesting AVX2 on a CPU without it keeps scalar.
- * Returns the ISA now in effect. Not thread-safe: call before running kernels. */
+/* The highest level this CPU supports (detected once; ignores DF_ISA and df_k_set_isa). */
+df_isa df_k_isa_hw(void);
+/* Force an ISA (tests compare paths): the lower of `isa` and df_k_isa_hw(). Returns the ISA
+ * now in effect. Not thread-safe: call before running kernels. */
 df_isa df_k_set_isa(df_isa isa);
+/* "scalar", "avx2" or "avx512"; static storage. */
 const char *df_k_isa_name(df_isa isa);
 
 /* Set the team size of every kernel's OpenMP parallel region, process-wide: it holds for

@@ -111,7 +111,7 @@ static AVX2_FN float dot_avx2(const float *a, const float *b, int64_t n) {
 
 float df_k_dot(const float *a, const float *b, int64_t n) {
 #if DF_HAVE_X86
-  if (df_k_isa() == DF_ISA_AVX2) return dot_avx2(a, b, n);
+  if (df_k_isa() >= DF_ISA_AVX2) return dot_avx2(a, b, n);
 #endif
   return dot_scalar(a, b, n);
 }
@@ -291,7 +291,7 @@ typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void 
  * jobs always 4 (df_k_linear_fp8_cols, df_k_linear_mxfp4_cols). */
 static int64_t job_tiles(const df_k_linear_job *j) {
   bool quant = j->wdt == DF_DT_F8_E4M3 || j->wdt == DF_DT_F4;
-  int nr_max = df_k_isa() == DF_ISA_AVX2 && j->M == 1 && !quant ? 8 : 4;
+  int nr_max = df_k_isa() >= DF_ISA_AVX2 && j->M == 1 && !quant ? 8 : 4;
   return j->M > 0 ? (j->N + nr_max - 1) / nr_max : 0;
 }
 
@@ -311,7 +311,7 @@ static void job_tile(const df_k_linear_job *j, int64_t t) {
     return;
   }
 #if DF_HAVE_X86
-  if (df_k_isa() == DF_ISA_AVX2) {
+  if (df_k_isa() >= DF_ISA_AVX2) {
     int nr_max = j->M == 1 ? 8 : 4;
     int64_t n0 = t * nr_max;
     int nr = (int)(j->N - n0 < nr_max ? j->N - n0 : nr_max);
@@ -482,6 +482,19 @@ void df_k_glu_act(float *g, const float *u, int64_t n, const df_k_act *act) {
   }
 }
 
+void df_k_glu_act_rows(float *g, const float *u, int64_t rows, int64_t n, int64_t ld,
+                       const df_k_act *act) {
+  enum { CHUNK = 512 };
+  int64_t per_row = (n + CHUNK - 1) / CHUNK, chunks = rows * per_row;
+  bool par = rows * n >= 4096;
+#pragma omp parallel for schedule(static) if (par) num_threads(df_k_max_threads())
+  for (int64_t c = 0; c < chunks; c++) {
+    int64_t r = c / per_row, i0 = (c % per_row) * CHUNK;
+    int64_t len = n - i0 < CHUNK ? n - i0 : CHUNK;
+    df_k_glu_act(g + r * ld + i0, u + r * ld + i0, len, act);
+  }
+}
+
 void df_k_embed(const int32_t *ids, int64_t n, const void *table, df_dtype dt, int64_t D,
                 float *y) {
   for (int64_t i = 0; i < n; i++)
@@ -504,7 +517,7 @@ static AVX2_FN void axpy_avx2(float *y, float a, const float *x, int64_t n) {
 
 void df_k_axpy(float *y, float a, const float *x, int64_t n) {
 #if DF_HAVE_X86
-  if (df_k_isa() == DF_ISA_AVX2) {
+  if (df_k_isa() >= DF_ISA_AVX2) {
     axpy_avx2(y, a, x, n);
     return;
   }

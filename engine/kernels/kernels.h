@@ -123,6 +123,13 @@ typedef struct df_k_act {
  * library's on every ISA and code path, so the result never depends on which one ran. */
 void df_k_glu_act(float *g, const float *u, int64_t n, const df_k_act *act);
 
+/* df_k_glu_act on `rows` rows: g[r * ld + i] = act(g[r * ld + i], u[r * ld + i]) for r < rows,
+ * i < n (ld >= n). The rows are cut into chunks of 512 elements shared among the kernel
+ * threads when there are at least 4,096 elements; every element's result is the serial one
+ * (elements are independent). g, u fp32, caller-owned; no errors. */
+void df_k_glu_act_rows(float *g, const float *u, int64_t rows, int64_t n, int64_t ld,
+                       const df_k_act *act);
+
 /* Embedding lookup: y[i, :] = table[ids[i], :] widened to fp32.
  *   table [V, D] in dt; ids [n] (caller checked 0 <= id < V); y [n, D] fp32. */
 void df_k_embed(const int32_t *ids, int64_t n, const void *table, df_dtype dt, int64_t D,

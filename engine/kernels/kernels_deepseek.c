@@ -87,7 +87,7 @@ void df_k_linear_t(const float *x, int64_t M, int64_t R, int64_t ldx, const df_k
   for (int64_t b = 0; b < n_blk; b++) {
     int64_t j0 = b * 64, j1 = j0 + 64 < N ? j0 + 64 : N;
 #if DF_HAVE_X86
-    if (df_k_isa() == DF_ISA_AVX2) {
+    if (df_k_isa() >= DF_ISA_AVX2) {
       linear_t_avx2(x, M, R, ldx, w, r0, c0, N, y, ldy, j0, j1);
       continue;
     }

@@ -143,7 +143,7 @@ void df_k_linear_fp8_cols(const float *x, int64_t M, int64_t K, int64_t ldx, con
                           int64_t n0, int nr, float *y, int64_t ldy) {
   assert(nr >= 1 && nr <= FP8_NR);
 #if DF_HAVE_X86
-  if (df_k_isa() == DF_ISA_AVX2) {
+  if (df_k_isa() >= DF_ISA_AVX2) {
     const uint8_t *wr[FP8_NR];
     const float *sr[FP8_NR];
     for (int j = 0; j < nr; j++) {

@@ -18,14 +18,21 @@
  * 32 columns, and picks entries with vpermps, whose index is the nibble (only its low three
  * bits count); the nibbles of four packed bytes reach the eight lanes of a vector through one
  * broadcast and a per-lane variable shift (lane l: bits 4l .. 4l+3 = column l), and the sign
- * goes in with one shift and one xor against the table pre-xored with m << 28 (decode8). Both
- * paths therefore see identical weight values in the same lane order, so they agree bit for
- * bit and equal df_k_linear over the de-quantised F32 matrix.
+ * goes in with one shift and one xor against the table pre-xored with m << 28 (decode8). The
+ * AVX-512 path (AVX-512VL on 256-bit registers, so the lanes and their order are the AVX2
+ * path's) looks the whole nibble up in a 16-entry signed table, the group's two halves held in
+ * two registers, with one vpermt2ps (decode8_512): one shift, one permute and the fused
+ * multiply-add per eight weights. Every path therefore sees identical weight values in the
+ * same lane order, so they agree bit for bit and equal df_k_linear over the de-quantised F32
+ * matrix.
  *
  * Tiles: the unit shared among threads is 4 weight rows (df_k_linear_mxfp4_cols); inside it
  * the AVX2 micro-kernels hold rb x wb accumulators in registers (rb <= 8 activation rows,
  * wb <= 4 weight rows, rb * wb <= 8) so each decoded vector feeds rb fused multiply-adds and
- * a tile's packed bytes come from memory once (later row blocks reread them from L1/L2).
+ * a tile's packed bytes come from memory once (later row blocks reread them from L1/L2). While
+ * a tile runs, the same bytes of the next tile (MX_NR rows further) are prefetched into L1:
+ * rows of an expert are short (K / 2 bytes), so the hardware prefetcher alone leaves a decode
+ * waiting on memory at every tile (measured: twice the bytes per second with the hint).
  */
 #include "engine/kernels/kernels.h"
 
@@ -39,6 +46,7 @@
 #include <immintrin.h>
 #define DF_HAVE_X86 1
 #define AVX2_FN __attribute__((target("avx2,fma")))
+#define AVX512_FN __attribute__((target("avx2,fma,avx512f,avx512vl")))
 #else
 #define DF_HAVE_X86 0
 #endif
@@ -112,18 +120,23 @@ INLINE AVX2_FN float reduce8(__m256 v) {
 }
 
 /* g_tabx[s][m] = bits(T[m] * 2^(s - 127)) ^ (m << 28): the scaled, pre-xored table of every
- * scale byte (8 KiB, L1-resident), so a group's table is one load. Filled once. */
+ * scale byte (8 KiB, L1-resident), so a group's table is one load. g_tab16[s][c] = the signed
+ * weight of nibble c under scale byte s, e2m1_scaled(c, e8m0_f32(s)) (16 KiB; the AVX-512
+ * path). Filled once. */
 static uint32_t g_tabx[256][8] __attribute__((aligned(32)));
+static float g_tab16[256][16] __attribute__((aligned(64)));
 static pthread_once_t g_tabx_once = PTHREAD_ONCE_INIT;
 
 static void tabx_init(void) {
-  for (int s = 0; s < 256; s++)
+  for (int s = 0; s < 256; s++) {
     for (uint32_t m = 0; m < 8; m++) {
       float v = k_e2m1[m] * e8m0_f32((uint8_t)s);
       uint32_t u;
       memcpy(&u, &v, 4);
       g_tabx[s][m] = u ^ (m << 28);
     }
+    for (unsigned c = 0; c < 16; c++) g_tab16[s][c] = e2m1_scaled(c, e8m0_f32((uint8_t)s));
+  }
 }
 
 /* The eight weights of the four packed bytes at p under the group's table
@@ -139,57 +152,99 @@ INLINE AVX2_FN __m256 decode8(const uint8_t *p, __m256 tabx, __m256i shifts) {
   return _mm256_xor_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
 }
 
+/* decode8 on AVX-512VL: lane l's nibble (bits 0-3 after the shift; vpermt2ps reads only them)
+ * picks g_tab16[s][c], whose entries 0-7 are in lo and 8-15 in hi. */
+INLINE AVX512_FN __m256 decode8_512(const uint8_t *p, __m256 lo, __m256 hi, __m256i shifts) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(v), shifts);
+  return _mm256_permutex2var_ps(lo, idx, hi);
+}
+
 /* rb activation rows x wb weight rows, every accumulator in a register (rb * wb <= 8; both
  * are compile-time constants at each call site of the switch below). Shapes used, measured
  * best on Zen 4 for K = 3584 (fewer accumulators leave the FMA latency exposed, more spill):
- * 1 x 4 for one row, 2 x 2 and 3-4 x 2 for small batches, up to 8 x 1 above. */
+ * 1 x 4 for one row, 2 x 2 and 3-4 x 2 for small batches, up to 8 x 1 above. pf: bytes from a
+ * weight row to the same position of the row the next tile starts with (MX_NR rows on);
+ * prefetching past the matrix's end is harmless (a hint never faults). MICRO_BODY is the
+ * body of both ISAs' micro-kernels: TABLE(s) declares the group's table of scale byte s, and
+ * DECODE(p) gives the eight weights of the packed bytes at p. */
+#define MICRO_BODY(TABLE, DECODE)                                                              \
+  __m256 acc[8][4];                                                                            \
+  for (int i = 0; i < rb; i++)                                                                 \
+    for (int j = 0; j < wb; j++) acc[i][j] = _mm256_setzero_ps();                              \
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);                       \
+  int64_t G = K / MX_GROUP;                                                                    \
+  for (int64_t g = 0; g < G; g++) {                                                            \
+    const float *xg = x + g * MX_GROUP;                                                        \
+    for (int j = 0; j < wb; j++) {                                                             \
+      TABLE(sr[j][g]);                                                                         \
+      const uint8_t *p = wr[j] + g * (MX_GROUP / 2);                                           \
+      _mm_prefetch((const char *)(p + pf), _MM_HINT_T0);                                       \
+      for (int q = 0; q < 4; q++) {                                                            \
+        __m256 w = DECODE(p + 4 * q);                                                          \
+        for (int i = 0; i < rb; i++)                                                           \
+          acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(xg + i * ldx + 8 * q), w, acc[i][j]);    \
+      }                                                                                        \
+    }                                                                                          \
+  }                                                                                            \
+  for (int i = 0; i < rb; i++)                                                                 \
+    for (int j = 0; j < wb; j++) y[i * ldy + j] = reduce8(acc[i][j]);
+
+#define TABLE_AVX2(s) __m256 tabx = _mm256_load_ps((const float *)g_tabx[s])
+#define DECODE_AVX2(p) decode8(p, tabx, shifts)
+#define TABLE_512(s)                                                                           \
+  __m256 tlo = _mm256_load_ps(g_tab16[s]), thi = _mm256_load_ps(g_tab16[s] + 8)
+#define DECODE_512(p) decode8_512(p, tlo, thi, shifts)
+
 INLINE AVX2_FN void micro_avx2(const int rb, const int wb, const float *x, int64_t ldx,
                                const uint8_t *const *wr, const uint8_t *const *sr, int64_t K,
-                               float *y, int64_t ldy) {
-  __m256 acc[8][4];
-  for (int i = 0; i < rb; i++)
-    for (int j = 0; j < wb; j++) acc[i][j] = _mm256_setzero_ps();
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-  int64_t G = K / MX_GROUP;
-  for (int64_t g = 0; g < G; g++) {
-    const float *xg = x + g * MX_GROUP;
-    for (int j = 0; j < wb; j++) {
-      __m256 tabx = _mm256_load_ps((const float *)g_tabx[sr[j][g]]);
-      const uint8_t *p = wr[j] + g * (MX_GROUP / 2);
-      for (int q = 0; q < 4; q++) {
-        __m256 w = decode8(p + 4 * q, tabx, shifts);
-        for (int i = 0; i < rb; i++)
-          acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(xg + i * ldx + 8 * q), w, acc[i][j]);
-      }
-    }
-  }
-  for (int i = 0; i < rb; i++)
-    for (int j = 0; j < wb; j++) y[i * ldy + j] = reduce8(acc[i][j]);
+                               int64_t pf, float *y, int64_t ldy) {
+  MICRO_BODY(TABLE_AVX2, DECODE_AVX2)
 }
 
-#define MICRO(rb, wb) micro_avx2(rb, wb, x, ldx, wr, sr, K, y, ldy)
+INLINE AVX512_FN void micro_512(const int rb, const int wb, const float *x, int64_t ldx,
+                                const uint8_t *const *wr, const uint8_t *const *sr, int64_t K,
+                                int64_t pf, float *y, int64_t ldy) {
+  MICRO_BODY(TABLE_512, DECODE_512)
+}
+
+/* The switch over the micro-kernel shapes, one function per ISA: FN(rb, wb) runs that shape. */
+#define MICRO_SWITCH(FN)                                                                       \
+  switch (rb * 8 + wb) {                                                                       \
+  case 1 * 8 + 1: FN(1, 1); break;                                                             \
+  case 1 * 8 + 2: FN(1, 2); break;                                                             \
+  case 1 * 8 + 3: FN(1, 3); break;                                                             \
+  case 1 * 8 + 4: FN(1, 4); break;                                                             \
+  case 2 * 8 + 1: FN(2, 1); break;                                                             \
+  case 2 * 8 + 2: FN(2, 2); break;                                                             \
+  case 3 * 8 + 1: FN(3, 1); break;                                                             \
+  case 3 * 8 + 2: FN(3, 2); break;                                                             \
+  case 4 * 8 + 1: FN(4, 1); break;                                                             \
+  case 4 * 8 + 2: FN(4, 2); break;                                                             \
+  case 5 * 8 + 1: FN(5, 1); break;                                                             \
+  case 6 * 8 + 1: FN(6, 1); break;                                                             \
+  case 7 * 8 + 1: FN(7, 1); break;                                                             \
+  case 8 * 8 + 1: FN(8, 1); break;                                                             \
+  default: assert(!"mxfp4 micro-kernel shape");                                                \
+  }
+
+#define MICRO2(rb, wb) micro_avx2(rb, wb, x, ldx, wr, sr, K, pf, y, ldy)
+#define MICRO512(rb, wb) micro_512(rb, wb, x, ldx, wr, sr, K, pf, y, ldy)
 
 static AVX2_FN void micro_dispatch(int rb, int wb, const float *x, int64_t ldx,
                                    const uint8_t *const *wr, const uint8_t *const *sr, int64_t K,
-                                   float *y, int64_t ldy) {
-  switch (rb * 8 + wb) {
-  case 1 * 8 + 1: MICRO(1, 1); break;
-  case 1 * 8 + 2: MICRO(1, 2); break;
-  case 1 * 8 + 3: MICRO(1, 3); break;
-  case 1 * 8 + 4: MICRO(1, 4); break;
-  case 2 * 8 + 1: MICRO(2, 1); break;
-  case 2 * 8 + 2: MICRO(2, 2); break;
-  case 3 * 8 + 1: MICRO(3, 1); break;
-  case 3 * 8 + 2: MICRO(3, 2); break;
-  case 4 * 8 + 1: MICRO(4, 1); break;
-  case 4 * 8 + 2: MICRO(4, 2); break;
-  case 5 * 8 + 1: MICRO(5, 1); break;
-  case 6 * 8 + 1: MICRO(6, 1); break;
-  case 7 * 8 + 1: MICRO(7, 1); break;
-  case 8 * 8 + 1: MICRO(8, 1); break;
-  default: assert(!"mxfp4 micro-kernel shape");
-  }
+                                   int64_t pf, float *y, int64_t ldy) {
+  MICRO_SWITCH(MICRO2)
 }
+
+static AVX512_FN void micro_dispatch_512(int rb, int wb, const float *x, int64_t ldx,
+                                         const uint8_t *const *wr, const uint8_t *const *sr,
+                                         int64_t K, int64_t pf, float *y, int64_t ldy) {
+  MICRO_SWITCH(MICRO512)
+}
+#undef MICRO2
+#undef MICRO512
 #undef MICRO
 #endif
 
@@ -203,13 +258,21 @@ void df_k_linear_mxfp4_cols(const float *x, int64_t M, int64_t K, int64_t ldx,
     sr[j] = scale + (n0 + j) * scale_ld;
   }
 #if DF_HAVE_X86
-  if (df_k_isa() == DF_ISA_AVX2) {
+  df_isa isa = df_k_isa();
+  if (isa >= DF_ISA_AVX2) {
     pthread_once(&g_tabx_once, tabx_init);
+    int64_t pf = MX_NR * (K / 2);
+    _mm_prefetch((const char *)(sr[0] + MX_NR * scale_ld), _MM_HINT_T0);
     for (int64_t m0 = 0; m0 < M; m0 += 8) {
       int rb = (int)(M - m0 < 8 ? M - m0 : 8), wmax = rb == 1 ? 4 : rb <= 4 ? 2 : 1;
       for (int j0 = 0; j0 < nr; j0 += wmax) {
         int wb = nr - j0 < wmax ? nr - j0 : wmax;
-        micro_dispatch(rb, wb, x + m0 * ldx, ldx, wr + j0, sr + j0, K, y + m0 * ldy + j0, ldy);
+        if (isa >= DF_ISA_AVX512)
+          micro_dispatch_512(rb, wb, x + m0 * ldx, ldx, wr + j0, sr + j0, K, pf,
+                             y + m0 * ldy + j0, ldy);
+        else
+          micro_dispatch(rb, wb, x + m0 * ldx, ldx, wr + j0, sr + j0, K, pf, y + m0 * ldy + j0,
+                         ldy);
       }
     }
     return;

@@ -318,11 +318,15 @@ extern "C" void df_t_glu_ffn_groups(const df_t_tensor *x, int n, const int64_t *
     jobs[2 * i + 1] = job_of(xp + r0 * H, rows, H, up[i], nullptr, up_ + r0 * ldg, ldg);
   }
   df_k_linear_multi(jobs, 2 * n);
-  for (int i = 0; i < n; i++) {
-    int64_t I = gate[i]->t.size(0);
-    for (int64_t r = offsets[i]; r < offsets[i + 1]; r++)
-      df_k_glu_act(gp + r * ldg, up_ + r * ldg, I, act);
-  }
+  bool same_width = true; /* then every group's rows are one block of width I */
+  for (int i = 1; i < n; i++) same_width = same_width && gate[i]->t.size(0) == gate[0]->t.size(0);
+  if (same_width)
+    df_k_glu_act_rows(gp + offsets[0] * ldg, up_ + offsets[0] * ldg, offsets[n] - offsets[0],
+                      gate[0]->t.size(0), ldg, act);
+  else
+    for (int i = 0; i < n; i++)
+      df_k_glu_act_rows(gp + offsets[i] * ldg, up_ + offsets[i] * ldg, offsets[i + 1] - offsets[i],
+                        gate[i]->t.size(0), ldg, act);
   for (int i = 0; i < n; i++) {
     int64_t r0 = offsets[i], rows = offsets[i + 1] - r0;
     jobs[i] = job_of(gp + r0 * ldg, rows, ldg, down[i], nullptr, yp + r0 * H, H);
@@ -386,7 +390,7 @@ extern "C" void df_t_glu_ffn(const df_t_tensor *x, int64_t row0, int64_t rows,
   int64_t ldg = row_elems(g);
   kernel_lin(xr, rows, H, gate_w, gp, ldg);
   kernel_lin(xr, rows, H, up_w, up, ldg);
-  for (int64_t r = 0; r < rows; r++) df_k_glu_act(gp + r * ldg, up + r * ldg, I, act);
+  df_k_glu_act_rows(gp, up, rows, I, ldg, act);
   kernel_lin(gp, rows, ldg, down_w, df_t_f32(y) + row0 * H, H);
 }
 
