@@ -330,6 +330,16 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
   m->bytes.resident = m->bind.resident;
   m->bytes.experts = m->bind.experts;
   m->bytes.buffers = df_ws_bytes(m->ws);
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+    const df_channel_mixer *f = m->layers[l].ffn;
+    df_tm_desc d = {0};
+    df_tm_layer t = {0};
+    if (!f || !f->ops->expert_weights || !f->ops->describe) continue;
+    f->ops->describe(f, &d, &t);
+    const df_t_tensor *sh[3] = {t.sh_gate, t.sh_up, t.sh_down};
+    for (int i = 0; i < 3; i++)
+      if (sh[i]) m->bytes.shared_experts += df_t_stored_bytes(sh[i]);
+  }
   /* Weight bytes one decode token reads: the resident part (minus the embedding table when
    * untied: only one row of it is gathered) plus top-k of E experts on every MoE layer. */
   m->bytes.active_per_token = m->bytes.resident;

@@ -87,6 +87,8 @@ typedef struct df_model_bytes {
   uint64_t active_per_token; /* resident + top-k experts of every MoE layer (decode traffic) */
   uint64_t buffers;   /* planned activation buffers (fp32) */
   uint64_t shared;    /* of `total`, bytes bound to opts.share_from's mapping (not this model's) */
+  uint64_t shared_experts; /* of `resident`, the MoE layers' shared experts, all layers (read
+                              on every forward; a cluster overlaps them with remote experts) */
 } df_model_bytes;
 
 /* Load DIR (config.json, generation_config.json, *.safetensors): validates every tensor's

@@ -142,7 +142,7 @@ static void test_real_vector(void **state) {
   /* the same through the kernel: x = e_k picks column k (y = 0 + ... exact) */
   float x[16 * 32] = {0}, y[16];
   for (int k = 0; k < 16; k++) x[k * 32 + k] = 1.0f;
-  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+  for (int isa = 0; isa <= (int)df_k_isa_hw(); isa++) {
     df_k_set_isa((df_isa)isa);
     df_k_linear_mxfp4(x, 16, 32, 32, packed, sc, 1, 0, 1, y, 1);
     for (int k = 0; k < 16; k++) assert_true(y[k] == want[k]);
@@ -166,7 +166,7 @@ static void check_linear(int64_t M, int64_t K, int64_t N, unsigned lo, unsigned 
   for (int64_t i = 0; i < M * ldx; i++)
     x[i] = ((float)(lcg(&seed) % 2001) / 1000.0f - 1.0f) * xmag;
   bool have_first = false;
-  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+  for (int isa = 0; isa <= (int)df_k_isa_hw(); isa++) {
     df_k_set_isa((df_isa)isa);
     for (int th = 1; th <= 2; th++) {
       df_k_set_threads(th);
@@ -252,7 +252,7 @@ static void test_multi_mixed(void **state) {
       jobs[i] = (df_k_linear_job){x[i], M, K, K, wb, DF_DT_BF16, N, NULL, y[i], N, {NULL}, 0, 0, 0};
     }
   }
-  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+  for (int isa = 0; isa <= (int)df_k_isa_hw(); isa++) {
     df_k_set_isa((df_isa)isa);
     for (int th = 1; th <= 2; th++) {
       df_k_set_threads(th);
@@ -376,7 +376,7 @@ static void test_tensor_ops(void **state) {
   int64_t off[E + 1] = {0, 3, 3, R};
   df_t_tensor *g = f32_new(R, I), *u = f32_new(R, I), *ym = f32_new(R, H), *yf = f32_new(R, H);
   df_t_tensor *ys = f32_new(R, H);
-  for (int isa = 0; isa <= df_k_isa_hw(); isa++) {
+  for (int isa = 0; isa <= (int)df_k_isa_hw(); isa++) {
     df_k_set_isa((df_isa)isa);
     df_t_swiglu_ffn_groups(x, E, off, gm, um, dm, g, u, ym);
     df_t_swiglu_ffn_groups(x, E, off, gf, uf, df, g, u, yf);
@@ -546,7 +546,7 @@ static void test_bench(void **state) {
   for (int m = 0; m < NM; m++) fill_mx(pk + m * pb, sc + m * sb, N, K, 110, 130, &seed);
   memcpy(dst, pk, pb * NM);
   for (int i = 0; i < 8 * K; i++) x[i] = (float)(lcg(&seed) % 2001) / 1000.0f - 1.0f;
-  for (int run = 0; run < 2 * (df_k_isa_hw() - DF_ISA_AVX2 + 1); run++) { /* ISA x threads */
+  for (int run = 0; run < 2 * ((int)df_k_isa_hw() - DF_ISA_AVX2 + 1); run++) { /* ISA x threads */
     int th = 1 + run % 2;
     df_k_set_isa((df_isa)(DF_ISA_AVX2 + run / 2));
     df_k_set_threads(th);

@@ -328,6 +328,7 @@ int df_cmd_plan(int argc, char **argv) {
   uint64_t ex_tok = (uint64_t)m.n_moe_layers * (uint64_t)m.top_k * m.pair_bytes;
   m.resident_read = b.active_per_token > ex_tok ? b.active_per_token - ex_tok : 0;
   if (m.resident_read > m.resident_bytes) m.resident_read = m.resident_bytes;
+  m.shared_read = b.shared_experts <= m.resident_read ? b.shared_experts : 0;
   uint64_t kv_seq = df_model_kv_bytes_per_seq(mdl), kv_tok = df_model_kv_bytes_per_token(mdl);
   m.state_read = kv_seq + (uint64_t)ctx * kv_tok;
   m.state_bytes = m.state_read + b.buffers;

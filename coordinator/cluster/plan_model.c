@@ -149,6 +149,9 @@ int df_plan_compute(const df_plan_model *m, const df_plan_node *nodes, int n_nod
                          ? m->resident_read - no[0].resident_ram : 0;
     if (rdisk > no[0].resident_disk) rdisk = no[0].resident_disk;
     double rram = (double)(m->resident_read - rdisk);
+    /* each MoE layer's shared experts overlap that layer's remote experts (below) */
+    double shared_l = L > 0 && (double)m->shared_read <= rram ? (double)m->shared_read / (double)L : 0;
+    rram -= shared_l * (double)L;
     double serial = (rram + (double)m->state_read) / mem_bps0 +
                     (rdisk ? (double)rdisk / (nodes[0].disk_gbps * 1e9) : 0.0);
     no[0].mem_read[mode] = rram + (double)m->state_read;
@@ -170,7 +173,8 @@ int df_plan_compute(const df_plan_model *m, const df_plan_node *nodes, int n_nod
         no[i].mem_read[mode] += bm;
         no[i].disk_read[mode] += bd;
         if (i == 0) {
-          t_local = t;
+          t_local = t + shared_l / mem_bps0;
+          no[0].mem_read[mode] += shared_l;
           continue;
         }
         double net = 2.0 * rows * (double)k * (double)(mr + md) / (double)E * row_bytes;

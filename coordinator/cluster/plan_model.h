@@ -32,6 +32,9 @@
  *    coordinator's link, and P_any = 1 − q(m_remote)^rows the chance a row touches a remote
  *    expert (q(m) = C(E − m, k) / C(E, k)): one round trip per MoE layer per forward with remote
  *    experts, the nodes' trips concurrent.
+ *    The coordinator's own experts include the layer's shared experts (shared_read / L, read
+ *    from its memory while the nodes work: the engine runs them between dispatch and collect),
+ *    which are therefore not in its serial part.
  *  * Forward time = coordinator's serial time + Σ_l layer time. Time per token: forward(1 row)
  *    alone; with speculation forward(k + 1 rows) / (accept + 1) (the draft's accepted tokens
  *    plus the target's own).
@@ -47,6 +50,9 @@ typedef struct df_plan_model {
   uint64_t resident_bytes;  /* held by the coordinator: embeddings, attention, norms, routers,
                                shared experts, dense MLPs, lm_head */
   uint64_t resident_read;   /* of it, bytes read per target forward (<= resident_bytes) */
+  uint64_t shared_read;     /* of resident_read, the shared experts of all MoE layers: the
+                               coordinator reads a layer's share while that layer's remote
+                               experts are in flight */
   uint64_t state_bytes;     /* sequence state the coordinator keeps in RAM (KV / recurrent
                                state at the planned context, activation buffers) */
   uint64_t state_read;      /* state bytes read per forward */

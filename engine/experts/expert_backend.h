@@ -29,6 +29,12 @@ typedef struct df_expert_request {
   const df_k_act *act;     /* the experts' gated activation (kernels.h df_k_glu_act); NULL =
                               SiLU (SwiGLU). `hidden` is the width the experts run in: the
                               model's hidden size, or a latent MoE's latent width */
+  void (*overlap)(void *ctx); /* optional: the caller's own work that reads neither x nor y
+                                 nor the backend's buffers (a MoE layer's shared experts).
+                                 A backend that waits on other machines calls it once while
+                                 their replies are in flight; others leave it uncalled, and
+                                 the caller runs what is left afterwards. NULL = none */
+  void *overlap_ctx;
 } df_expert_request;
 
 typedef struct df_expert_backend df_expert_backend;

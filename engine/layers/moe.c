@@ -1,6 +1,7 @@
 /* engine/layers/moe.c — the routed MoE channel mixer; see moe.h. */
 #include "engine/layers/moe.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@ typedef struct moe {
   df_t_tensor *router_logits; /* [R, E] */
   df_t_tensor *xs, *ys;       /* [R*k, W] gathered rows, expert outputs */
   df_t_tensor *z, *comb;      /* [R, W] latent input, latent combine (latent MoE only) */
-  df_t_tensor *sh_y;          /* [R, H] shared-expert output (latent MoE only) */
+  df_t_tensor *sh_y;          /* [R, H] shared-expert output (models with shared experts) */
   df_t_tensor *g, *u;         /* [R, S] shared-expert scratch, or NULL */
   int32_t *top_idx;           /* [R, k] */
   float *top_w;               /* [R, k] */
@@ -27,6 +28,26 @@ typedef struct moe {
   int64_t *offsets;           /* [E + 1] */
   float *router_work;         /* [2E + 2 n_group + 2] */
 } moe;
+
+/* The shared experts of one forward (DeepseekV3MoE.forward's shared_experts(identity)), run
+ * once: by an expert backend while remote experts are in flight (df_expert_request.overlap),
+ * or by moe_forward after the routed combine. Their output waits in sh_y until it is added in
+ * the same place either way, so the values never depend on who ran it. */
+typedef struct shared_job {
+  moe *m;
+  const df_t_tensor *xn;
+  int64_t R;
+  bool done;
+} shared_job;
+
+static void shared_run(void *ctx) {
+  shared_job *j = ctx;
+  if (j->done) return;
+  moe *m = j->m;
+  df_t_glu_ffn(j->xn, 0, j->R, m->w.sh_gate, m->w.sh_up, m->w.sh_down, &m->rt.act, m->g, m->u,
+               m->sh_y);
+  j->done = true;
+}
 
 static int moe_forward(df_channel_mixer *cm, const df_rows *rows, const df_t_tensor *xn,
                        df_t_tensor *out_t, char *err, size_t errlen) {
@@ -70,9 +91,11 @@ static int moe_forward(df_channel_mixer *cm, const df_rows *rows, const df_t_ten
       m->slot[r * k + j] = s;
       memcpy(xs + s * W, x + r * W, (size_t)W * sizeof(float));
     }
+  shared_job sj = {.m = m, .xn = xn, .R = R};
   df_expert_request req = {.layer = layer, .n_groups = n_groups, .experts = m->experts,
                            .offsets = m->offsets, .x = m->xs, .y = m->ys,
-                           .act = rt->act.kind == DF_K_ACT_SILU ? NULL : &rt->act};
+                           .act = rt->act.kind == DF_K_ACT_SILU ? NULL : &rt->act,
+                           .overlap = m->w.sh_gate ? shared_run : NULL, .overlap_ctx = &sj};
   df_prof_lap(on, &env->prof->router, &t0);
   if (df_expert_backend_run(*env->backend, &req, err, errlen) != 0) return -1;
   df_prof_lap(on, &env->prof->experts, &t0);
@@ -89,9 +112,8 @@ static int moe_forward(df_channel_mixer *cm, const df_rows *rows, const df_t_ten
   }
   df_prof_lap(on, &env->prof->combine, &t0);
   if (m->w.sh_gate) { /* routed sum + shared experts (DeepseekV3MoE.forward) */
-    df_t_tensor *sy = m->sh_y ? m->sh_y : m->ys;
-    df_t_glu_ffn(xn, 0, R, m->w.sh_gate, m->w.sh_up, m->w.sh_down, &rt->act, m->g, m->u, sy);
-    df_k_add(out, df_t_f32(sy), R * H);
+    shared_run(&sj);
+    df_k_add(out, df_t_f32(m->sh_y), R * H);
     df_prof_lap(on, &env->prof->dense_mlp, &t0);
   }
   return 0;
@@ -160,8 +182,7 @@ df_channel_mixer *df_moe_new(const df_layer_env *env, df_ws *ws, int64_t layer, 
       (!(m->xs = df_ws_f32(ws, "moe.latent_xs", R * k, m->W, err, errlen)) ||
        !(m->ys = df_ws_f32(ws, "moe.latent_ys", R * k, m->W, err, errlen)) ||
        !(m->z = df_ws_f32(ws, "moe.latent_z", R, m->W, err, errlen)) ||
-       !(m->comb = df_ws_f32(ws, "moe.latent_comb", R, m->W, err, errlen)) ||
-       !(m->sh_y = df_ws_f32(ws, "moe.shared_y", R, H, err, errlen))))
+       !(m->comb = df_ws_f32(ws, "moe.latent_comb", R, m->W, err, errlen))))
     goto fail;
   if (!(m->router_logits = df_ws_f32(ws, "moe.router_logits", R, E, err, errlen)) ||
       (!w->lat_down && df_moe_io_buffers(ws, R, k, H, &m->xs, &m->ys, err, errlen) != 0) ||
@@ -179,7 +200,8 @@ df_channel_mixer *df_moe_new(const df_layer_env *env, df_ws *ws, int64_t layer, 
   if (w->sh_gate) {
     int64_t S = df_t_size(w->sh_gate, 0);
     if (!(m->g = df_ws_f32(ws, "moe.shared_g", R, S, err, errlen)) ||
-        !(m->u = df_ws_f32(ws, "moe.shared_u", R, S, err, errlen)))
+        !(m->u = df_ws_f32(ws, "moe.shared_u", R, S, err, errlen)) ||
+        !(m->sh_y = df_ws_f32(ws, "moe.shared_y", R, H, err, errlen)))
       goto fail;
   }
   return &m->base;

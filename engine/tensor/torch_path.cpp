@@ -304,7 +304,7 @@ static at::Tensor tm_moe(df_tm *tm, int64_t l, const at::Tensor &xn, df_expert_b
     at::Tensor slots_d = to_dev(tm, h_slots.data(), n, at::kLong);
     xs->t.narrow(0, 0, n).copy_(xs_d.index_select(0, slots_d).to(at::kCPU));
     df_expert_request req = {(int)l, (int)h_exp.size(), h_exp.data(), h_off.data(), xs, ys,
-                             nullptr};
+                             nullptr, nullptr, nullptr};
     if (df_expert_backend_run(be, &req, err, errlen) != 0) {
       *failed = true;
       return at::Tensor();

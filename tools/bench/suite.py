@@ -15,6 +15,9 @@ average before and after it):
   speculative            widened target alone vs with the demo draft: identical output,
                          acceptance, mean accepted length, speed-up
   cluster                decode ms/token local vs 1 and 3 loopback df-node agents
+  plan_k3                `deltafin plan`'s predicted time per token against the measured one on
+                         the K3-shaped bench model (tests/reference/kimi_k3_ckpt.py bench-k3),
+                         alone and with 1 and 3 loopback df-node agents
   server                 `deltafin serve` aggregate completion tok/s at 1/4/8 streams
   tokenizer              encode MB/s of the C tokenizer vs the JavaScript oracle
   wait_policy            decode on the smallest model with libgomp's own spin-wait
@@ -44,6 +47,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MAKE_CKPT = os.path.join(ROOT, "tests", "reference", "make_checkpoint.py")
+MAKE_K3 = os.path.join(ROOT, "tests", "reference", "kimi_k3_ckpt.py")
 WIDEN = os.path.join(ROOT, "tools", "widen", "widen.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TOOLS = os.path.join(ROOT, "tools")
@@ -52,7 +56,7 @@ PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executabl
 
 SCHEMA = "deltafin-bench/1"
 FIGURES = ("memory_bandwidth", "engine_random", "bandwidth_utilisation", "engine_widened_demo",
-           "speculative", "cluster", "server", "tokenizer", "wait_policy")
+           "speculative", "cluster", "plan_k3", "server", "tokenizer", "wait_policy")
 
 # Random checkpoints: (label, make_checkpoint.py arguments). The large one is the ~2 GB
 # target of the engine's performance goal (hidden 1024, 16 layers, 64 experts top-8).
@@ -69,15 +73,15 @@ WIDEN_TINY = ["--hidden-ratio", "4", "--moe-inter", "128", "--extra-layers", "1"
 MODES = {
     # engine: model labels, decode tokens, prefill tokens, repeats, bandwidth buffer MiB
     "full": dict(engine=["S", "M", "L"], decode=32, prefill=128, repeat=3, bw_mib=1024,
-                 widen=True, spec_new=64, spec_prompts=2, cluster_model="M", cluster_new=32,
+                 widen=True, spec_new=64, spec_prompts=2, cluster_model="M", cluster_new=32, plan_new=48,
                  server_model="M", server_tokens=32, server_prompt=32, tok_docs=60,
                  tok_names=["qwen3", "deepseek_v3"]),
     "quick": dict(engine=["S"], decode=16, prefill=64, repeat=2, bw_mib=512,
-                  widen=False, spec_new=32, spec_prompts=1, cluster_model="S", cluster_new=16,
+                  widen=False, spec_new=32, spec_prompts=1, cluster_model="S", cluster_new=16, plan_new=24,
                   server_model="S", server_tokens=16, server_prompt=16, tok_docs=10,
                   tok_names=["qwen3"]),
     "tiny": dict(engine=["tiny"], decode=4, prefill=8, repeat=1, bw_mib=32,
-                 widen=True, spec_new=8, spec_prompts=1, cluster_model="tiny", cluster_new=4,
+                 widen=True, spec_new=8, spec_prompts=1, cluster_model="tiny", cluster_new=4, plan_new=4,
                  server_model="tiny", server_tokens=4, server_prompt=4, tok_docs=1,
                  tok_names=["qwen3"]),
 }
@@ -168,6 +172,51 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
+
+
+def net_loopback():
+    """(round-trip seconds, Gbit/s) of TCP on 127.0.0.1: the median of 2,000 64-byte ping-pongs
+    and one 256 MiB transfer, each between two threads of this process."""
+    import socket
+    import statistics
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def echo():
+        c, _ = srv.accept()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while True:
+            b = c.recv(1 << 20)
+            if not b:
+                break
+            if len(b) == 64:
+                c.sendall(b)
+        c.close()
+    t = threading.Thread(target=echo, daemon=True)
+    t.start()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg, times = b"x" * 64, []
+    for _ in range(2000):
+        t0 = time.perf_counter()
+        s.sendall(msg)
+        got = 0
+        while got < 64:
+            got += len(s.recv(64 - got))
+        times.append(time.perf_counter() - t0)
+    chunk, total = b"y" * (1 << 20) + b"z", 256  # 1 MiB + 1 byte: never taken for a ping
+    t0 = time.perf_counter()
+    for _ in range(total):
+        s.sendall(chunk)
+    s.shutdown(socket.SHUT_WR)
+    t.join()
+    dt = time.perf_counter() - t0
+    s.close()
+    srv.close()
+    return statistics.median(times), total * len(chunk) * 8 / dt / 1e9
 
 
 def parse_generate(stderr):
@@ -424,6 +473,46 @@ class Suite:
             fig["status"] = "failed"
             fig["error"] = "the output with the draft differs from the target alone"
 
+    def loopback_run(self, model, base, nodes, local_stdout):
+        """`base` (a `deltafin run ... --stats` command) with `nodes` loopback df-node agents
+        sharing the model's bytes and this machine's cores; parse_generate's dict + nodes,
+        node_threads, node_budget, identical_ids (stdout equal to local_stdout)."""
+        size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model))
+        cpus = os.cpu_count() or 1
+        work = tempfile.mkdtemp(prefix="df-bench-cluster-")
+        procs = []
+        try:
+            state = os.path.join(work, "coord")
+            port = free_port()
+            tok = self.cmd([self.exe["deltafin"], "cluster", "token", "--reusable", "--state-dir", state])
+            token = tok.stdout.strip().split()[-1]
+            budget = size // nodes + (64 << 20)
+            threads = max(1, cpus // nodes)
+            for i in range(nodes):
+                c = [self.exe["df-node"], "join", "127.0.0.1:%d" % port, "--token", token,
+                     "--state-dir", os.path.join(work, "node%d" % i), "--model-dir", model,
+                     "--memory", str(budget), "--name", "n%d" % i, "--threads", str(threads), "--quiet"]
+                self.cur["commands"].append(cmdline(c).replace(token, "TOKEN"))
+                procs.append(subprocess.Popen(c, stdout=subprocess.DEVNULL,
+                                              stderr=open(os.path.join(work, "node%d.log" % i), "w")))
+            r = self.cmd(base + ["--cluster", "--cluster-bind", "127.0.0.1", "--cluster-port", str(port),
+                                 "--state-dir", state, "--cluster-nodes", str(nodes), "--cluster-wait", "600"],
+                         timeout=1800)
+            g = parse_generate(r.stderr)
+            g.update(nodes=nodes, node_threads=threads, node_budget=budget,
+                     identical_ids=r.stdout == local_stdout)
+            return g
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            shutil.rmtree(work, ignore_errors=True)
+
     def fig_cluster(self, fig):
         model = self.random_model(self.mode["cluster_model"])
         fig["title"] = "cluster: local vs loopback df-node agents"
@@ -435,47 +524,103 @@ class Suite:
         log("cluster: local only (%s)" % rel(model))
         loc = self.cmd(base)
         res = {"local": dict(parse_generate(loc.stderr), nodes=0, identical_ids=True)}
-        size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model))
-        cpus = os.cpu_count() or 1
         for nodes in (1, 3):
             log("cluster: %d loopback node(s)" % nodes)
-            work = tempfile.mkdtemp(prefix="df-bench-cluster-")
-            procs = []
-            try:
-                state = os.path.join(work, "coord")
-                port = free_port()
-                tok = self.cmd([self.exe["deltafin"], "cluster", "token", "--reusable", "--state-dir", state])
-                token = tok.stdout.strip().split()[-1]
-                budget = size // nodes + (64 << 20)
-                threads = max(1, cpus // nodes)
-                for i in range(nodes):
-                    c = [self.exe["df-node"], "join", "127.0.0.1:%d" % port, "--token", token,
-                         "--state-dir", os.path.join(work, "node%d" % i), "--model-dir", model,
-                         "--memory", str(budget), "--name", "n%d" % i, "--threads", str(threads), "--quiet"]
-                    self.cur["commands"].append(cmdline(c).replace(token, "TOKEN"))
-                    procs.append(subprocess.Popen(c, stdout=subprocess.DEVNULL,
-                                                  stderr=open(os.path.join(work, "node%d.log" % i), "w")))
-                r = self.cmd(base + ["--cluster", "--cluster-bind", "127.0.0.1", "--cluster-port", str(port),
-                                     "--state-dir", state, "--cluster-nodes", str(nodes), "--cluster-wait", "600"],
-                             timeout=1800)
-                g = parse_generate(r.stderr)
-                g.update(nodes=nodes, node_threads=threads, identical_ids=r.stdout == loc.stdout)
-                res["nodes_%d" % nodes] = g
-            finally:
-                for p in procs:
-                    p.terminate()
-                for p in procs:
-                    try:
-                        p.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
-                shutil.rmtree(work, ignore_errors=True)
+            res["nodes_%d" % nodes] = self.loopback_run(model, base, nodes, loc.stdout)
         fig["runs"] = res
         lm = res["local"]["decode_ms_per_token"]
         fig["ratio"] = {"name": "decode ms/token relative to local",
                         "values": {k: round(v["decode_ms_per_token"] / lm, 4) for k, v in res.items()}}
         fig["identical_ids"] = all(v["identical_ids"] for v in res.values())
+        if not fig["identical_ids"]:
+            fig["status"] = "failed"
+            fig["error"] = "cluster ids differ from local ids"
+
+    def k3_model(self):
+        if self.a.mode == "tiny":
+            return os.path.join(FIXTURES, "tiny-k3")
+        d = os.path.join(self.ckpt, "bench-k3")
+        if not os.path.exists(os.path.join(d, "config.json")):
+            log("writing the bench-k3 checkpoint to %s" % rel(d))
+            run([PY, MAKE_K3, "--preset", "bench-k3", "--out", d], timeout=1800)
+        return d
+
+    def plan(self, model, nodes, rtt_s):
+        """`deltafin plan --json` with --node "MEM,0,LINK,GBPS" per (mem, link, gbps)."""
+        c = [self.exe["deltafin"], "plan", "--model", model, "--reserve", "0", "--draft-k", "1",
+             "--accept", "0", "--rtt-ms", "%.6f" % (rtt_s * 1e3), "--json"]
+        for mem, link, gbps in nodes:
+            c += ["--node", "%d,0,%s,%.6f" % (mem, ("%.4f" % link) if link else "0", gbps)]
+        return json.loads(self.cmd(c).stdout)
+
+    def fig_plan_k3(self, fig):
+        """The plan's cost model against measurement. Calibration: the plan's bytes per token of
+        the model alone over the measured local time per token gives R, the GB/s this engine
+        streams on this machine (decode here is bound by the kernels' decode rate as much as by
+        memory, so the raw read bandwidth would overstate it). Predictions for 1 and 3 loopback
+        agents then use R scaled by each agent's share of the cores (its threads over the cores,
+        and the cores over all agents' threads when they oversubscribe), the coordinator's RAM
+        set to its resident part + state (so the agents hold every expert, as in the run), and
+        the loopback throughput measured here (net_loopback) and the application's round trip
+        measured on the tiny K3 fixture, whose experts cost nothing."""
+        model = self.k3_model()
+        fig["title"] = "plan vs measured: K3-shaped model, alone and 1 / 3 loopback df-node agents"
+        fig["model"] = rel(model)
+        n = self.mode["plan_new"]
+        base = [self.exe["deltafin"], "run", "--model", model, "--prompt-ids", "1,2,3,4,5,6,7,8",
+                "--max-new", str(n), "--temperature", "0", "--ignore-eos", "--no-draft", "--stats"]
+        log("plan_k3: local (%s)" % rel(model))
+        loc = self.cmd(base)
+        runs = {"local": dict(parse_generate(loc.stderr), nodes=0, identical_ids=True)}
+        for nodes in (1, 3):
+            log("plan_k3: %d loopback node(s)" % nodes)
+            runs["nodes_%d" % nodes] = self.loopback_run(model, base, nodes, loc.stdout)
+        rtt_tcp, gbit = net_loopback()
+        # the application's round trip: the time per round trip that 1 loopback agent adds to
+        # a model whose experts cost nothing (the tiny K3 fixture): transport plus every
+        # thread wake-up on both sides, which is what a forward waits for per MoE layer
+        tiny = os.path.join(FIXTURES, "tiny-k3")
+        tb = base[:3] + [tiny] + base[4:]
+        tl = self.cmd(tb)
+        tn = self.loopback_run(tiny, tb, 1, tl.stdout)
+        tlm = parse_generate(tl.stderr)["decode_ms_per_token"]
+        rtt = max(rtt_tcp, (tn["decode_ms_per_token"] - tlm) / 1e3 / tn["round_trips_per_forward"])
+        fig["loopback"] = {"tcp_rtt_ms": round(rtt_tcp * 1e3, 4), "gbit_s": round(gbit, 2),
+                           "app_rtt_ms": round(rtt * 1e3, 4),
+                           "how": "TCP on 127.0.0.1: median of 2,000 64-byte round trips, 256 MiB one way; "
+                                  "app_rtt: (1-agent - local) ms/token / round trips per forward on "
+                                  "tests/fixtures/tiny-k3 (%s vs %s ms/token), the --rtt-ms of the plans" % (
+                                      tn["decode_ms_per_token"], tlm)}
+        big = 1 << 40
+        alone = self.plan(model, [(big, 0, 1.0)], rtt)  # at 1 GB/s, forward_s = GB per token
+        gb_tok = alone["target_alone"]["forward_s"]
+        local_s = runs["local"]["decode_ms_per_token"] / 1e3
+        R = gb_tok / local_s
+        cpus = os.cpu_count() or 1
+        coord_mem = alone["resident_bytes"] + alone["state_bytes"]
+        fig["calibration"] = {"gb_per_token": round(gb_tok, 6), "local_ms_per_token": round(local_s * 1e3, 3),
+                              "engine_gb_s": round(R, 3)}
+        pred = {"local": local_s}
+        for nodes in (1, 3):
+            g = runs["nodes_%d" % nodes]
+            share = min(1.0, g["node_threads"] / cpus) * min(1.0, cpus / (g["node_threads"] * nodes))
+            p = self.plan(model, [(coord_mem, gbit, R)] + [(g["node_budget"], gbit, R * share)] * nodes, rtt)
+            if not p["feasible"]:
+                raise RuntimeError("plan for %d nodes is infeasible: %s" % (nodes, p.get("shortfall")))
+            pred["nodes_%d" % nodes] = p["target_alone"]["s_per_token"]
+            g["plan_node_gb_s"] = round(R * share, 3)
+            g["plan_pairs_on_coordinator"] = p["machines"][0]["pairs_ram"]
+        table = {}
+        for k, v in runs.items():
+            m = v["decode_ms_per_token"]
+            table[k] = {"measured_ms": m, "predicted_ms": round(pred[k] * 1e3, 3),
+                        "error": round(pred[k] * 1e3 / m - 1, 4)}
+        fig["runs"] = runs
+        fig["prediction"] = table
+        fig["ratio"] = {"name": "predicted / measured ms per token",
+                        "values": {k: round(1 + v["error"], 4) for k, v in table.items()}}
+        fig["within_25pct"] = all(abs(table[k]["error"]) <= 0.25 for k in ("nodes_1", "nodes_3"))
+        fig["identical_ids"] = all(v["identical_ids"] for v in runs.values())
         if not fig["identical_ids"]:
             fig["status"] = "failed"
             fig["error"] = "cluster ids differ from local ids"
@@ -548,6 +693,7 @@ class Suite:
         self.figure("bandwidth_utilisation", self.fig_bandwidth_utilisation)
         self.figure("speculative", self.fig_speculative)
         self.figure("cluster", self.fig_cluster)
+        self.figure("plan_k3", self.fig_plan_k3)
         self.figure("server", self.fig_server)
         self.figure("tokenizer", self.fig_tokenizer)
         self.figure("wait_policy", self.fig_wait_policy)
@@ -656,6 +802,16 @@ def markdown(res):
                 ", ".join("%s %.2fx" % (k, v) for k, v in c["ratio"]["values"].items()), st("cluster")))
         else:
             L.append("| cluster | - | - | %s |" % st("cluster"))
+    p = F.get("plan_k3")
+    if p and p.get("prediction"):
+        pr = p["prediction"]
+        L.append("| plan vs measured (%s) | %s | %s | %s |" % (
+            p["model"], "; ".join("%s measured %s, predicted %s ms/token" % (
+                k, fmt(v["measured_ms"]), fmt(v["predicted_ms"])) for k, v in pr.items()),
+            ", ".join("%s %.2fx" % (k, v) for k, v in p["ratio"]["values"].items())
+            + ("" if p["within_25pct"] else " (OUTSIDE +-25%)"), st("plan_k3")))
+    elif p:
+        L.append("| plan vs measured | - | - | %s |" % st("plan_k3"))
     v = F.get("server")
     if v:
         if v["status"] == "ok":
