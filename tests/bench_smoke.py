@@ -6,7 +6,8 @@ checkpoint; the demo target/draft are tiny-moe-tied/tiny-dense) into WORK_DIR an
 results.json: the schema, every figure named by docs/PERFORMANCE.md present with its
 commands and commit, status ok (the tokenizer and server figures may be "skipped" without
 tools/node_modules), the exactness flags the figures carry (speculative output identical
-with and without the draft, cluster ids identical to local) and the shape of each figure's
+with and without the draft, cluster ids identical to local, plan_k3's predicted and measured
+times) and the shape of each figure's
 numbers. It never checks a speed: every number only has to be a finite positive value.
 
 usage: bench_smoke.py BUILD_DIR WORK_DIR
@@ -20,7 +21,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUITE = os.path.join(HERE, "..", "tools", "bench", "suite.py")
 FIGURES = ("memory_bandwidth", "engine_random", "bandwidth_utilisation", "engine_widened_demo",
-           "speculative", "cluster", "server", "tokenizer", "wait_policy")
+           "speculative", "cluster", "plan_k3", "server", "tokenizer", "wait_policy")
 MAY_SKIP = ("server", "tokenizer")
 
 fails = []
@@ -86,6 +87,17 @@ def main():
         check(c.get("identical_ids") is True, "cluster: ids identical to local")
         check(set(c.get("runs", {})) == {"local", "nodes_1", "nodes_3"}, "cluster: local, 1 and 3 nodes")
         check(all(pos(v.get("decode_ms_per_token")) for v in c["runs"].values()), "cluster: timings")
+    pk = F.get("plan_k3", {})
+    if pk.get("status") == "ok":
+        check(pk.get("identical_ids") is True, "plan_k3: cluster ids identical to local")
+        pr = pk.get("prediction", {})
+        check(set(pr) == {"local", "nodes_1", "nodes_3"}, "plan_k3: local, 1 and 3 nodes")
+        check(all(pos(x.get("measured_ms")) and pos(x.get("predicted_ms")) for x in pr.values()),
+              "plan_k3: measured and predicted ms/token")
+        check(abs(pr.get("local", {}).get("error", 1)) < 0.01, "plan_k3: the local run is the calibration")
+        check(pos(pk.get("loopback", {}).get("app_rtt_ms")) and pos(pk["loopback"].get("gbit_s")),
+              "plan_k3: loopback round trip and throughput")
+        check(isinstance(pk.get("within_25pct"), bool), "plan_k3: within_25pct flag")
     v = F.get("server", {})
     if v.get("status") == "ok":
         check([x["streams"] for x in v["levels"]] == [1, 4, 8], "server: 1, 4 and 8 streams")

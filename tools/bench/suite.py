@@ -513,20 +513,24 @@ class Suite:
                     p.wait()
             shutil.rmtree(work, ignore_errors=True)
 
+    def local_and_loopback(self, model, n, label):
+        """Greedy decode of n tokens alone, then with 1 and 3 loopback agents: (the `run`
+        command, the local run, {"local", "nodes_1", "nodes_3": parse_generate dicts})."""
+        base = [self.exe["deltafin"], "run", "--model", model, "--prompt-ids", "1,2,3,4,5,6,7,8",
+                "--max-new", str(n), "--temperature", "0", "--ignore-eos", "--no-draft", "--stats"]
+        log("%s: local only (%s)" % (label, rel(model)))
+        loc = self.cmd(base)
+        runs = {"local": dict(parse_generate(loc.stderr), nodes=0, identical_ids=True)}
+        for nodes in (1, 3):
+            log("%s: %d loopback node(s)" % (label, nodes))
+            runs["nodes_%d" % nodes] = self.loopback_run(model, base, nodes, loc.stdout)
+        return base, loc, runs
+
     def fig_cluster(self, fig):
         model = self.random_model(self.mode["cluster_model"])
         fig["title"] = "cluster: local vs loopback df-node agents"
         fig["model"] = rel(model)
-        n = self.mode["cluster_new"]
-        prompt = "1,2,3,4,5,6,7,8"
-        base = [self.exe["deltafin"], "run", "--model", model, "--prompt-ids", prompt, "--max-new", str(n),
-                "--temperature", "0", "--ignore-eos", "--no-draft", "--stats"]
-        log("cluster: local only (%s)" % rel(model))
-        loc = self.cmd(base)
-        res = {"local": dict(parse_generate(loc.stderr), nodes=0, identical_ids=True)}
-        for nodes in (1, 3):
-            log("cluster: %d loopback node(s)" % nodes)
-            res["nodes_%d" % nodes] = self.loopback_run(model, base, nodes, loc.stdout)
+        _, _, res = self.local_and_loopback(model, self.mode["cluster_new"], "cluster")
         fig["runs"] = res
         lm = res["local"]["decode_ms_per_token"]
         fig["ratio"] = {"name": "decode ms/token relative to local",
@@ -566,15 +570,7 @@ class Suite:
         model = self.k3_model()
         fig["title"] = "plan vs measured: K3-shaped model, alone and 1 / 3 loopback df-node agents"
         fig["model"] = rel(model)
-        n = self.mode["plan_new"]
-        base = [self.exe["deltafin"], "run", "--model", model, "--prompt-ids", "1,2,3,4,5,6,7,8",
-                "--max-new", str(n), "--temperature", "0", "--ignore-eos", "--no-draft", "--stats"]
-        log("plan_k3: local (%s)" % rel(model))
-        loc = self.cmd(base)
-        runs = {"local": dict(parse_generate(loc.stderr), nodes=0, identical_ids=True)}
-        for nodes in (1, 3):
-            log("plan_k3: %d loopback node(s)" % nodes)
-            runs["nodes_%d" % nodes] = self.loopback_run(model, base, nodes, loc.stdout)
+        base, _, runs = self.local_and_loopback(model, self.mode["plan_new"], "plan_k3")
         rtt_tcp, gbit = net_loopback()
         # the application's round trip: the time per round trip that 1 loopback agent adds to
         # a model whose experts cost nothing (the tiny K3 fixture): transport plus every
