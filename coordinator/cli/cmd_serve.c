@@ -44,13 +44,17 @@ static void serve_usage(FILE *f) {
           "                       min(max_position_embeddings, 4096))\n"
           "  --max-prompt N       most prompt tokens a request may have (default ctx - 1)\n"
           "  --max-body BYTES     largest request body (default 4194304); larger is 413\n"
-          "  --max-connections N  simultaneous HTTP connections, 1..%d (default %d); more\n"
-          "                       wait until one closes\n"
+          "  --max-connections N  simultaneous HTTP connections, 1..%d (default %d; lowered\n"
+          "                       to fit the open-file limit); more wait until one closes\n"
           "  --max-connections-per-host N  connections one client address may hold at once,\n"
           "                       0..%d (default %d; 0 = no limit); more are closed at once\n"
           "  --idle-timeout S     close a connection silent for S seconds before a complete\n"
           "                       request, between requests, or not reading its response;\n"
           "                       never while generating (default 10)\n"
+          "  --request-timeout S  close a connection that has not delivered a complete\n"
+          "                       request (header and body) S seconds after it opened or\n"
+          "                       after its previous response ended, 1..%d (default %d);\n"
+          "                       never while generating or sending a response\n"
           "  --chunk N            prompt tokens fed per step over all sequences (default 256)\n"
           "  --threads N          compute threads (default: every online CPU)\n"
           "  --draft DIR          draft model for speculative decoding of greedy requests\n"
@@ -70,13 +74,14 @@ static void serve_usage(FILE *f) {
           "                       falls back to the CPU with one line (docs/GPU.md)\n"
           "  --quiet              log only errors\n",
           DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SRV_MAX_CONNS,
-          DF_SRV_DEFAULT_PER_HOST, DF_SCHED_K_MAX);
+          DF_SRV_DEFAULT_PER_HOST, DF_SRV_MAX_REQUEST_TIMEOUT, DF_SRV_DEFAULT_REQUEST_TIMEOUT,
+          DF_SCHED_K_MAX);
 }
 
 enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_KEYFILE, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
        O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
        O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_PERHOST, O_IDLE,
-       O_DEVICE };
+       O_REQTIMEOUT, O_DEVICE };
 
 static bool is_loopback(const char *h) {
   return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
@@ -103,6 +108,7 @@ int df_cmd_serve(int argc, char **argv) {
       {"max-connections", required_argument, 0, O_MAXCONN},
       {"max-connections-per-host", required_argument, 0, O_PERHOST},
       {"idle-timeout", required_argument, 0, O_IDLE},
+      {"request-timeout", required_argument, 0, O_REQTIMEOUT},
       {"device", required_argument, 0, O_DEVICE},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
@@ -115,7 +121,7 @@ int df_cmd_serve(int argc, char **argv) {
   df_cluster_opts copts = {.wait_s = -1};
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
           threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10,
-          per_host = DF_SRV_DEFAULT_PER_HOST;
+          per_host = DF_SRV_DEFAULT_PER_HOST, request_s = DF_SRV_DEFAULT_REQUEST_TIMEOUT;
   bool quiet = false;
   int c;
   optind = 1;
@@ -153,6 +159,10 @@ int df_cmd_serve(int argc, char **argv) {
       if (df_cli_int("max-connections-per-host", optarg, 0, DF_SRV_MAX_CONNS, &per_host)) return 2;
       break;
     case O_IDLE: if (df_cli_int("idle-timeout", optarg, 1, 86400, &idle_s)) return 2; break;
+    case O_REQTIMEOUT:
+      if (df_cli_int("request-timeout", optarg, 1, DF_SRV_MAX_REQUEST_TIMEOUT, &request_s))
+        return 2;
+      break;
     case O_DRAFTSEQS:
       if (df_cli_int("draft-max-seqs", optarg, 1, DF_MODEL_MAX_BATCH, &draft_seqs)) return 2;
       break;
@@ -289,7 +299,8 @@ int df_cmd_serve(int argc, char **argv) {
   df_srv_opts sv = {.host = host, .port = (int)port, .api_key = key, .model_id = name,
                     .max_body = (size_t)body, .max_prompt = maxp, .max_conns = (unsigned)max_conns,
                     .max_per_host = (int)per_host,
-                    .idle_timeout_s = (unsigned)idle_s, .quiet = quiet, .cluster = cluster};
+                    .idle_timeout_s = (unsigned)idle_s,
+                    .request_timeout_s = (unsigned)request_s, .quiet = quiet, .cluster = cluster};
   if (df_srv_start(&sv, sched, m, tok, tmpl, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;

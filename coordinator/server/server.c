@@ -1,11 +1,15 @@
 /* coordinator/server/server.c — the /v1 HTTP server on libmicrohttpd; see server.h.
  *
- * Threads: libmicrohttpd runs one thread per connection. A generation request is parsed,
- * tokenized and submitted in its connection thread, which then waits on the job's file
- * descriptor and on the client socket (POLLRDHUP) at once: news from the scheduler wakes it,
- * and a client that closes its connection is seen at once and its job cancelled. Streaming
- * responses are written from the content-reader callback (same thread), one server-sent
- * event per HTTP chunk.
+ * Threads: an accept thread owns the listen socket: it accepts only while fewer than
+ * --max-connections connections are open (so further clients wait in the listen backlog
+ * rather than being accepted and reset), applies --max-connections-per-host, and hands each
+ * socket to libmicrohttpd (MHD_add_connection), which runs one thread per connection and polls
+ * with poll(): descriptor numbers past FD_SETSIZE work, however many other descriptors the
+ * process holds. A generation request is parsed, tokenized and submitted in its connection
+ * thread, which then waits on the job's file descriptor and on the client socket (POLLRDHUP)
+ * at once: news from the scheduler wakes it, and a client that closes its connection is seen
+ * at once and its job cancelled. Streaming responses are written from the content-reader
+ * callback (same thread), one server-sent event per HTTP chunk.
  *
  * Timeouts: a connection that stays silent for --idle-timeout seconds is closed — before it
  * has sent a complete request, between keep-alive requests, and while it does not read a
@@ -15,6 +19,14 @@
  * a long prefill or queue wait must not cut a stream. Setting the timeout back after each
  * produced piece restarts the silence clock (libmicrohttpd restarts it when a zero timeout is
  * replaced).
+ * A connection that is never silent that long but delivers its request slowly (a byte of
+ * header every few seconds, a body dripped) is bounded by --request-timeout: the complete
+ * request must arrive within that many seconds of the accept or of the end of the previous
+ * response; the accept thread wakes at least every GATE_TICK_MS and shuts down the sockets
+ * of overdue connections (coordinator/server/hosts.h). libmicrohttpd offers no such total
+ * deadline itself (its timeout is an inactivity timeout). The deadline is off from the
+ * access handler's final call (the whole body is in) until the response is over, so
+ * generating and streaming are never cut by it.
  */
 #define _GNU_SOURCE
 #include "coordinator/server/server.h"
@@ -24,6 +36,7 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,8 +45,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <sys/select.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,7 +79,12 @@ struct df_srv {
   code_count counts[R_N][MAX_CODES];
   int64_t streams_open, disconnects;
   uint64_t rng;
-  df_srv_hosts *hosts; /* open connections per client address (--max-connections-per-host) */
+  df_srv_hosts *hosts; /* open connections, per client address, and their request deadlines */
+  int listen_fd;       /* the listening socket (accept thread) */
+  int wake_fd;         /* eventfd: wakes the accept thread (a slot freed, or stop) */
+  pthread_t gate;      /* the accept thread (gate_main) */
+  bool gate_running;
+  atomic_bool stopping;
 };
 
 /* One HTTP request's state (MHD's con_cls). */
@@ -621,6 +639,10 @@ char *df_srv_metrics(df_srv *s, size_t *len) {
   HDR("deltafin_connections_refused_total", "counter",
       "Connections closed at once: their client address held --max-connections-per-host.");
   appendf(&b, &n, &cap, "deltafin_connections_refused_total{reason=\"per_host\"} %lld\n", refused);
+  HDR("deltafin_request_timeouts_total", "counter",
+      "Connections closed because they did not deliver a complete request within --request-timeout.");
+  appendf(&b, &n, &cap, "deltafin_request_timeouts_total %lld\n",
+          (long long)df_srv_hosts_timeouts(s->hosts));
   HDR("deltafin_prompt_tokens_total", "counter", "Prompt tokens fed to the model.");
   appendf(&b, &n, &cap, "deltafin_prompt_tokens_total %lld\n", (long long)st.prompt_tokens);
   HDR("deltafin_completion_tokens_total", "counter", "Tokens generated.");
@@ -731,7 +753,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
      * without the key cannot hold the connection by dripping a body (libmicrohttpd closes the
      * connection after the answer since the body was not read). Other refusals wait for the
      * body, so that ordinary clients that send it whole can read their answer. */
-    if (c->have_err && c->err.status == 401) return send_error(c, mc, &c->err);
+    if (c->have_err && c->err.status == 401) {
+      df_srv_hosts_request_received(s->hosts, mc); /* answered: the rest is the idle timeout's */
+      return send_error(c, mc, &c->err);
+    }
     return MHD_YES;
   }
   if (*upload_size) {
@@ -758,6 +783,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     *upload_size = 0;
     return MHD_YES;
   }
+  /* the final call: header and body are in, so the request deadline is off until the response
+   * is over (generating it may take minutes) */
+  df_srv_hosts_request_received(s->hosts, mc);
   if (c->have_err) return send_error(c, mc, &c->err);
   if (c->too_big) {
     df_api_error e;
@@ -802,8 +830,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)cls;
-  (void)mc;
+  df_srv *s = cls;
+  /* the response is over: a next request on this keep-alive connection has
+   * --request-timeout seconds from now */
+  df_srv_hosts_request_rearm(s->hosts, mc);
   conn *c = *con_cls;
   if (!c) return;
   if (c->job) df_sched_job_cancel(c->job); /* the request is over: nothing more to generate */
@@ -836,7 +866,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 /* ---- lifecycle ----------------------------------------------------------------------- */
 
 #define FD_RESERVE 128 /* descriptors kept for everything but HTTP connections */
-_Static_assert(DF_SRV_MAX_CONNS + FD_RESERVE <= FD_SETSIZE, "connection sockets must fit select()");
+#define GATE_TICK_MS 500 /* the accept thread checks the request deadlines at least this often */
+#define ACCEPT_BATCH 64  /* connections accepted per wake-up of the accept thread */
+#define ACCEPT_STALL_MS 100 /* pause of accepting when the process is out of descriptors */
 
 /* Fit the connection limit to the open-file limit: raise the soft RLIMIT_NOFILE toward the
  * hard one when the connections need it, and lower the limit when even that is too few. */
@@ -858,6 +890,98 @@ static void fit_conn_limit(df_srv *s) {
   s->o.max_conns = want;
 }
 
+/* A listening TCP socket on addr: non-blocking (the accept thread polls it), SO_REUSEADDR
+ * (a restarted server binds at once; not SO_REUSEPORT: a second server on the port fails),
+ * IPv6-only for an IPv6 address. -1 with errno set on failure. */
+static int listen_on(const struct sockaddr *addr, socklen_t len) {
+  int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (addr->sa_family == AF_INET6)
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  if (bind(fd, addr, len) != 0 || listen(fd, SOMAXCONN) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+/* Accept waiting clients while there is room (at most ACCEPT_BATCH) and hand each to
+ * libmicrohttpd. Returns the milliseconds to stop accepting for (the process is out of
+ * descriptors or memory: the clients wait in the backlog meanwhile), else 0. */
+static int accept_some(df_srv *s, int64_t *last_log) {
+  for (int i = 0; i < ACCEPT_BATCH && !df_srv_hosts_full(s->hosts); i++) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      int e = errno;
+      if (e == EAGAIN || e == EWOULDBLOCK) return 0;
+      /* the client's own failure (accept(2) passes pending network errors on): next one */
+      if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == ENETDOWN || e == ENOPROTOOPT ||
+          e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH || e == EOPNOTSUPP || e == ENETUNREACH)
+        continue;
+      int64_t now = now_ms();
+      if (now - *last_log >= 10000) {
+        *last_log = now;
+        logf_(s, true, "cannot accept connections: %s%s; clients wait meanwhile", strerror(e),
+              e == EMFILE || e == ENFILE ? " (raise the open-file limit, ulimit -n)" : "");
+      }
+      return ACCEPT_STALL_MS;
+    }
+    int adm = df_srv_hosts_admit(s->hosts, fd, (struct sockaddr *)&ss, sl);
+    if (adm != 0) {
+      close(fd); /* past --max-connections-per-host (counted), or out of memory */
+      continue;
+    }
+    /* libmicrohttpd owns fd from here (it closes it, also when it refuses it) */
+    if (MHD_add_connection(s->d, fd, (struct sockaddr *)&ss, sl) != MHD_YES)
+      df_srv_hosts_unadmit(s->hosts, fd);
+  }
+  return 0;
+}
+
+/* The accept thread: waits (poll, at most GATE_TICK_MS) on the listen socket — only while a
+ * connection slot is free — and on wake_fd; shuts down the connections past the request
+ * deadline each round. Ends when s->stopping is set (and wake_fd signalled). */
+static void *gate_main(void *arg) {
+  df_srv *s = arg;
+  int64_t stall_until = 0, last_log = -10000;
+  while (!atomic_load(&s->stopping)) {
+    int64_t next = df_srv_hosts_cut_overdue(s->hosts), now = now_ms();
+    int timeout = next > 0 && next < GATE_TICK_MS ? (int)next : GATE_TICK_MS;
+    bool listening = now >= stall_until && !df_srv_hosts_full(s->hosts);
+    if (now < stall_until && stall_until - now < timeout) timeout = (int)(stall_until - now);
+    struct pollfd p[2] = {{.fd = s->wake_fd, .events = POLLIN},
+                          {.fd = listening ? s->listen_fd : -1, .events = POLLIN}};
+    if (poll(p, 2, timeout) <= 0) continue;
+    if (p[0].revents & POLLIN) {
+      uint64_t v;
+      if (read(s->wake_fd, &v, sizeof v) < 0) { /* EAGAIN: another round drained it */
+      }
+    }
+    if (p[1].revents & POLLIN) {
+      int stall = accept_some(s, &last_log);
+      if (stall) stall_until = now_ms() + stall;
+    }
+  }
+  return NULL;
+}
+
+/* Free s and what it holds; the accept thread and the daemon must be stopped. */
+static void srv_free(df_srv *s) {
+  if (s->listen_fd >= 0) close(s->listen_fd);
+  df_srv_hosts_free(&s->hosts);
+  if (s->wake_fd >= 0) close(s->wake_fd);
+  pthread_mutex_destroy(&s->mu);
+  free(s->model_id);
+  free(s->api_key);
+  free(s);
+}
+
 int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const df_tok *tok,
                  const df_chat_template *tmpl, df_srv **out, char *err, size_t errlen) {
   *out = NULL;
@@ -866,27 +990,23 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
     snprintf(err, errlen, "out of memory");
     return -1;
   }
+  s->listen_fd = s->wake_fd = -1;
+  atomic_init(&s->stopping, false);
+  pthread_mutex_init(&s->mu, NULL);
   s->o = *o;
-  if (!s->o.host) s->o.host = "127.0.0.1";
+  s->o.host = NULL;
   if (!s->o.max_body) s->o.max_body = 4u << 20;
   if (!s->o.max_conns) s->o.max_conns = DF_SRV_DEFAULT_CONNS;
   if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 10;
+  if (!s->o.request_timeout_s) s->o.request_timeout_s = DF_SRV_DEFAULT_REQUEST_TIMEOUT;
   if (s->o.max_per_host < 0) s->o.max_per_host = 0;
-  s->hosts = df_srv_hosts_new(s->o.max_per_host, DF_SRV_MAX_CONNS + 16);
-  if (!s->hosts) {
-    free(s);
-    snprintf(err, errlen, "out of memory");
-    return -1;
-  }
   s->model_id = strdup(o->model_id ? o->model_id : "deltafin");
   s->api_key = o->api_key && o->api_key[0] ? strdup(o->api_key) : NULL;
-  s->o.host = NULL;
   s->sched = sched;
   s->m = m;
   s->tok = tok;
   s->tmpl = tmpl;
   s->created = (int64_t)time(NULL);
-  pthread_mutex_init(&s->mu, NULL);
   {
     uint64_t seed = 0;
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -902,6 +1022,14 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
     snprintf(err, errlen, "out of memory");
     goto fail;
   }
+  /* select() would refuse every socket numbered FD_SETSIZE (1024) or more, which the process
+   * reaches as soon as it holds that many descriptors (connections to the cluster port, say) */
+  if (MHD_is_feature_supported(MHD_FEATURE_POLL) != MHD_YES) {
+    snprintf(err, errlen, "this libmicrohttpd (%s) was built without poll() support, which the "
+             "server needs (select() cannot take descriptors past %d); install one with poll()",
+             MHD_get_version(), FD_SETSIZE);
+    goto fail;
+  }
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
                   *ai = NULL;
@@ -913,40 +1041,59 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
     snprintf(err, errlen, "--host %s: cannot resolve: %s", host, gai_strerror(gai));
     goto fail;
   }
-  struct sockaddr_storage addr;
-  memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
-  bool v6 = ai->ai_family == AF_INET6;
+  s->listen_fd = listen_on(ai->ai_addr, ai->ai_addrlen);
+  int lerr = errno;
   freeaddrinfo(ai);
-  /* select(), not poll(): at the connection limit libmicrohttpd's select() loop stops
-   * accepting, so further clients wait in the listen backlog until an idle connection is
-   * closed (its poll() loop accepts and resets them) */
-  fit_conn_limit(s);
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                   MHD_USE_ERROR_LOG | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
-  s->d = MHD_start_daemon(flags, (uint16_t)o->port, df_srv_hosts_on_accept, s->hosts, on_request, s,
-                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                          MHD_OPTION_NOTIFY_CONNECTION, df_srv_hosts_on_connection, s->hosts,
-                          MHD_OPTION_CONNECTION_LIMIT, s->o.max_conns,
-                          MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
-                          MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-                          MHD_OPTION_END);
-  if (!s->d) {
-    snprintf(err, errlen, "cannot listen on %s port %d (in use, or not an address of this "
-             "machine?)", host, o->port);
+  if (s->listen_fd < 0) {
+    snprintf(err, errlen, "cannot listen on %s port %d: %s (in use, or not an address of this "
+             "machine?)", host, o->port, strerror(lerr));
     goto fail;
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-  s->port = di ? di->port : o->port;
+  fit_conn_limit(s);
+  s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  s->hosts = s->wake_fd >= 0 ? df_srv_hosts_new(s->o.max_per_host, s->o.max_conns,
+                                                s->o.request_timeout_s, s->wake_fd)
+                             : NULL;
+  if (!s->hosts) {
+    snprintf(err, errlen, "out of memory or descriptors");
+    goto fail;
+  }
+  /* No listen socket of libmicrohttpd's own: the accept thread accepts (so clients past the
+   * limit wait in the backlog) and hands the sockets over with MHD_add_connection (MHD_USE_ITC
+   * wakes the daemon thread for them). poll(), not select(): thread-per-connection cannot use
+   * epoll. Its own limit is a safety net above ours (ours counts a connection until its CLOSED
+   * notification, before libmicrohttpd's own count drops). */
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                   MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+  s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                          MHD_OPTION_NOTIFY_CONNECTION, df_srv_hosts_on_connection, s->hosts,
+                          MHD_OPTION_CONNECTION_LIMIT, s->o.max_conns + 64,
+                          MHD_OPTION_CONNECTION_TIMEOUT, s->o.idle_timeout_s,
+                          MHD_OPTION_END);
+  if (!s->d) {
+    snprintf(err, errlen, "libmicrohttpd %s could not start its daemon (one thread per "
+             "connection with poll()): out of memory or threads?", MHD_get_version());
+    goto fail;
+  }
+  struct sockaddr_storage bound;
+  socklen_t bl = sizeof bound;
+  s->port = o->port;
+  if (getsockname(s->listen_fd, (struct sockaddr *)&bound, &bl) == 0)
+    s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                 : ((struct sockaddr_in *)&bound)->sin_port);
+  int pe = pthread_create(&s->gate, NULL, gate_main, s);
+  if (pe != 0) {
+    snprintf(err, errlen, "cannot start the accept thread: %s", strerror(pe));
+    goto fail;
+  }
+  s->gate_running = true;
   *out = s;
   return 0;
 fail:
-  pthread_mutex_destroy(&s->mu);
-  df_srv_hosts_free(&s->hosts);
-  free(s->model_id);
-  free(s->api_key);
-  free(s);
+  if (s->d) MHD_stop_daemon(s->d);
+  srv_free(s);
   return -1;
 }
 
@@ -955,14 +1102,16 @@ int df_srv_port(const df_srv *s) { return s->port; }
 void df_srv_stop(df_srv **sp) {
   if (!sp || !*sp) return;
   df_srv *s = *sp;
-  if (s->d) {
-    MHD_quiesce_daemon(s->d);
-    MHD_stop_daemon(s->d);
+  if (s->gate_running) {
+    atomic_store(&s->stopping, true);
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0) { /* the counter is full: a wake is pending */
+    }
+    pthread_join(s->gate, NULL);
   }
-  pthread_mutex_destroy(&s->mu);
-  df_srv_hosts_free(&s->hosts);
-  free(s->model_id);
-  free(s->api_key);
-  free(s);
+  close(s->listen_fd); /* clients now get refused */
+  s->listen_fd = -1;
+  if (s->d) MHD_stop_daemon(s->d); /* closes the connections (CLOSED notifications) */
+  srv_free(s);
   *sp = NULL;
 }

@@ -1,6 +1,8 @@
 /* coordinator/server/server.h — the OpenAI-compatible HTTP server of `deltafin serve`.
  *
- * Owns: the libmicrohttpd daemon (one thread per connection), routing, API-key checks,
+ * Owns: the listen socket and its accept thread (connection limits and the request deadline,
+ * with coordinator/server/hosts.h), the libmicrohttpd daemon (one thread per connection,
+ * poll()), routing, API-key checks,
  * body limits, turning requests into prompt ids (chat template / tokenizer), handing them to
  * the scheduler, streaming its text back as server-sent events or one JSON body, noticing
  * clients that go away (their generation is cancelled before the next step), and /health,
@@ -31,13 +33,19 @@
 
 typedef struct df_srv df_srv;
 
-/* Connection limits. Every connection has its own thread and a socket below FD_SETSIZE (1024,
- * libmicrohttpd's select() loop), 128 descriptors being kept for everything else. */
+/* Connection limits. Every connection has its own thread; sockets are polled with poll(), so
+ * descriptor numbers are not limited by FD_SETSIZE (other sockets of the process, e.g. the
+ * cluster port's, may hold any number of them). The connections must fit the open-file limit
+ * (RLIMIT_NOFILE) with 128 descriptors to spare for everything else (see max_conns). */
 #define DF_SRV_DEFAULT_CONNS 768
-#define DF_SRV_MAX_CONNS 896
+#define DF_SRV_MAX_CONNS 16384
 /* Connections one client address may hold by default (--max-connections-per-host): a host
  * that opens and holds connections (slow or idle clients) cannot take every slot. */
 #define DF_SRV_DEFAULT_PER_HOST 128
+/* Seconds a connection has to deliver a complete request by default (--request-timeout), and
+ * the most that may be asked. */
+#define DF_SRV_DEFAULT_REQUEST_TIMEOUT 30
+#define DF_SRV_MAX_REQUEST_TIMEOUT 86400
 
 typedef struct df_srv_opts {
   const char *host;      /* address to bind (numeric or a name); NULL = "127.0.0.1" */
@@ -49,11 +57,18 @@ typedef struct df_srv_opts {
   unsigned max_conns;    /* simultaneous connections; 0 = DF_SRV_DEFAULT_CONNS; at most
                             DF_SRV_MAX_CONNS. Lowered (one log line) to what the open-file limit
                             allows after raising its soft value toward the hard one. Clients
-                            past it wait in the listen backlog until a connection closes. */
+                            past it wait in the listen backlog until a connection closes (the
+                            server does not accept them meanwhile). */
   unsigned idle_timeout_s; /* seconds a connection may stay silent before it is closed: while it
                             has not sent a complete request, between keep-alive requests, and
                             while it does not read a response being sent; not counted while a
                             generation is producing that response. 0 = 10 */
+  unsigned request_timeout_s; /* seconds a connection has to deliver a complete request
+                            (header and body), counted from its accept or from the end of its
+                            previous response (keep-alive); past it the connection is closed
+                            (counted in /metrics: deltafin_request_timeouts_total). Not counted
+                            while a response is generated or sent.
+                            0 = DF_SRV_DEFAULT_REQUEST_TIMEOUT */
   int max_per_host;      /* simultaneous connections from one client address (IPv4 or IPv6,
                             loopback included); a connection past it is closed at once (counted
                             in /metrics). 0 = no limit */
@@ -61,22 +76,27 @@ typedef struct df_srv_opts {
   int cluster;           /* routed experts run on df-node agents (reported in /metrics) */
 } df_srv_opts;
 
-/* Start serving. `tmpl` may be NULL (then /v1/chat/completions answers 400: the model has no
- * chat template). May raise the process's RLIMIT_NOFILE soft limit (see max_conns). On success
- * *out owns the running server (stop with df_srv_stop). Errors (-1, *out NULL, one line in
- * err): the host does not resolve, the port cannot be bound, out of memory. */
+/* Start serving: bind and listen on o->host:o->port, start the libmicrohttpd daemon (one
+ * thread per connection, poll()) and the accept thread (which also enforces the request
+ * deadline). `tmpl` may be NULL (then /v1/chat/completions answers 400: the model has no chat
+ * template). `sched`, `m`, `tok` and `tmpl` are borrowed and must outlive the server; `o` is
+ * copied (its strings too). May raise the process's RLIMIT_NOFILE soft limit (see max_conns).
+ * On success returns 0 and *out owns the running server (stop with df_srv_stop). Errors (-1,
+ * *out NULL, one line in err[errlen]): the host does not resolve, the port cannot be bound,
+ * libmicrohttpd lacks poll() support or refuses to start, out of memory or threads. */
 int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const df_tok *tok,
                  const df_chat_template *tmpl, df_srv **out, char *err, size_t errlen);
 
-/* The TCP port actually bound. */
+/* The TCP port actually bound (useful with o->port 0). */
 int df_srv_port(const df_srv *s);
 
-/* Stop accepting connections, then wait for the connection threads (call df_sched_shutdown
- * first so that requests in flight finish at once), and free the server. NULLs *s; NULL-safe. */
+/* Stop accepting connections (the accept thread is joined, the listen socket closed), then
+ * close the connections and wait for their threads (call df_sched_shutdown first so that
+ * requests in flight finish at once), and free the server. NULLs *s; NULL-safe. */
 void df_srv_stop(df_srv **s);
 
-/* The /metrics text (Prometheus text format), malloc'd, NUL-terminated; NULL when out of
- * memory. */
+/* The /metrics text (Prometheus text format 0.0.4): malloc'd and NUL-terminated, owned by the
+ * caller (free); its length in bytes in *len when len is not NULL. NULL when out of memory. */
 char *df_srv_metrics(df_srv *s, size_t *len);
 
 #endif
