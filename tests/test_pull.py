@@ -260,6 +260,21 @@ def scenario_resume():
     check(not m["complete"] and m["pending"] == [SHARD2], "manifest marks the pull incomplete")
     v = deltafin(["verify", d])
     check(v.returncode == 1 and SHARD2 in v.stderr, "verify reports the missing file")
+    # a symbolic link planted in the partial's place (a shared --dir) is never written through
+    part = os.path.join(d, ".deltafin", "partial", parts[0])
+    keep = open(part, "rb").read()
+    victim = os.path.join(WORK, SCENARIO, "victim-file")
+    with open(victim, "wb") as f:
+        f.write(b"precious")
+    os.unlink(part)
+    os.symlink(victim, part)
+    p = pull("acme/tiny", d)
+    check(p.returncode == 1 and "symbolic link" in p.stderr and
+          open(victim, "rb").read() == b"precious",
+          "a symlinked partial is refused and its target untouched (%s)" % p.stderr.strip()[-160:])
+    os.unlink(part)
+    with open(part, "wb") as f:
+        f.write(keep)
     p = pull("acme/tiny", d)
     check(p.returncode == 0 and "resuming at byte %d" % (size2 // 3) in p.stderr,
           "the next pull resumes at the partial's end")

@@ -440,7 +440,7 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
     snprintf(p->partial_dir, sizeof p->partial_dir, "%.2048s/.deltafin/partial", p->dir);
     if (df_fs_mkdirs(p->partial_dir, err, errlen) != 0) goto done;
     snprintf(path, sizeof path, "%.2048s/.deltafin/lock", p->dir);
-    lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    lock_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0644);
     if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
       snprintf(err, errlen, "%s: another deltafin pull is writing this folder (%s)", p->dir,
                lock_fd < 0 ? strerror(errno) : "lock held");

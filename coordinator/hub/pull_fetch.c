@@ -165,13 +165,22 @@ static int download_full(df_pull_state *p, void *h, df_pull_entry *e) {
     return -1;
   }
 restart:
-  fd = open(e->partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  /* resumed in place: never through a symbolic link (a link planted in a shared --dir would
+   * have the download written over its target), and only into a regular file */
+  fd = open(e->partial, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) {
-    snprintf(e->err, sizeof e->err, "%.200s: cannot open %.300s: %s", e->path, e->partial, strerror(errno));
+    snprintf(e->err, sizeof e->err, "%.200s: cannot open %.300s: %s%s", e->path, e->partial,
+             strerror(errno), errno == ELOOP ? " (a symbolic link: remove it)" : "");
     return -1;
   }
   struct stat st;
   if (fstat(fd, &st) != 0) goto io_fail;
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(e->err, sizeof e->err, "%.200s: %.300s is not a regular file: remove it", e->path,
+             e->partial);
+    close(fd);
+    return -1;
+  }
   uint64_t have = (uint64_t)st.st_size;
   if (have > e->size) {
     if (ftruncate(fd, 0) != 0) goto io_fail;

@@ -252,7 +252,7 @@ int df_stream_cache_open(const char *dir, uint64_t budget, df_stream_cache **out
   snprintf(p, sizeof p, "%s/tmp", dir);
   if (df_fs_mkdirs(p, err, errlen) != 0) goto fail;
   snprintf(p, sizeof p, "%s/lock", dir);
-  c->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  c->lock_fd = open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0644);
   if (c->lock_fd < 0 || flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
     snprintf(err, errlen, "expert cache %s is in use by another process (%s)", dir,
              c->lock_fd < 0 ? strerror(errno) : "lock held");
