@@ -7,8 +7,14 @@
  * views, cache mappings) and start over; libzmq reconnects with backoff. Nothing here
  * busy-waits: every wait is a zmq_poll with the next deadline as its timeout.
  *
+ * Joining with a token: the node first connects with its own key; when the coordinator's ZAP
+ * handler refuses it (not admitted yet), the node reconnects with the token's join key
+ * (transport/keys.h df_proto_token_join_keypair), sends JOIN with the token and its own key,
+ * and on ADMIT reconnects with its own key and joins as a known node.
+ *
  * Giving up: a coordinator that refuses this node is not retried forever. The ZAP handler
- * refusing the key (CURVE ERROR) or an UNAUTHORIZED reply to JOIN ends the node at once;
+ * refusing the key (CURVE ERROR) with no token to try, refusing the token's join key, or an
+ * UNAUTHORIZED reply to JOIN ends the node at once;
  * a peer that closes the CURVE handshake quickly (within HS_QUICK_MS of the TCP connect)
  * HS_FAIL_MAX times in a row, each within HS_GAP_MS of the previous, without one handshake
  * succeeding, does not hold the coordinator key this node pinned (a token or stored key of
@@ -47,6 +53,7 @@
 #define HS_FAIL_MAX 5         /* quick handshake failures in a row: the pinned key is wrong */
 #define HS_QUICK_MS 5000      /* a failure this soon after the TCP connect was a refusal */
 #define HS_GAP_MS 10000       /* failures further apart do not count as "in a row" */
+#define MAX_HDR_BYTES (64ll << 20) /* header frame limit (docs/PROTOCOL.md §2), before decoding */
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int s) { (void)s; g_stop = 1; }
@@ -70,6 +77,8 @@ typedef struct node {
   df_proto_keypair kp;
   char server_pub[DF_PROTO_Z85_KEY + 1];
   char token_secret[DF_PROTO_SECRET_HEX + 1]; /* "" after a successful join */
+  df_proto_keypair join_kp; /* the token's join key (df_proto_token_join_keypair) */
+  bool via_token;           /* the socket is the token's join connection (own key refused) */
   void *ctx, *sock, *mon;
   int state;
   bool joined_once;
@@ -106,7 +115,15 @@ typedef struct node {
   df_proto_lograte lr;
 } node;
 
-/* One progress line on stderr ("df-node: " + text), identical lines rate-limited. */
+/* Replace control bytes (< 0x20, 0x7f) of s in place by '?': text a peer chose (tensor names,
+ * reasons) must not forge or garble a log line. */
+static void printable(char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
+/* One progress line on stderr ("df-node: " + text, made printable), identical lines
+ * rate-limited. */
 static void node_log(node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void node_log(node *n, const char *fmt, ...) {
   if (n->o->quiet) return;
@@ -115,6 +132,7 @@ static void node_log(node *n, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
+  printable(line);
   uint64_t held = 0;
   if (!df_proto_lograte_admit(&n->lr, line, now_ms(), &held)) return;
   if (held)
@@ -173,7 +191,8 @@ static void close_socket(node *n) {
 static int open_socket(node *n, char *err, size_t errlen) {
   /* the largest legal inbound message: an FFN of max rows, or a shard chunk, + header */
   int64_t max_msg = (int64_t)MAX_ACT_BYTES + (64ll << 20);
-  n->sock = df_proto_client_open(n->ctx, n->o->endpoint, &n->kp, n->server_pub, max_msg, err, errlen);
+  n->sock = df_proto_client_open(n->ctx, n->o->endpoint, n->via_token ? &n->join_kp : &n->kp,
+                                 n->server_pub, max_msg, err, errlen);
   if (!n->sock) return -1;
   char ep[64];
   static int seq;
@@ -210,10 +229,13 @@ static void send_join(node *n) {
   if (n->o->name) snprintf(host, sizeof host, "%s", n->o->name);
   else gethostname(host, sizeof host - 1);
   snprintf(m.name, sizeof m.name, "%s", host);
-  snprintf(m.token, sizeof m.token, "%s", n->token_secret);
+  if (n->via_token) { /* redeem the token for this node's own key (answered by ADMIT) */
+    snprintf(m.token, sizeof m.token, "%s", n->token_secret);
+    snprintf(m.key, sizeof m.key, "%s", n->kp.pub);
+  }
   if (send_msg(n, &m, NULL, 0) == 0) {
     n->join_sent = now_ms();
-    LOG(n, "joining %s%s", n->o->endpoint, n->token_secret[0] ? " with a token" : " with the stored key");
+    LOG(n, "joining %s%s", n->o->endpoint, n->via_token ? " with a token" : " with the stored key");
   }
 }
 
@@ -228,23 +250,17 @@ static const pair_w *find_pair(const node *n, int32_t layer, int32_t expert) {
   return bsearch(&key, n->pw, (size_t)n->n_pw, sizeof *n->pw, cmp_pw);
 }
 
-/* Check tensor t of the assignment against the dtype and shape its role implies and wrap
- * its bytes (all present now); the weight's logical shape is [want0, want1]. FP8 weights:
- * F8_E4M3 [want0, want1]; their scales: F32 [ceil(want0 / block_n), ceil(want1 / block_k)].
- * MXFP4 weights: U8 [want0, want1 / 2] (weight_packed), wrapped as F4 of logical shape
- * [want0, want1]; their scales: U8 [want0, want1 / 32] (weight_scale, E8M0). Otherwise
- * BF16/F16/F32 [want0, want1]. */
-static df_t_tensor *wrap_tensor(node *n, const df_proto_tensor *t, int role, int64_t want0,
-                                int64_t want1, char *err, size_t errlen) {
-  const df_proto_msg *a = &n->assign;
-  const void *data = df_node_store_get(n->store, t);
+/* Check tensor t of assignment a against the dtype and shape its role (0 weight, 1 scales)
+ * implies, the weight's logical shape being [want0, want1], and its nbytes against both.
+ * FP8 weights: F8_E4M3 [want0, want1]; their scales: F32 [ceil(want0 / block_n),
+ * ceil(want1 / block_k)]. MXFP4 weights: U8 [want0, want1 / 2] (weight_packed); their scales:
+ * U8 [want0, want1 / 32] (weight_scale, E8M0). Otherwise BF16/F16/F32 [want0, want1].
+ * 0 with the dtype in *dt, or -1 with a message naming the tensor and the field. Reads only
+ * the manifest: on_assign runs it before anything is fetched. */
+static int check_tensor(const df_proto_msg *a, const df_proto_tensor *t, int role, int64_t want0,
+                        int64_t want1, df_dtype *dtp, char *err, size_t errlen) {
   df_dtype dt = DF_DT_F32;
-  if (!data) {
-    snprintf(err, errlen, "tensor %s vanished from the cache", t->name);
-    return NULL;
-  }
   bool fp8 = a->block_n > 0, mx = a->mx > 0, ok = df_dtype_from_name(t->dtype, &dt) == 0;
-  int64_t logical[2] = {want0, want1};
   const char *expect = "BF16/F16/F32";
   if (role == 1 && mx) { /* E8M0 scales, one byte per MX block of a row */
     want1 /= a->mx;
@@ -263,13 +279,40 @@ static df_t_tensor *wrap_tensor(node *n, const df_proto_tensor *t, int role, int
     ok = ok && (fp8 ? dt == DF_DT_F8_E4M3 : df_dtype_is_supported(dt));
     if (fp8) expect = "F8_E4M3";
   }
-  if (!ok || t->shape[0] != want0 || t->shape[1] != want1 ||
-      (uint64_t)t->shape[0] * (uint64_t)t->shape[1] * df_dtype_size(dt) != t->nbytes) {
-    snprintf(err, errlen, "tensor %s is %s [%lld, %lld], expected %s [%lld, %lld]", t->name,
+  /* names may be 255 bytes: cut to keep the field in a 255-byte ERROR reason */
+  if (!ok || t->shape[0] != want0 || t->shape[1] != want1) {
+    snprintf(err, errlen, "tensor %.128s is %s [%lld, %lld], expected %s [%lld, %lld]", t->name,
              t->dtype, (long long)t->shape[0], (long long)t->shape[1], expect,
              (long long)want0, (long long)want1);
+    return -1;
+  }
+  /* shapes are <= DF_PROTO_MAX_DIM (2^20) each: the product cannot overflow */
+  uint64_t bytes = (uint64_t)t->shape[0] * (uint64_t)t->shape[1] * df_dtype_size(dt);
+  if (bytes != t->nbytes) {
+    snprintf(err, errlen, "tensor %.128s: nbytes %llu, but %s [%lld, %lld] is %llu bytes",
+             t->name, (unsigned long long)t->nbytes, t->dtype, (long long)t->shape[0],
+             (long long)t->shape[1], (unsigned long long)bytes);
+    return -1;
+  }
+  *dtp = dt;
+  return 0;
+}
+
+/* Wrap the bytes of tensor t (present now, checked by check_tensor) as the weight or scales
+ * of its role; MXFP4 weights as F4 of logical shape [want0, want1]. Adds its bytes to held.
+ * The handle is the caller's; NULL + message. */
+static df_t_tensor *wrap_tensor(node *n, const df_proto_tensor *t, int role, int64_t want0,
+                                int64_t want1, char *err, size_t errlen) {
+  const df_proto_msg *a = &n->assign;
+  const void *data = df_node_store_get(n->store, t);
+  df_dtype dt = DF_DT_F32;
+  bool mx = a->mx > 0;
+  int64_t logical[2] = {want0, want1};
+  if (!data) {
+    snprintf(err, errlen, "tensor %s vanished from the cache", t->name);
     return NULL;
   }
+  if (check_tensor(a, t, role, want0, want1, &dt, err, errlen) != 0) return NULL;
   n->held += t->nbytes;
   if (mx && role == 0) return df_t_wrap(data, DF_DT_F4, 2, logical, err, errlen);
   return df_t_wrap(data, dt, 2, t->shape, err, errlen);
@@ -323,6 +366,33 @@ static int finish_provisioning(node *n, char *err, size_t errlen) {
   return 0;
 }
 
+/* Check the whole manifest of the assignment before anything is fetched: every tensor's dtype,
+ * shape and nbytes against its role (check_tensor: a wrong one would otherwise be streamed
+ * to disk first, and one of 0 bytes would wait for a chunk never asked for), and the sum of
+ * their bytes against the budget this node declared in JOIN (a coordinator places at most
+ * that; more would fill the cache disk at the coordinator's will). 0, or -1 with a message
+ * naming the tensor and the field. */
+static int check_manifest(const node *n, char *err, size_t errlen) {
+  const df_proto_msg *a = &n->assign;
+  int tpp = df_proto_assign_per_pair(a);
+  uint64_t total = 0;
+  for (int64_t p = 0; p < a->n_pairs; p++)
+    for (int k = 0; k < tpp; k++) {
+      const df_proto_tensor *t = &a->tensors[tpp * p + k];
+      int64_t want0 = k % 3 == 2 ? a->hidden : a->inter, want1 = k % 3 == 2 ? a->inter : a->hidden;
+      df_dtype dt;
+      if (check_tensor(a, t, k >= 3, want0, want1, &dt, err, errlen) != 0) return -1;
+      if (t->nbytes > n->o->memory - total) { /* no overflow: total <= memory here */
+        snprintf(err, errlen, "assignment of %lld experts needs at least %.1f MiB, over the "
+                 "declared memory of %.1f MiB", (long long)a->n_pairs,
+                 (total + t->nbytes) / 1048576.0, n->o->memory / 1048576.0);
+        return -1;
+      }
+      total += t->nbytes;
+    }
+  return 0;
+}
+
 /* Keep the FETCH window full for the current missing tensor. */
 static void pump_fetch(node *n) {
   if (n->cur_missing >= n->n_missing) return;
@@ -366,9 +436,11 @@ static void on_assign(node *n, df_proto_msg *m) {
   if (a->n_pairs > 0 &&
       ((uint64_t)a->max_rows * (uint64_t)a->inter * 8 > MAX_ACT_BYTES || a->max_rows <= 0 ||
        a->hidden <= 0 || a->inter <= 0)) {
-    LOG(n, "assignment refused: max_rows %lld x inter %lld exceeds the node's buffers",
-        (long long)a->max_rows, (long long)a->inter);
-    df_proto_send_error(n->sock, NULL, 0, a->id, DF_PROTO_E_BAD_REQUEST, "assignment too large");
+    char why[160];
+    snprintf(why, sizeof why, "assignment too large: max_rows %lld x inter %lld exceeds the "
+             "node's buffers", (long long)a->max_rows, (long long)a->inter);
+    LOG(n, "assignment refused: %s", why);
+    df_proto_send_error(n->sock, NULL, 0, a->id, DF_PROTO_E_BAD_REQUEST, why);
     drop_assignment(n);
     return;
   }
@@ -383,6 +455,13 @@ static void on_assign(node *n, df_proto_msg *m) {
     drop_assignment(n);
     return;
   }
+  if (check_manifest(n, err, sizeof err) != 0) {
+    printable(err); /* the names and dtypes are the peer's text */
+    LOG(n, "assignment refused: %s", err);
+    df_proto_send_error(n->sock, NULL, 0, a->id, DF_PROTO_E_BAD_REQUEST, err);
+    drop_assignment(n);
+    return;
+  }
   /* the codec accepted only a known kind with finite betas (df_proto_act_valid) */
   n->act = (df_k_act){.kind = a->act_kind == DF_PROTO_ACT_SITU ? DF_K_ACT_SITU : DF_K_ACT_SILU,
                       .beta = a->act_beta, .beta_lin = a->act_beta_lin};
@@ -391,7 +470,6 @@ static void on_assign(node *n, df_proto_msg *m) {
     LOG(n, "device: these experts are %s%s%s, which the device path does not run; they run on "
         "the CPU", a->mx ? "MXFP4" : "", a->mx && a->act_kind ? " and " : "",
         a->act_kind ? "SiTU-GLU" : "");
-  uint64_t total = 0;
   n->missing = malloc((size_t)(a->n_tensors ? a->n_tensors : 1) * sizeof *n->missing);
   if (!n->missing) {
     df_proto_send_error(n->sock, NULL, 0, a->id, DF_PROTO_E_INTERNAL, "out of memory");
@@ -400,13 +478,9 @@ static void on_assign(node *n, df_proto_msg *m) {
   }
   int64_t from_store = 0;
   for (int64_t i = 0; i < a->n_tensors; i++) {
-    total += a->tensors[i].nbytes;
     if (df_node_store_get(n->store, &a->tensors[i])) from_store++;
     else n->missing[n->n_missing++] = i;
   }
-  if (total > n->o->memory)
-    LOG(n, "warning: assignment holds %.1f MiB, over the declared %.1f MiB", total / 1048576.0,
-        n->o->memory / 1048576.0);
   LOG(n, "assigned epoch %llu: %lld experts, %lld tensors local, %lld to fetch",
       (unsigned long long)a->epoch, (long long)a->n_pairs, (long long)from_store,
       (long long)n->n_missing);
@@ -420,18 +494,33 @@ static void on_assign(node *n, df_proto_msg *m) {
 }
 
 static void on_chunk(node *n, const df_proto_msg *m, df_proto_frames *f) {
-  char err[512];
+  char err[512] = "";
   if (n->state != PROVISIONING || !n->have_assign || m->epoch != n->assign.epoch) return;
-  if (n->cur_missing >= n->n_missing || m->tensor != (uint64_t)n->missing[n->cur_missing] ||
-      !f->has_payload || f->n_frames != 2) {
+  if (n->cur_missing >= n->n_missing || m->tensor != (uint64_t)n->missing[n->cur_missing]) {
     LOG(n, "unexpected shard chunk ignored");
     return;
   }
   const df_proto_tensor *t = &n->assign.tensors[m->tensor];
-  if (m->total != t->nbytes ||
-      df_node_store_write(n->store, m->offset, zmq_msg_data(&f->payload), zmq_msg_size(&f->payload),
-                          err, sizeof err) != 0) {
-    LOG(n, "shard stream error: %s", m->total != t->nbytes ? "size disagrees with the manifest" : err);
+  /* A chunk of the tensor being fetched holds exactly what its FETCH asked for (FETCHes ask
+   * CHUNK bytes at multiples of CHUNK): min(CHUNK, total - offset) bytes in one frame. Any
+   * other chunk fails the stream: ignored, or written short, it would leave the window
+   * waiting for bytes nobody sends, the node provisioning forever. */
+  uint64_t want = m->offset < t->nbytes ? t->nbytes - m->offset : 0;
+  if (want > CHUNK) want = CHUNK;
+  if (!f->has_payload || f->n_frames != 2) {
+    snprintf(err, sizeof err, "chunk of %.128s has %d frames, expected 2", t->name, f->n_frames);
+  } else if (m->total != t->nbytes) {
+    snprintf(err, sizeof err, "size disagrees with the manifest (total %llu, nbytes %llu)",
+             (unsigned long long)m->total, (unsigned long long)t->nbytes);
+  } else if (zmq_msg_size(&f->payload) != want) {
+    snprintf(err, sizeof err, "chunk of %.128s at %llu holds %zu bytes, expected %llu", t->name,
+             (unsigned long long)m->offset, zmq_msg_size(&f->payload), (unsigned long long)want);
+  } else if (df_node_store_write(n->store, m->offset, zmq_msg_data(&f->payload),
+                                 zmq_msg_size(&f->payload), err, sizeof err) == 0) {
+    err[0] = 0;
+  }
+  if (err[0]) {
+    LOG(n, "shard stream error: %s", err);
     goto fail;
   }
   n->in_flight--;
@@ -458,15 +547,16 @@ fail:
 /* x, y [>= rows, H] and g, u [>= rows, I] fp32 (capacities doubling from 64 rows). */
 static int grow_rows(node *n, int64_t rows, int64_t H, int64_t I, char *err, size_t errlen) {
   if (rows > n->cap_gu || !n->g) {
-    int64_t cap = 64;
-    while (cap < rows) cap *= 2;
     df_t_destroy(&n->g);
     df_t_destroy(&n->u);
     n->cap_gu = 0;
-    if ((uint64_t)cap * (uint64_t)I * 4 > MAX_ACT_BYTES / 2) {
+    if ((uint64_t)rows * (uint64_t)I * 4 > MAX_ACT_BYTES / 2) {
       snprintf(err, errlen, "request of %lld rows exceeds the node's buffers", (long long)rows);
       return -1;
     }
+    int64_t cap = 64, most = (int64_t)(MAX_ACT_BYTES / 2 / ((uint64_t)I * 4));
+    while (cap < rows) cap *= 2;
+    if (cap > most) cap = most; /* doubling never takes a buffer past its cap (>= rows) */
     int64_t shp[2] = {cap, I};
     if (!(n->g = df_t_new_f32(2, shp, err, errlen)) || !(n->u = df_t_new_f32(2, shp, err, errlen)))
       return -1;
@@ -477,8 +567,9 @@ static int grow_rows(node *n, int64_t rows, int64_t H, int64_t I, char *err, siz
     snprintf(err, errlen, "request of %lld rows exceeds the node's buffers", (long long)rows);
     return -1;
   }
-  int64_t cap = n->cap_rows ? n->cap_rows : 64;
+  int64_t cap = n->cap_rows ? n->cap_rows : 64, most = (int64_t)(MAX_ACT_BYTES / 2 / ((uint64_t)H * 4));
   while (cap < rows) cap *= 2;
+  if (cap > most) cap = most; /* >= rows, checked above */
   df_t_destroy(&n->x);
   df_t_destroy(&n->y);
   n->cap_rows = 0;
@@ -488,6 +579,19 @@ static int grow_rows(node *n, int64_t rows, int64_t H, int64_t I, char *err, siz
   return 0;
 }
 
+/* Refuse FFN request `id`: one log line "refused FFN: <why>" and ERROR `code` with why. */
+static void refuse_ffn(node *n, uint64_t id, uint32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void refuse_ffn(node *n, uint64_t id, uint32_t code, const char *fmt, ...) {
+  char why[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  LOG(n, "refused FFN: %s", why);
+  df_proto_send_error(n->sock, NULL, 0, id, code, why);
+}
+
 static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
   char err[256];
   const df_proto_msg *a = &n->assign;
@@ -495,10 +599,20 @@ static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
     df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_NOT_READY, "node is not ready");
     return;
   }
-  if (m->cols != a->hidden || !f->has_payload || f->n_frames != 2 ||
-      (int64_t)zmq_msg_size(&f->payload) != df_proto_payload_bytes(m)) {
-    df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_MALFORMED,
-                        "FFN payload disagrees with its header");
+  if (m->cols != a->hidden) {
+    refuse_ffn(n, m->id, DF_PROTO_E_MALFORMED, "FFN cols %lld, the assignment's hidden is %lld",
+               (long long)m->cols, (long long)a->hidden);
+    return;
+  }
+  if (!f->has_payload || f->n_frames != 2) {
+    refuse_ffn(n, m->id, DF_PROTO_E_MALFORMED, "FFN of %d frames, expected 2 (header, rows)",
+               f->n_frames);
+    return;
+  }
+  if ((int64_t)zmq_msg_size(&f->payload) != df_proto_payload_bytes(m)) {
+    refuse_ffn(n, m->id, DF_PROTO_E_MALFORMED, "FFN payload of %zu bytes, but rows %lld x cols "
+               "%lld fp32 are %lld bytes", zmq_msg_size(&f->payload), (long long)m->total_rows,
+               (long long)m->cols, (long long)df_proto_payload_bytes(m));
     return;
   }
   const pair_w **ws = malloc((size_t)m->n_groups * sizeof *ws);
@@ -509,9 +623,8 @@ static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
   for (int g = 0; g < m->n_groups; g++) {
     ws[g] = find_pair(n, m->layer, m->experts[g]);
     if (!ws[g] || m->rows[g] > a->max_rows) {
-      snprintf(err, sizeof err, "layer %d expert %d %s", m->layer, m->experts[g],
-               ws[g] ? "group exceeds max_rows" : "is not held by this node");
-      df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_BAD_REQUEST, err);
+      refuse_ffn(n, m->id, DF_PROTO_E_BAD_REQUEST, "layer %d expert %d %s", m->layer,
+                 m->experts[g], ws[g] ? "group exceeds max_rows" : "is not held by this node");
       free(ws);
       return;
     }
@@ -519,14 +632,13 @@ static void on_ffn(node *n, const df_proto_msg *m, df_proto_frames *f) {
      * weight: the handle remembers a clean scan), as the coordinator's own backend does */
     if (df_expert_check_scales(ws[g]->layer, ws[g]->expert, ws[g]->w[0], ws[g]->w[1],
                                ws[g]->w[2], err, sizeof err) != 0) {
-      LOG(n, "refused FFN: %s", err);
-      df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_BAD_REQUEST, err);
+      refuse_ffn(n, m->id, DF_PROTO_E_BAD_REQUEST, "%s", err);
       free(ws);
       return;
     }
   }
   if (grow_rows(n, m->total_rows, a->hidden, a->inter, err, sizeof err) != 0) {
-    df_proto_send_error(n->sock, NULL, 0, m->id, DF_PROTO_E_BAD_REQUEST, err);
+    refuse_ffn(n, m->id, DF_PROTO_E_BAD_REQUEST, "%s", err);
     free(ws);
     return;
   }
@@ -586,9 +698,31 @@ static int on_message(node *n, df_proto_frames *f, char *err, size_t errlen) {
   int code;
   char why[256];
   n->last_rx = now_ms();
+  if (zmq_msg_size(&f->hdr) > MAX_HDR_BYTES) {
+    /* before msgpack sees it (docs/PROTOCOL.md §2): the decoder's object tree takes ~24 bytes
+     * per element, so a header of the 1 GiB the socket admits (a frame of nils) would take
+     * ~24 GiB */
+    snprintf(why, sizeof why, "malformed header: %zu bytes, over the node's header limit of "
+             "%lld MiB", zmq_msg_size(&f->hdr), MAX_HDR_BYTES >> 20);
+    LOG(n, "bad message from the coordinator: %s", why);
+    df_proto_send_error(n->sock, NULL, 0, 0, DF_PROTO_E_MALFORMED, why);
+    return 0;
+  }
   if (df_proto_decode(zmq_msg_data(&f->hdr), zmq_msg_size(&f->hdr), &m, &code, why, sizeof why) != 0) {
     LOG(n, "bad message from the coordinator: %s", why);
     df_proto_send_error(n->sock, NULL, 0, m.id, (uint32_t)code, why);
+    return 0;
+  }
+  printable(m.reason); /* a BYE's or ERROR's reason ends up in a log line or main's last line */
+  if (f->n_frames != 1 && m.op != DF_PROTO_FFN && m.op != DF_PROTO_SHARD_CHUNK &&
+      m.op != DF_PROTO_ERROR && m.op != DF_PROTO_BYE) {
+    /* only FFN and SHARD_CHUNK carry a payload frame (and check theirs); ERROR and BYE are
+     * never answered, so two peers cannot trade errors forever */
+    snprintf(why, sizeof why, "malformed message: %s of %d frames, expected 1 (a header alone)",
+             df_proto_op_name(m.op), f->n_frames);
+    LOG(n, "bad message from the coordinator: %s", why);
+    df_proto_send_error(n->sock, NULL, 0, m.id, DF_PROTO_E_MALFORMED, why);
+    df_proto_msg_free(&m);
     return 0;
   }
   int rc = 0;
@@ -607,6 +741,17 @@ static int on_message(node *n, df_proto_frames *f, char *err, size_t errlen) {
     send_msg(n, &r, NULL, 0);
     break;
   }
+  case DF_PROTO_ADMIT:
+    if (!n->via_token) { /* only a token's join connection is answered so */
+      LOG(n, "unexpected ADMIT ignored");
+      break;
+    }
+    LOG(n, "the token admitted this node's key; rejoining with it");
+    n->token_secret[0] = 0; /* spent */
+    n->via_token = false;
+    drop_connection(n);
+    close_socket(n); /* reopened by the main loop with this node's key */
+    break;
   case DF_PROTO_BYE:
     LOG(n, "coordinator said bye: %s", m.reason);
     drop_connection(n);
@@ -620,8 +765,10 @@ static int on_message(node *n, df_proto_frames *f, char *err, size_t errlen) {
       LOG(n, "coordinator error %u: %s", m.code, m.reason);
     }
     break;
-  default:
-    df_proto_send_error(n->sock, NULL, 0, m.id, DF_PROTO_E_BAD_REQUEST, "unexpected op");
+  default: /* an op only a node sends */
+    snprintf(why, sizeof why, "unexpected op %s from the coordinator", df_proto_op_name(m.op));
+    LOG(n, "%s", why);
+    df_proto_send_error(n->sock, NULL, 0, m.id, DF_PROTO_E_BAD_REQUEST, why);
     break;
   }
   df_proto_msg_free(&m);
@@ -674,6 +821,17 @@ static int on_monitor(node *n, char *err, size_t errlen) {
   } else if (ev == ZMQ_EVENT_DISCONNECTED) {
     if (n->state != JOINING || n->have_assign) LOG(n, "disconnected from the coordinator; reconnecting");
     drop_connection(n);
+  } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && !n->via_token && n->token_secret[0]) {
+    /* this node's key is not admitted yet: redeem the token on the token's own key */
+    LOG(n, "this node's key is not admitted yet; joining with the token");
+    n->via_token = true;
+    drop_connection(n);
+    close_socket(n); /* reopened by the main loop with the token's join key */
+  } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && n->via_token) {
+    snprintf(err, errlen, "refused by the coordinator at %s: the token is not open there (unknown, "
+             "expired or already used); make a fresh one with 'deltafin cluster token'",
+             n->o->endpoint);
+    rc = 3;
   } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
     char fp[17];
     df_proto_key_fingerprint(n->kp.pub, fp);
@@ -699,6 +857,10 @@ static int load_identity(node *n, char *err, size_t errlen) {
   snprintf(p, sizeof p, "%s/coordinator", o->state_dir);
   if (o->token) {
     if (df_proto_token_parse(o->token, n->server_pub, n->token_secret, err, errlen) != 0) return -1;
+    if (df_proto_token_join_keypair(n->token_secret, &n->join_kp) != 0) {
+      snprintf(err, errlen, "cannot derive the token's join key (libzmq without CURVE?)");
+      return -1;
+    }
     char line[256];
     int len = snprintf(line, sizeof line, "%s %s\n", n->server_pub, o->endpoint);
     if (df_proto_write_atomic(p, line, (size_t)len, 0600, err, errlen) != 0) return -1;

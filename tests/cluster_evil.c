@@ -10,11 +10,17 @@
  *   nan        same, but a well-shaped RESULT holding one NaN
  *   huge       same, but a well-shaped RESULT holding 3e38 (finite, but sums overflow)
  *   plain      connect over plain TCP (no CURVE) and write junk: the handshake must fail
+ *   idle       open 1,500 TCP connections and send nothing: the coordinator must close every
+ *              one within its handshake deadline (5 s; waited for 12 s)
+ *   stranger   connect with a fresh key while TOKEN is open, without redeeming it, and send
+ *              one message of 100,000 frames: the CURVE handshake must be refused (no key
+ *              but allow-listed ones and open tokens' join keys passes, so nothing is read)
  *   churn      300 distinct keys one after another: join (each must get ASSIGN, never
  *              "cluster full"), say BYE, disconnect; more than the coordinator's 256 slots
  *   oldnode    join as a df-node from before JOIN `features` (every mode but this one
  *              joins so too; this one checks the answer): for a model whose experts need
  *              `act` / `mx` (Kimi K3) the ASSIGN must hold no pair and neither key
+ * Every mode but plain and stranger first redeems TOKEN as df-node does (admit()).
  * Prints one line and exits 0 when the coordinator reacted as expected, 1 otherwise
  * (10 s timeout per wait).
  */
@@ -22,6 +28,9 @@
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +41,12 @@
 #include "transport/codec.h"
 #include "transport/keys.h"
 #include "transport/sock.h"
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Wait for a message whose op is `want` (others are answered or ignored). */
 static int wait_op(void *s, df_proto_op want, df_proto_msg *out, df_proto_frames *fr) {
@@ -72,6 +87,124 @@ static int plain(const char *endpoint) {
   return 0;
 }
 
+/* Redeem the token for `kp` as df-node does: connect with the token's join key, JOIN with
+ * the token and kp's public key, wait for ADMIT. 0, or 1 (one line printed). */
+static int admit(void *ctx, const char *ep, const char *server, const char *secret,
+                 const df_proto_keypair *kp) {
+  df_proto_keypair jk;
+  char err[512];
+  if (df_proto_token_join_keypair(secret, &jk) != 0) return 1;
+  void *s = df_proto_client_open(ctx, ep, &jk, server, 1 << 20, err, sizeof err);
+  if (!s) {
+    printf("evil: %s\n", err);
+    return 1;
+  }
+  df_proto_msg join = {.op = DF_PROTO_JOIN, .id = 1, .memory = 1ull << 20}, m;
+  df_proto_frames fr;
+  snprintf(join.name, sizeof join.name, "evil");
+  snprintf(join.token, sizeof join.token, "%s", secret);
+  snprintf(join.key, sizeof join.key, "%s", kp->pub);
+  int rc = 1;
+  if (df_proto_send(s, NULL, 0, &join, NULL, 0, 0, err, sizeof err) == 0 &&
+      wait_op(s, DF_PROTO_ADMIT, &m, &fr) == 0) {
+    df_proto_msg_free(&m);
+    df_proto_frames_close(&fr);
+    rc = 0;
+  } else {
+    printf("evil: the token did not admit the key\n");
+  }
+  zmq_close(s);
+  return rc;
+}
+
+/* A fresh key that never redeemed the open token: the handshake is refused before any
+ * message is read. 0 when the monitor reports the ZAP refusal within 10 s. */
+static int stranger(const char *ep, const char *token) {
+  char server[DF_PROTO_Z85_KEY + 1], secret[DF_PROTO_SECRET_HEX + 1], err[512];
+  if (df_proto_token_parse(token, server, secret, err, sizeof err) != 0) return 2;
+  void *ctx = zmq_ctx_new();
+  df_proto_keypair kp;
+  zmq_curve_keypair(kp.pub, kp.sec);
+  void *s = df_proto_client_open(ctx, ep, &kp, server, 1 << 20, err, sizeof err);
+  void *mon = s ? df_proto_monitor_open(ctx, s, "inproc://evil-mon",
+                                        ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED,
+                                        err, sizeof err)
+                : NULL;
+  if (!mon) return 2;
+  /* queue one message of 100,000 one-byte frames; never sent unless the handshake passes */
+  int hwm = 0, zero = 0;
+  zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+  zmq_setsockopt(s, ZMQ_IMMEDIATE, &zero, sizeof zero);
+  for (int i = 0; i < 100000; i++) zmq_send(s, "x", 1, i < 99999 ? ZMQ_SNDMORE | ZMQ_DONTWAIT : ZMQ_DONTWAIT);
+  int rc = 1;
+  zmq_pollitem_t it = {mon, 0, ZMQ_POLLIN, 0};
+  if (zmq_poll(&it, 1, 10000) > 0) {
+    zmq_msg_t a;
+    zmq_msg_init(&a);
+    uint16_t ev = 0;
+    if (zmq_msg_recv(&a, mon, 0) >= 2) memcpy(&ev, zmq_msg_data(&a), 2);
+    if (zmq_msg_more(&a)) zmq_recv(mon, err, sizeof err, 0);
+    zmq_msg_close(&a);
+    if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      printf("evil: stranger refused at the handshake while a token is open\n");
+      rc = 0;
+    } else {
+      printf("evil: stranger's handshake succeeded (event %u)\n", ev);
+    }
+  } else {
+    printf("evil: no handshake outcome within 10 s\n");
+  }
+  df_proto_monitor_close(s, &mon);
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  return rc;
+}
+
+/* 1,500 raw TCP connections that never start a handshake: each must be closed by the
+ * coordinator (EOF or reset) within 12 s. */
+static int idle(const char *endpoint) {
+  enum { N = 1500 };
+  const char *hp = strstr(endpoint, "://");
+  hp = hp ? hp + 3 : endpoint;
+  char host[64];
+  int port;
+  if (sscanf(hp, "%63[^:]:%d", host, &port) != 2) return 2;
+  struct rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_cur < N + 64) {
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= N + 64 ? N + 64 : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  static struct pollfd p[N];
+  int n = 0;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  inet_pton(AF_INET, host, &a.sin_addr);
+  for (; n < N; n++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+      if (fd >= 0) close(fd);
+      break;
+    }
+    p[n] = (struct pollfd){.fd = fd, .events = POLLIN};
+  }
+  int open_ = n;
+  for (int64_t t0 = mono_ms(); open_ > 0 && mono_ms() - t0 < 12000;) {
+    if (poll(p, (nfds_t)n, 500) <= 0) continue;
+    for (int i = 0; i < n; i++) {
+      char b[64];
+      if (p[i].fd >= 0 && (p[i].revents & (POLLIN | POLLHUP | POLLERR)) && read(p[i].fd, b, sizeof b) <= 0) {
+        close(p[i].fd);
+        p[i].fd = -1;
+        open_--;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (p[i].fd >= 0) close(p[i].fd);
+  printf("evil: %d idle connections opened, %d still open after 12 s\n", n, open_);
+  return n == N && open_ == 0 ? 0 : 1;
+}
+
 /* Join with `n` fresh keys in turn; each must be admitted (ASSIGN), then leaves with BYE. */
 static int churn(const char *ep, const char *token) {
   char server[DF_PROTO_Z85_KEY + 1], secret[DF_PROTO_SECRET_HEX + 1], err[512];
@@ -81,12 +214,16 @@ static int churn(const char *ep, const char *token) {
   for (int i = 0; i < 300 && rc == 0; i++) {
     df_proto_keypair kp;
     zmq_curve_keypair(kp.pub, kp.sec);
+    if (admit(ctx, ep, server, secret, &kp) != 0) {
+      printf("evil: churn key %d was not admitted by the token\n", i);
+      rc = 1;
+      break;
+    }
     void *s = df_proto_client_open(ctx, ep, &kp, server, 1 << 20, err, sizeof err);
     if (!s) return 2;
     df_proto_msg join = {.op = DF_PROTO_JOIN, .id = 1, .memory = 1ull << 20}, m;
     df_proto_frames fr;
     snprintf(join.name, sizeof join.name, "churn-%d", i);
-    snprintf(join.token, sizeof join.token, "%s", secret);
     if (df_proto_send(s, NULL, 0, &join, NULL, 0, 0, err, sizeof err) != 0 ||
         wait_op(s, DF_PROTO_ASSIGN, &m, &fr) != 0) {
       printf("evil: churn key %d was not admitted\n", i);
@@ -113,7 +250,9 @@ int main(int argc, char **argv) {
   }
   const char *mode = argv[1], *ep = argv[2], *token = argv[3];
   if (!strcmp(mode, "plain")) return plain(ep);
+  if (!strcmp(mode, "idle")) return idle(ep);
   if (!strcmp(mode, "churn")) return churn(ep, token);
+  if (!strcmp(mode, "stranger")) return stranger(ep, token);
   char server[DF_PROTO_Z85_KEY + 1], secret[DF_PROTO_SECRET_HEX + 1], err[512];
   if (df_proto_token_parse(token, server, secret, err, sizeof err) != 0) {
     fprintf(stderr, "evil: %s\n", err);
@@ -122,6 +261,7 @@ int main(int argc, char **argv) {
   df_proto_keypair kp;
   zmq_curve_keypair(kp.pub, kp.sec);
   void *ctx = zmq_ctx_new();
+  if (admit(ctx, ep, server, secret, &kp) != 0) return 1;
   void *s = df_proto_client_open(ctx, ep, &kp, server, 1 << 30, err, sizeof err);
   if (!s) {
     fprintf(stderr, "evil: %s\n", err);
@@ -133,7 +273,6 @@ int main(int argc, char **argv) {
   memset(&m, 0, sizeof m);
   df_proto_msg join = {.op = DF_PROTO_JOIN, .id = 1, .memory = 1ull << 30};
   snprintf(join.name, sizeof join.name, "evil-%s", mode);
-  snprintf(join.token, sizeof join.token, "%s", secret);
   if (!strcmp(mode, "version")) join.v = 99;
   /* the DEALER queues nothing before the handshake (ZMQ_IMMEDIATE): send blocking */
   if (df_proto_send(s, NULL, 0, &join, NULL, 0, 0, err, sizeof err) != 0) goto done;

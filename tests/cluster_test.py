@@ -682,17 +682,21 @@ def scen_security():
     check("unknown key" in read(se), "coordinator logged the unknown key")
     # reused single-use token
     reusable = token(state, "--reusable")  # opens the token window for the attackers below
-    refused_node("reused", good_tok, "token already used")
+    # (a node whose key is unknown redeems a token on the token's join key; the handshake
+    # refuses the join key of a used, wrong or expired token, so nothing is read from it)
+    refused_node("reused", good_tok, "the token is not open there")
     # wrong secret
     bad = good_tok[:-4] + ("0000" if not good_tok.endswith("0000") else "1111")
-    refused_node("wrong", bad, "unknown token")
+    refused_node("wrong", bad, "the token is not open there")
     # expired token
     short = token(state, "--ttl", "1")
     time.sleep(2.1)  # expiry is wall-clock time: nothing to await
-    refused_node("expired", short, "token expired")
+    refused_node("expired", short, "the token is not open there")
     # protocol abuse by admitted peers
     for mode, expect in [("garbage", "garbage refused"), ("version", "version refused"),
                          ("plain", "connection closed"),
+                         ("idle", "1500 idle connections opened, 0 still open"),
+                         ("stranger", "stranger refused at the handshake while a token is open"),
                          ("churn", "300 keys joined and left, every one admitted")]:
         r = subprocess.run([EVIL, mode, ep, reusable], capture_output=True, text=True, timeout=60)
         check(r.returncode == 0 and expect in r.stdout, "evil %s: %s" % (mode, r.stdout.strip()))
@@ -708,8 +712,8 @@ def scen_security():
         check(e.returncode == 0 and "dropped" in o, "evil %s: %s" % (mode, o.strip()))
     log = read(se)
     check(ids == ids0 and lg == lg0, "coordinator kept generating: ids and logits identical")
-    for what in ["refused JOIN from reused", "token already used", "refused JOIN from wrong",
-                 "unknown token", "token expired", "malformed", "unsupported protocol version",
+    for what in ["join key: its token was already used", "join key: no open token has this key",
+                 "join key: its token expired", "malformed", "unsupported protocol version",
                  "dropped node evil-truncated", "dropped node evil-shape", "wrongly-shaped RESULT",
                  "dropped node evil-nan", "dropped node evil-huge",
                  "slot of departed node churn-",
@@ -738,8 +742,8 @@ def scen_idle():
     port, state = free_port(), os.path.join(WORK, "coord")
     tok = token(state, "--reusable")
     n1 = node("idle1", port, os.path.join(WORK, "i1"), os.path.join(WORK, "i1.log"), "1G", tok)
-    # waits for 2 nodes that never come: an idle coordinator with one idle node
-    p, so, se, out = coordinator("idle", port, state, 4, 2, wait=30)
+    # waits for 3 nodes that never come: an idle coordinator with one idle node
+    p, so, se, out = coordinator("idle", port, state, 4, 3, wait=60)
     wait_log(se, "node idle1 ready")
     c0, n0 = cpu_seconds(p.pid), cpu_seconds(n1.pid)
     t0 = time.monotonic()
@@ -748,6 +752,25 @@ def scen_idle():
     dc, dn = cpu_seconds(p.pid) - c0, cpu_seconds(n1.pid) - n0
     check(dc < 0.1 * dt, "idle coordinator used %.3f s CPU in %.1f s" % (dc, dt))
     check(dn < 0.1 * dt, "idle node used %.3f s CPU in %.1f s" % (dn, dt))
+    # a revoked key: the running coordinator drops the node, which cannot come back
+    rlog = os.path.join(WORK, "rv.log")
+    rv = node("rv", port, os.path.join(WORK, "rv"), rlog, "1G", tok)
+    wait_log(se, "node rv ready")
+    r = subprocess.run([DELTAFIN, "cluster", "revoke", "rv", "--state-dir", state],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and "revoked 1 key" in r.stdout, "cluster revoke rv: " + r.stdout.strip())
+    wait_log(se, "dropped node rv")
+    check("key revoked" in read(se), "the coordinator dropped the revoked node")
+    try:
+        rc = rv.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        rv.kill()
+        rc = None
+    check(rc == 3 and "not admitted" in read(rlog),
+          "the revoked node is refused when it reconnects (exit %s)" % rc)
+    r = subprocess.run([DELTAFIN, "cluster", "revoke", "rv", "--state-dir", state],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "no allow-listed key" in r.stderr, "a second revoke finds nothing")
     # dead node: kill -9, the coordinator notices and stays idle
     os.kill(n1.pid, signal.SIGKILL)
     n1.wait()

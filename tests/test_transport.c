@@ -67,7 +67,31 @@ static void test_codec_roundtrip(void **st) {
   assert_string_equal(o.name, "node-a");
   assert_string_equal(o.token, j.token);
   assert_true(o.memory == j.memory && o.has_model);
+  assert_string_equal(o.key, ""); /* absent unless set */
   df_proto_msg_free(&o);
+  /* a token's join connection: JOIN `key` (40 Z85 characters, exactly), answered by ADMIT */
+  strcpy(j.key, "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
+  o = roundtrip(&j);
+  assert_string_equal(o.key, j.key);
+  df_proto_msg_free(&o);
+  df_proto_msg ad = {.op = DF_PROTO_ADMIT, .id = 8};
+  o = roundtrip(&ad);
+  assert_string_equal(df_proto_op_name(o.op), "ADMIT");
+  df_proto_msg_free(&o);
+  {
+    /* a `key` that is not 40 characters is malformed */
+    uint8_t *buf;
+    size_t len;
+    char e[256];
+    int code;
+    strcpy(j.key, "short");
+    assert_int_equal(df_proto_encode(&j, &buf, &len, e, sizeof e), 0);
+    assert_int_equal(df_proto_decode(buf, len, &o, &code, e, sizeof e), -1);
+    assert_int_equal(code, DF_PROTO_E_MALFORMED);
+    assert_non_null(strstr(e, "key"));
+    free(buf);
+    j.key[0] = 0;
+  }
 
   int32_t pairs[4] = {1, 0, 3, 7};
   df_proto_tensor ts[6];
@@ -550,28 +574,43 @@ static void test_tokens(void **st) {
   char p[256];
   snprintf(p, sizeof p, "%s/c.key", tmpdir);
   assert_int_equal(df_proto_keys_load(p, true, &kp, NULL, err, sizeof err), 0);
-  assert_false(df_proto_token_window_open(tmpdir));
+  df_proto_keypair jk, other;
+  char why[64];
+  assert_int_equal(df_proto_keys_load(p, true, &other, NULL, err, sizeof err), 0);
+  assert_false(df_proto_token_join_key_open(tmpdir, other.pub, why, sizeof why));
   assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 3600, false, tok, sizeof tok, err, sizeof err), 0);
   assert_int_equal(strlen(tok), DF_PROTO_TOKEN_LEN);
-  assert_true(df_proto_token_window_open(tmpdir));
   assert_int_equal(df_proto_token_parse(tok, z, secret, err, sizeof err), 0);
   assert_string_equal(z, kp.pub);
+  /* the join key: derived from the secret alone, a valid CURVE pair, open while the token is */
+  assert_int_equal(df_proto_token_join_keypair(secret, &jk), 0);
+  char pub2[41];
+  assert_int_equal(zmq_curve_public(pub2, jk.sec), 0);
+  assert_string_equal(pub2, jk.pub);
+  assert_true(df_proto_token_join_key_open(tmpdir, jk.pub, why, sizeof why));
+  assert_false(df_proto_token_join_key_open(tmpdir, kp.pub, why, sizeof why));
+  assert_string_equal(why, "no open token has this key");
+  assert_int_equal(df_proto_token_join_keypair("0123", &other), -1);
   /* wrong secret */
   char wrong[33];
   strcpy(wrong, secret);
   wrong[0] = wrong[0] == 'a' ? 'b' : 'a';
-  assert_int_equal(df_proto_token_redeem(tmpdir, wrong, err, sizeof err), -1);
+  assert_int_equal(df_proto_token_redeem(tmpdir, wrong, NULL, err, sizeof err), -1);
   assert_string_equal(err, "unknown token");
+  /* the right secret on another token's key */
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, kp.pub, err, sizeof err), -1);
+  assert_string_equal(err, "token of another key");
   /* single use */
-  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), 0);
-  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), -1);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, jk.pub, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, jk.pub, err, sizeof err), -1);
   assert_string_equal(err, "token already used");
-  assert_false(df_proto_token_window_open(tmpdir));
+  assert_false(df_proto_token_join_key_open(tmpdir, jk.pub, why, sizeof why));
+  assert_string_equal(why, "its token was already used");
   /* reusable */
   assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 0, true, tok2, sizeof tok2, err, sizeof err), 0);
   assert_int_equal(df_proto_token_parse(tok2, z, secret, err, sizeof err), 0);
-  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), 0);
-  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, NULL, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, NULL, err, sizeof err), 0);
   /* expired: rewrite the expiry into the past */
   assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 1, false, tok, sizeof tok, err, sizeof err), 0);
   assert_int_equal(df_proto_token_parse(tok, z, secret, err, sizeof err), 0);
@@ -585,18 +624,32 @@ static void test_tokens(void **st) {
     char d[65];
     long long ex;
     int r, u;
-    sscanf(line, "%64s %lld %d %d", d, &ex, &r, &u);
+    char jp[41] = "";
+    assert_true(sscanf(line, "%64s %lld %d %d %40s", d, &ex, &r, &u, jp) == 5); /* join key kept */
     if (ex > 0 && ex < (long long)time(NULL) + 10) ex = 1000; /* long ago, but kept below */
     char out[300];
-    snprintf(out, sizeof out, "%s %lld %d %d\n", d, ex, r, u);
+    snprintf(out, sizeof out, "%s %lld %d %d %s\n", d, ex, r, u, jp);
     strcat(lines, out);
   }
   fclose(f);
   f = fopen(p, "w");
   fputs(lines, f);
   fclose(f);
-  assert_int_equal(df_proto_token_redeem(tmpdir, secret, err, sizeof err), -1);
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, NULL, err, sizeof err), -1);
   assert_true(!strcmp(err, "token expired") || !strcmp(err, "unknown token"));
+  assert_int_equal(df_proto_token_join_keypair(secret, &jk), 0);
+  assert_false(df_proto_token_join_key_open(tmpdir, jk.pub, NULL, 0));
+  /* an entry from before join keys (four fields) opens no key and still redeems */
+  f = fopen(p, "w");
+  uint8_t dg[32];
+  char dh[65];
+  df_proto_sha256(secret, 32, dg);
+  df_proto_hex(dg, 32, dh);
+  fprintf(f, "%s 0 0 0\n", dh);
+  fclose(f);
+  assert_false(df_proto_token_join_key_open(tmpdir, jk.pub, why, sizeof why));
+  assert_int_equal(df_proto_token_redeem(tmpdir, secret, jk.pub, err, sizeof err), -1);
+  assert_string_equal(err, "token of another key");
   /* malformed token texts */
   const char *bad[] = {"", "dft1_", "dft2_00", "dft1_zz", "hello world"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
@@ -636,6 +689,37 @@ static void test_allow_list(void **st) {
   assert_int_equal(df_proto_allow_add(tmpdir, b.pub, "two", err, sizeof err), -1);
   assert_non_null(strstr(err, "not trusted"));
   assert_int_equal(chmod(p, 0600), 0);
+  assert_true(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
+  /* revoke: by fingerprint prefix (8+ hex) or by name; nothing else matches */
+  char fa[17], fb[17], rm[256];
+  df_proto_key_fingerprint(a.pub, fa);
+  df_proto_key_fingerprint(b.pub, fb);
+  assert_int_equal(df_proto_allow_add(tmpdir, b.pub, "two", err, sizeof err), 0);
+  char pre[9];
+  memcpy(pre, fb, 8);
+  pre[8] = 0;
+  assert_int_equal(df_proto_allow_revoke(tmpdir, "no-such", rm, sizeof rm, err, sizeof err), 0);
+  assert_int_equal(df_proto_allow_revoke(tmpdir, "abc", rm, sizeof rm, err, sizeof err), 0);
+  assert_int_equal(df_proto_allow_revoke(tmpdir, pre, rm, sizeof rm, err, sizeof err), 1);
+  char want[64];
+  snprintf(want, sizeof want, "%s two\n", fb);
+  assert_string_equal(rm, want);
+  assert_false(df_proto_allow_has(tmpdir, b.pub, NULL, 0));
+  assert_true(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
+  assert_int_equal(df_proto_allow_revoke(tmpdir, "node_one", rm, sizeof rm, err, sizeof err), 1);
+  assert_false(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
+  /* the list is bounded: past DF_PROTO_MAX_ALLOW keys a new one is refused */
+  f = fopen(p, "w");
+  for (int i = 0; i < DF_PROTO_MAX_ALLOW; i++) {
+    df_proto_keypair k;
+    zmq_curve_keypair(k.pub, k.sec);
+    fprintf(f, "%s n%d 0\n", k.pub, i);
+  }
+  fclose(f);
+  assert_int_equal(df_proto_allow_add(tmpdir, a.pub, "late", err, sizeof err), -1);
+  assert_non_null(strstr(err, "cluster revoke"));
+  assert_int_equal(df_proto_allow_revoke(tmpdir, "n7", rm, sizeof rm, err, sizeof err), 1);
+  assert_int_equal(df_proto_allow_add(tmpdir, a.pub, "late", err, sizeof err), 0);
   assert_true(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
   /* nor one that is a symlink */
   char q[300];

@@ -20,7 +20,7 @@ static const char *const op_names[DF_PROTO_OP_COUNT] = {
     [DF_PROTO_SHARD_CHUNK] = "SHARD_CHUNK", [DF_PROTO_READY] = "READY",
     [DF_PROTO_FFN] = "FFN",     [DF_PROTO_RESULT] = "RESULT", [DF_PROTO_PING] = "PING",
     [DF_PROTO_PONG] = "PONG",   [DF_PROTO_STATS] = "STATS",   [DF_PROTO_BYE] = "BYE",
-    [DF_PROTO_ERROR] = "ERROR",
+    [DF_PROTO_ERROR] = "ERROR", [DF_PROTO_ADMIT] = "ADMIT",
 };
 
 int df_proto_assign_per_pair(const df_proto_msg *m) {
@@ -75,7 +75,9 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   uint32_t n = 3;
   switch (m->op) {
-  case DF_PROTO_JOIN: n += 3 + (m->token[0] != 0) + (m->device > 0) + (m->features != 0); break;
+  case DF_PROTO_JOIN:
+    n += 3 + (m->token[0] != 0) + (m->key[0] != 0) + (m->device > 0) + (m->features != 0);
+    break;
   case DF_PROTO_ASSIGN:
     n += 6 + (m->block_n > 0) + (m->act_kind != DF_PROTO_ACT_SILU) + (m->mx > 0);
     break;
@@ -99,6 +101,7 @@ int df_proto_encode(const df_proto_msg *m, uint8_t **out, size_t *out_len, char 
     pk_key(&pk, "has_model");
     if (m->has_model) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
     if (m->token[0]) pk_str(&pk, "token", m->token);
+    if (m->key[0]) pk_str(&pk, "key", m->key); /* absent: not a token's join connection */
     if (m->device > 0) pk_uint(&pk, "device", m->device); /* absent = 0 (a CPU node) */
     if (m->features) { /* absent = none: an older node's JOIN, byte for byte */
       uint32_t cnt = 0;
@@ -492,8 +495,10 @@ static int dec_ops(const dec *d, df_proto_msg *m) {
     const msgpack_object *hm = get(d, "has_model");
     if (get_str(d, "name", true, m->name, sizeof m->name) ||
         get_uint(d, "memory", UINT64_MAX, &m->memory) ||
-        get_str(d, "token", false, m->token, sizeof m->token))
+        get_str(d, "token", false, m->token, sizeof m->token) ||
+        get_str(d, "key", false, m->key, sizeof m->key))
       return -1;
+    if (m->key[0] && strlen(m->key) != DF_PROTO_KEY_Z85) return bad(d, "key", "is not 40 Z85 characters");
     if (!hm || hm->type != MSGPACK_OBJECT_BOOLEAN) return bad(d, "has_model", "is not a boolean");
     m->has_model = hm->via.boolean;
     /* optional (absent: a CPU node, or a peer from before the key); never over `memory` */

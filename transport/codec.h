@@ -17,12 +17,14 @@
 /* 2: ASSIGN may carry `block` and six tensors per pair (FP8 weights + their block scales).
  * Optional keys added within version 2 (absent = what version 2 meant before them): JOIN
  * `device` (absent = 0) and `features` (absent = none); ASSIGN `act` (absent = SiLU) and `mx`
- * (absent = no MXFP4), sent only to a node whose JOIN listed "act" / "mx". */
+ * (absent = no MXFP4), sent only to a node whose JOIN listed "act" / "mx"; JOIN `key` and the
+ * op ADMIT, used only on a token's join connection (docs/PROTOCOL.md §1). */
 #define DF_PROTO_VERSION 2
 
 /* Limits a decoder enforces (inclusive). */
 #define DF_PROTO_MAX_NAME 63        /* JOIN name bytes */
 #define DF_PROTO_MAX_TOKEN 127      /* JOIN token bytes */
+#define DF_PROTO_KEY_Z85 40         /* JOIN key bytes: a Z85 CURVE public key, exactly */
 #define DF_PROTO_MAX_REASON 255     /* ERROR/BYE reason bytes */
 #define DF_PROTO_MAX_TNAME 255      /* tensor name bytes in ASSIGN */
 #define DF_PROTO_MAX_GROUPS 4096    /* experts in one FFN */
@@ -71,6 +73,7 @@ typedef enum df_proto_op {
   DF_PROTO_STATS,
   DF_PROTO_BYE,
   DF_PROTO_ERROR,
+  DF_PROTO_ADMIT, /* coord -> node on a token's join connection: key admitted, rejoin with it */
   DF_PROTO_OP_COUNT
 } df_proto_op;
 
@@ -94,6 +97,8 @@ typedef struct df_proto_msg {
   /* JOIN */
   char name[DF_PROTO_MAX_NAME + 1];
   char token[DF_PROTO_MAX_TOKEN + 1]; /* "" = none */
+  char key[DF_PROTO_KEY_Z85 + 1];     /* optional: the node's own CURVE public key (Z85), sent
+                                         with `token` on the token's join connection; "" = none */
   uint64_t memory;                    /* expert memory budget, bytes */
   uint64_t device;                    /* of it, bytes the node keeps on its GPU (optional key,
                                          <= memory; 0 = a CPU node, and encoded as absent) */

@@ -171,7 +171,7 @@ fail:
 static int lock_state(const char *dir) {
   char p[4200];
   snprintf(p, sizeof p, "%s/.lock", dir);
-  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  int fd = open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
   while (flock(fd, LOCK_EX) != 0)
     if (errno != EINTR) {
@@ -316,6 +316,7 @@ typedef struct tok_entry {
   char digest[65];
   int64_t expiry;
   int reusable, used;
+  char join[DF_PROTO_Z85_KEY + 1]; /* the token's join key (Z85); "" in entries from before */
 } tok_entry;
 
 /* Parse STATE/tokens into a malloc'd array; *n entries. Malformed lines are skipped. */
@@ -331,9 +332,10 @@ static tok_entry *tokens_read(const char *dir, int *n) {
   for (char *line = strtok_r(txt, "\n", &save); v && line; line = strtok_r(NULL, "\n", &save)) {
     tok_entry e;
     long long ex;
-    if (sscanf(line, "%64s %lld %d %d", e.digest, &ex, &e.reusable, &e.used) != 4 ||
-        strlen(e.digest) != 64)
-      continue;
+    e.join[0] = 0;
+    int got = sscanf(line, "%64s %lld %d %d %40s", e.digest, &ex, &e.reusable, &e.used, e.join);
+    if (got < 4 || strlen(e.digest) != 64) continue;
+    if (got == 5 && strlen(e.join) != DF_PROTO_Z85_KEY) e.join[0] = 0;
     e.expiry = ex;
     if (*n == cap) {
       cap *= 2;
@@ -350,7 +352,7 @@ static tok_entry *tokens_read(const char *dir, int *n) {
 static int tokens_write(const char *dir, const tok_entry *v, int n, char *err, size_t errlen) {
   char p[4200];
   snprintf(p, sizeof p, "%s/tokens", dir);
-  size_t cap = (size_t)n * 100 + 1, len = 0;
+  size_t cap = (size_t)n * 150 + 1, len = 0;
   char *buf = malloc(cap);
   if (!buf) {
     snprintf(err, errlen, "out of memory");
@@ -361,8 +363,9 @@ static int tokens_write(const char *dir, const tok_entry *v, int n, char *err, s
     /* drop expired entries; used single-use ones stay until they expire, so a reuse is
      * refused as such ("token already used") rather than as unknown */
     if (v[i].expiry && v[i].expiry < now) continue;
-    len += (size_t)snprintf(buf + len, cap - len, "%s %lld %d %d\n", v[i].digest,
-                            (long long)v[i].expiry, v[i].reusable, v[i].used);
+    len += (size_t)snprintf(buf + len, cap - len, "%s %lld %d %d%s%s\n", v[i].digest,
+                            (long long)v[i].expiry, v[i].reusable, v[i].used,
+                            v[i].join[0] ? " " : "", v[i].join);
   }
   int rc = df_proto_write_atomic(p, buf, len, 0600, err, errlen);
   free(buf);
@@ -384,6 +387,11 @@ int df_proto_token_create(const char *state_dir, const char *pub_z85, int64_t tt
   if (df_proto_random(secret, sizeof secret, err, errlen) != 0) return -1;
   df_proto_hex(secret, sizeof secret, shex);
   df_proto_sha256(shex, DF_PROTO_SECRET_HEX, dg);
+  df_proto_keypair jk;
+  if (df_proto_token_join_keypair(shex, &jk) != 0) {
+    snprintf(err, errlen, "cannot derive the token's join key (libzmq without CURVE?)");
+    return -1;
+  }
   int lk = lock_state(state_dir);
   if (lk < 0) {
     snprintf(err, errlen, "cannot lock %s/.lock: %s", state_dir, strerror(errno));
@@ -403,6 +411,7 @@ int df_proto_token_create(const char *state_dir, const char *pub_z85, int64_t tt
   v[n].expiry = ttl_s > 0 ? (int64_t)time(NULL) + ttl_s : 0;
   v[n].reusable = reusable;
   v[n].used = 0;
+  memcpy(v[n].join, jk.pub, sizeof v[n].join);
   rc = tokens_write(state_dir, v, n + 1, err, errlen);
   free(v);
   if (rc == 0) snprintf(out, cap, "dft1_%s_%s", khex, shex);
@@ -426,7 +435,22 @@ int df_proto_token_parse(const char *token, char pub_z85[DF_PROTO_Z85_KEY + 1],
   return 0;
 }
 
-int df_proto_token_redeem(const char *state_dir, const char *secret, char *err, size_t errlen) {
+int df_proto_token_join_keypair(const char *secret_hex, df_proto_keypair *kp) {
+  static const char tag[] = "deltafin join key v1:";
+  uint8_t raw[DF_PROTO_SECRET_HEX / 2], sec[32];
+  if (strlen(secret_hex) != DF_PROTO_SECRET_HEX || unhex(secret_hex, sizeof raw, raw) != 0) return -1;
+  df_proto_sha256_ctx c;
+  df_proto_sha256_init(&c);
+  df_proto_sha256_update(&c, tag, sizeof tag - 1);
+  df_proto_sha256_update(&c, secret_hex, DF_PROTO_SECRET_HEX);
+  df_proto_sha256_final(&c, sec);
+  int rc = zmq_z85_encode(kp->sec, sec, 32) && zmq_curve_public(kp->pub, kp->sec) == 0 ? 0 : -1;
+  memset(sec, 0, sizeof sec);
+  return rc;
+}
+
+int df_proto_token_redeem(const char *state_dir, const char *secret, const char *conn_pub,
+                          char *err, size_t errlen) {
   uint8_t dg[32];
   char dhex[65];
   df_proto_sha256(secret, strlen(secret), dg);
@@ -446,6 +470,7 @@ int df_proto_token_redeem(const char *state_dir, const char *secret, char *err, 
   if (hit < 0) snprintf(err, errlen, "unknown token");
   else if (v[hit].expiry && v[hit].expiry < now) snprintf(err, errlen, "token expired");
   else if (v[hit].used && !v[hit].reusable) snprintf(err, errlen, "token already used");
+  else if (conn_pub && strcmp(v[hit].join, conn_pub)) snprintf(err, errlen, "token of another key");
   else {
     v[hit].used = 1;
     rc = tokens_write(state_dir, v, n, err, errlen);
@@ -455,14 +480,37 @@ int df_proto_token_redeem(const char *state_dir, const char *secret, char *err, 
   return rc;
 }
 
-bool df_proto_token_window_open(const char *state_dir) {
+int df_proto_token_admit(const char *state_dir, const char *secret, const char *conn_pub,
+                         const char *node_pub, const char *name, char *err, size_t errlen) {
+  uint8_t raw[32];
+  if (!secret || !secret[0] || !node_pub || strlen(node_pub) != DF_PROTO_Z85_KEY ||
+      !zmq_z85_decode(raw, node_pub)) {
+    snprintf(err, errlen, "a JOIN on a token's key must carry the token and the node's key");
+    return -1;
+  }
+  if (df_proto_token_redeem(state_dir, secret, conn_pub, err, errlen) != 0) return -1;
+  char nm[64];
+  snprintf(nm, sizeof nm, "%s", name ? name : "");
+  for (char *q = nm; *q; q++) /* peer text in the allow-list and logs: printable ASCII only */
+    if ((unsigned char)*q <= 0x20 || (unsigned char)*q > 0x7e || *q == '"' || *q == '\\') *q = '_';
+  return df_proto_allow_add(state_dir, node_pub, nm, err, errlen);
+}
+
+bool df_proto_token_join_key_open(const char *state_dir, const char *pub_z85, char *why,
+                                  size_t whylen) {
   int n = 0;
   tok_entry *v = tokens_read(state_dir, &n);
   int64_t now = (int64_t)time(NULL);
+  const char *r = "no open token has this key";
   bool open = false;
-  for (int i = 0; i < n; i++)
-    if ((!v[i].expiry || v[i].expiry >= now) && (v[i].reusable || !v[i].used)) open = true;
+  for (int i = 0; i < n && !open; i++) {
+    if (!v[i].join[0] || strcmp(v[i].join, pub_z85)) continue;
+    if (v[i].expiry && v[i].expiry < now) r = "its token expired";
+    else if (v[i].used && !v[i].reusable) r = "its token was already used";
+    else open = true;
+  }
   free(v);
+  if (!open && why) snprintf(why, whylen, "%s", r);
   return open;
 }
 
@@ -507,6 +555,15 @@ int df_proto_allow_add(const char *state_dir, const char *pub_z85, const char *n
       unlock_state(lk);
       return -1;
     }
+    size_t lines = 0;
+    for (size_t i = 0; txt && i < len; i++) lines += txt[i] == '\n';
+    if (lines >= DF_PROTO_MAX_ALLOW) {
+      snprintf(err, errlen, "the allow-list %s holds %d keys, its limit: remove departed nodes "
+               "with 'deltafin cluster revoke'", p, DF_PROTO_MAX_ALLOW);
+      free(txt);
+      unlock_state(lk);
+      return -1;
+    }
     size_t cap = len + 200;
     char *buf = malloc(cap);
     if (!buf) {
@@ -526,6 +583,62 @@ int df_proto_allow_add(const char *state_dir, const char *pub_z85, const char *n
     free(buf);
     free(txt);
   }
+  unlock_state(lk);
+  return rc;
+}
+
+int df_proto_allow_revoke(const char *state_dir, const char *who, char *removed, size_t cap,
+                          char *err, size_t errlen) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/nodes", state_dir);
+  if (removed && cap) removed[0] = 0;
+  size_t wl = strlen(who);
+  bool hex = wl >= 8 && wl <= 16 && strspn(who, "0123456789abcdef") == wl;
+  int lk = lock_state(state_dir);
+  if (lk < 0) {
+    snprintf(err, errlen, "cannot lock %s/.lock: %s", state_dir, strerror(errno));
+    return -1;
+  }
+  size_t len = 0;
+  char *txt = slurp(p, &len);
+  if (!txt) {
+    int e = errno;
+    unlock_state(lk);
+    if (e == ENOENT) return 0;
+    snprintf(err, errlen, "cannot read %s: %s", p, e == EPERM ? "not trusted (see above)" : strerror(e));
+    return -1;
+  }
+  char *out = malloc(len + 1);
+  if (!out) {
+    free(txt);
+    unlock_state(lk);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  size_t olen = 0, rlen = 0;
+  int n = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(txt, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char k[64] = "", nm[DF_PROTO_Z85_KEY + 64] = "", fp[17] = "";
+    if (sscanf(line, "%63s %103s", k, nm) >= 1 && strlen(k) == DF_PROTO_Z85_KEY) {
+      df_proto_key_fingerprint(k, fp);
+      if (!strcmp(nm, who) || (hex && !strncmp(fp, who, wl))) {
+        n++;
+        if (removed && cap > rlen)
+          rlen += (size_t)snprintf(removed + rlen, cap - rlen, "%s %s\n", fp, nm);
+        if (removed && rlen >= cap) rlen = cap - 1;
+        continue;
+      }
+    }
+    size_t l = strlen(line);
+    memcpy(out + olen, line, l);
+    olen += l;
+    out[olen++] = '\n';
+  }
+  int rc = n;
+  if (n > 0 && df_proto_write_atomic(p, out, olen, 0600, err, errlen) != 0) rc = -1;
+  free(out);
+  free(txt);
   unlock_state(lk);
   return rc;
 }

@@ -60,22 +60,57 @@ int df_proto_token_create(const char *state_dir, const char *pub_z85, int64_t tt
 int df_proto_token_parse(const char *token, char pub_z85[DF_PROTO_Z85_KEY + 1],
                          char secret[DF_PROTO_SECRET_HEX + 1], char *err, size_t errlen);
 
+/* The CURVE keypair a node holding a token connects with to redeem it (docs/PROTOCOL.md §1):
+ * secret = SHA-256("deltafin join key v1:" || secret_hex), public = its Curve25519 public key.
+ * Only the token's holder can compute the secret; the coordinator stores the public key with
+ * the token's digest so that its ZAP handler admits exactly the keys of open tokens, and a
+ * peer without a token never completes a handshake (nothing it sends is buffered). 0, or -1
+ * when secret_hex is not DF_PROTO_SECRET_HEX hex characters or CURVE is unavailable. */
+int df_proto_token_join_keypair(const char *secret_hex, df_proto_keypair *kp);
+
 /* Check a presented secret against STATE/tokens in constant time per entry; when it matches
  * an unexpired entry, consume it (single-use entries are marked used, file rewritten
- * atomically). 0 = accepted; -1 with the refusal reason in err ("unknown token", "token
- * expired", "token already used", or an I/O error). */
-int df_proto_token_redeem(const char *state_dir, const char *secret, char *err, size_t errlen);
+ * atomically). conn_pub (may be NULL): the CURVE key the secret arrived on, which must be the
+ * token's join key (df_proto_token_join_keypair). 0 = accepted; -1 with the refusal reason in
+ * err ("unknown token", "token expired", "token already used", "token of another key", or an
+ * I/O error). */
+int df_proto_token_redeem(const char *state_dir, const char *secret, const char *conn_pub,
+                          char *err, size_t errlen);
 
-/* True when STATE/tokens holds at least one entry that is unexpired and not used up. */
-bool df_proto_token_window_open(const char *state_dir);
+/* A JOIN on a token's join connection (docs/PROTOCOL.md §1): redeem `secret`, which must be
+ * the token of conn_pub (the connection's key), and add node_pub (the node's own key, Z85)
+ * to the allow-list under `name` (bytes outside printable ASCII, quotes and backslashes
+ * become '_'). 0, or -1 with the reason in err: no token or no valid node key, any refusal
+ * of df_proto_token_redeem, or an I/O error writing the allow-list. */
+int df_proto_token_admit(const char *state_dir, const char *secret, const char *conn_pub,
+                         const char *node_pub, const char *name, char *err, size_t errlen);
+
+/* Whether `pub_z85` is the join key of a token on STATE/tokens that is unexpired and not used
+ * up (the ZAP decision for a key that is not on the allow-list). false with the reason in why
+ * (may be NULL): "no open token has this key", "its token expired", "its token was already
+ * used". Entries written before tokens had join keys match no key. */
+bool df_proto_token_join_key_open(const char *state_dir, const char *pub_z85, char *why,
+                                  size_t whylen);
 
 /* ---- allow-list (coordinator state dir) ---- */
 
 /* True when `pub_z85` is on STATE/nodes; its recorded name is copied to name (may be NULL). */
 bool df_proto_allow_has(const char *state_dir, const char *pub_z85, char *name, size_t cap);
-/* Add (or keep) `pub_z85` with `name` on STATE/nodes. 0 or -1 + message. */
+/* Keys STATE/nodes may hold: a reusable token admits every new key that presents it, so the
+ * list is bounded (revoke departed nodes with `deltafin cluster revoke`). */
+#define DF_PROTO_MAX_ALLOW 4096
+
+/* Add (or keep) `pub_z85` with `name` on STATE/nodes. 0 or -1 + message (also when the list
+ * already holds DF_PROTO_MAX_ALLOW keys). */
 int df_proto_allow_add(const char *state_dir, const char *pub_z85, const char *name, char *err,
                        size_t errlen);
+
+/* Remove from STATE/nodes every key whose recorded name is `who`, or whose fingerprint
+ * (df_proto_key_fingerprint) starts with `who` (at least 8 hex characters). One line per
+ * removed key ("<fingerprint> <name>\n") is appended to `removed` (cap bytes, may be NULL).
+ * Returns the number removed (0: none matched, the file unchanged), or -1 + message (I/O). */
+int df_proto_allow_revoke(const char *state_dir, const char *who, char *removed, size_t cap,
+                          char *err, size_t errlen);
 
 /* ---- helpers ---- */
 

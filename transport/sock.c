@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static int setopt_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
 
@@ -16,11 +17,25 @@ static int common_opts(void *s, int64_t max_msg) {
          zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
 }
 
+/* Raise the soft open-file limit to the hard one (at most 65536): every TCP connection to the
+ * cluster port takes a descriptor before its handshake can be refused, and libzmq retries
+ * accept() without pause while the process has none left. */
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
+  if (rl.rlim_cur >= want) return;
+  rl.rlim_cur = want;
+  setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 void *df_proto_server_open(void *ctx, const char *endpoint, const df_proto_keypair *kp,
                            int64_t max_msg, char *err, size_t errlen) {
+  raise_nofile();
   void *s = zmq_socket(ctx, ZMQ_ROUTER);
   if (!s) goto fail;
   if (common_opts(s, max_msg) || setopt_int(s, ZMQ_CURVE_SERVER, 1) ||
+      setopt_int(s, ZMQ_HANDSHAKE_IVL, DF_PROTO_HANDSHAKE_MS) ||
       zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, kp->sec, DF_PROTO_Z85_KEY) ||
       zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, "deltafin", 8) || setopt_int(s, ZMQ_ROUTER_MANDATORY, 1))
     goto fail;

@@ -22,10 +22,16 @@
 #define DF_PROTO_DEFAULT_PORT 7070
 #define DF_PROTO_HEARTBEAT_MS 1000
 #define DF_PROTO_HEARTBEAT_TIMEOUT_MS 10000
+/* A TCP connection to the cluster port that has not completed its CurveZMQ handshake within
+ * this is closed (libzmq's default is 30 s): idle connections hold descriptors no longer. */
+#define DF_PROTO_HANDSHAKE_MS 5000
 
 /* A bound ROUTER: CURVE server with `kp`, ZAP domain "deltafin", ZMTP heartbeats, ROUTER
  * mandatory (sending to a vanished peer fails with EHOSTUNREACH instead of vanishing),
- * inbound messages larger than max_msg bytes refused by libzmq, linger 0. The caller must
+ * inbound messages larger than max_msg bytes refused by libzmq, linger 0, a connection that
+ * has not completed its handshake within DF_PROTO_HANDSHAKE_MS closed. Raises the process's
+ * soft RLIMIT_NOFILE to its hard limit (at most 65536): connections take descriptors before
+ * the handshake can refuse them. The caller must
  * have bound the ZAP handler (df_proto_zap_bind) in the same context first, or every client
  * key is admitted. NULL + message (naming the endpoint) on failure. */
 void *df_proto_server_open(void *ctx, const char *endpoint, const df_proto_keypair *kp,

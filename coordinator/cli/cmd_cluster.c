@@ -24,11 +24,16 @@ static void cluster_usage(FILE *f) {
           "usage: deltafin cluster init   [--state-dir DIR]\n"
           "       deltafin cluster token  [--ttl 1h] [--reusable] [--state-dir DIR]\n"
           "       deltafin cluster status [--json] [--state-dir DIR]\n"
+          "       deltafin cluster revoke NAME|FINGERPRINT [--state-dir DIR]\n"
           "  init      create the coordinator's CURVE keypair (done on first use anyway)\n"
           "  token     print a join token for 'df-node join HOST:PORT --token T'; single-use\n"
           "            unless --reusable; --ttl 30s/15m/1h/7d, 0 = never expires (default 1h)\n"
           "  status    nodes of the running coordinator: key fingerprint, health, RTT,\n"
           "            budget, bytes held, expert placement\n"
+          "  revoke    remove node keys from the allow-list, by the name they joined with or\n"
+          "            the start (8+ hex characters) of their fingerprint; a running\n"
+          "            coordinator drops such a node within a second, and the node cannot\n"
+          "            reconnect (it needs a new token)\n"
           "  --state-dir DIR  default ~/.local/state/deltafin\n");
 }
 
@@ -157,8 +162,14 @@ int df_cmd_cluster(int argc, char **argv) {
       return 2;
     }
   }
+  const char *who = NULL;
+  if (!strcmp(sub, "revoke") && optind < argc) who = argv[optind++];
   if (optind < argc) {
     fprintf(stderr, "deltafin cluster: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if (!strcmp(sub, "revoke") && (!who || !who[0])) {
+    fprintf(stderr, "deltafin cluster revoke: give the node's name or key fingerprint\n");
     return 2;
   }
   char state[4096], err[512], p[4200];
@@ -168,6 +179,21 @@ int df_cmd_cluster(int argc, char **argv) {
     return 1;
   }
   if (!strcmp(sub, "status")) return status_cmd(state, json);
+  if (!strcmp(sub, "revoke")) {
+    char removed[4096];
+    int n = df_proto_allow_revoke(state, who, removed, sizeof removed, err, sizeof err);
+    if (n < 0) {
+      fprintf(stderr, "deltafin: %s\n", err);
+      return 1;
+    }
+    if (n == 0) {
+      fprintf(stderr, "deltafin cluster revoke: no allow-listed key has the name or fingerprint "
+              "'%s' (see 'deltafin cluster status')\n", who);
+      return 1;
+    }
+    printf("revoked %d key%s:\n%s", n, n == 1 ? "" : "s", removed);
+    return 0;
+  }
   if (strcmp(sub, "init") && strcmp(sub, "token")) {
     fprintf(stderr, "deltafin cluster: unknown subcommand '%s'\n", sub);
     cluster_usage(stderr);

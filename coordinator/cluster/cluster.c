@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -85,6 +86,9 @@ struct df_cluster {
   char endpoint[300];
   df_proto_keypair kp;
   void *ctx, *router, *zap, *mon, *ctl_mgr, *ctl_fwd;
+  char admitted[8][DF_PROTO_Z85_KEY + 1]; /* keys a token admitted lately (for the join log) */
+  struct timespec nodes_mtime;            /* of STATE/nodes when members were last checked */
+  int n_admitted;
   pthread_t thread;
   bool thread_started;
   /* members */
@@ -352,40 +356,47 @@ static void replan(df_cluster *c) {
   c->status_due = 0;
 }
 
-/* ZAP: admit keys on the allow-list; admit unknown keys only while a token is redeemable. */
+/* ZAP: admit keys on the allow-list, and the join key of each open token (a node redeeming
+ * it); a peer holding neither never completes the handshake, so nothing it sends is read. */
 static bool zap_decide(void *user, const char *pub, const char *address, char *why, size_t whylen) {
   df_cluster *c = user;
-  char fp[17];
+  char fp[17], tw[64];
   df_proto_key_fingerprint(pub, fp);
   if (df_proto_allow_has(c->state, pub, NULL, 0)) return true;
-  if (df_proto_token_window_open(c->state)) return true; /* may only JOIN with a token */
+  if (df_proto_token_join_key_open(c->state, pub, tw, sizeof tw)) return true; /* JOIN only */
   snprintf(why, whylen, "unknown key");
-  cl_log("refused connection from %s: unknown key %s and no join token outstanding", address, fp);
+  cl_log("refused connection from %s: unknown key %s (not admitted; as a join key: %s)", address,
+         fp, tw);
   return false;
 }
 
-static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
-  char why[256], fp[17];
-  df_proto_key_fingerprint(f->user, fp);
-  bool known = df_proto_allow_has(c->state, f->user, NULL, 0);
-  if (!known) {
-    if (!m->token[0]) {
-      cl_log("refused JOIN from %s (%s): unknown key and no token", m->name, fp);
-      df_proto_send_error(c->router, f->rid, f->rid_len, m->id, DF_PROTO_E_UNAUTHORIZED,
-                          "unknown key: join with a token from 'deltafin cluster token'");
-      return;
-    }
-    if (df_proto_token_redeem(c->state, m->token, why, sizeof why) != 0) {
-      cl_log("refused JOIN from %s (%s): %s", m->name, fp, why);
-      df_proto_send_error(c->router, f->rid, f->rid_len, m->id, DF_PROTO_E_UNAUTHORIZED, why);
-      return;
-    }
-    if (df_proto_allow_add(c->state, f->user, m->name, why, sizeof why) != 0) {
-      cl_log("cannot persist the key of %s: %s", m->name, why);
-      df_proto_send_error(c->router, f->rid, f->rid_len, m->id, DF_PROTO_E_INTERNAL, "cannot persist key");
-      return;
-    }
+/* JOIN on a token's join connection: the token admits the node's own key (JOIN `key`), and
+ * ADMIT tells the node to reconnect with it. */
+static void on_token_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m, const char *fp) {
+  char why[256], kfp[17];
+  if (df_proto_token_admit(c->state, m->token, f->user, m->key, m->name, why, sizeof why) != 0) {
+    cl_log("refused JOIN from %s on a token's key: %s", fp, why);
+    df_proto_send_error(c->router, f->rid, f->rid_len, m->id, DF_PROTO_E_UNAUTHORIZED, why);
+    return;
   }
+  df_proto_key_fingerprint(m->key, kfp);
+  cl_log("a token admitted key %s", kfp);
+  snprintf(c->admitted[c->n_admitted++ % 8], DF_PROTO_Z85_KEY + 1, "%s", m->key);
+  df_proto_msg a = {.op = DF_PROTO_ADMIT, .id = m->id};
+  df_proto_send(c->router, f->rid, f->rid_len, &a, NULL, 0, ZMQ_DONTWAIT, why, sizeof why);
+}
+
+static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
+  char fp[17];
+  df_proto_key_fingerprint(f->user, fp);
+  if (!df_proto_allow_has(c->state, f->user, NULL, 0)) {
+    /* ZAP admitted it as an open token's join key (or the token closed since) */
+    on_token_join(c, f, m, fp);
+    return;
+  }
+  bool by_token = false;
+  for (int i = 0; i < 8 && !by_token; i++)
+    if (!strcmp(c->admitted[i], f->user)) by_token = true, c->admitted[i][0] = 0;
   member *mb = find_key(c, f->user);
   if (!mb) {
     /* a new key: a fresh slot, else the slot of a node that left (dropped members are in no
@@ -443,7 +454,8 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   mb->joined_ms = mb->last_tx_ms = now_ms();
   char dev[64] = "";
   if (mb->device) snprintf(dev, sizeof dev, " (%.1f MiB on its device)", mb->device / 1048576.0);
-  cl_log("node %s (%s) joined%s: budget %.1f MiB%s%s", mb->name, fp, known ? " with its stored key" : " with a token",
+  cl_log("node %s (%s) joined%s: budget %.1f MiB%s%s", mb->name, fp,
+         by_token ? " with a token" : " with its stored key",
        mb->budget / 1048576.0, dev, mb->has_model ? ", has the checkpoint" : "");
   if (!mb->can_serve && c->mf.n_pairs > 0)
     cl_log("node %s (%s) does not declare %s (a df-node older than this model's experts): it is "
@@ -754,6 +766,17 @@ static void timers(df_cluster *c, int64_t t) {
   if (t >= c->status_due) {
     write_status(c);
     c->status_due = t + STATS_MS;
+  }
+  /* the allow-list changed (deltafin cluster revoke): drop members no longer on it */
+  char p[4200];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/nodes", c->state);
+  if (stat(p, &st) == 0 && (st.st_mtim.tv_sec != c->nodes_mtime.tv_sec ||
+                            st.st_mtim.tv_nsec != c->nodes_mtime.tv_nsec)) {
+    c->nodes_mtime = st.st_mtim;
+    for (int i = 0; i < c->n_mb; i++)
+      if (c->mb[i].alive && !df_proto_allow_has(c->state, c->mb[i].key, NULL, 0))
+        drop_member(c, &c->mb[i], "key revoked", true);
   }
 }
 
