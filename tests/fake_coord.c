@@ -967,12 +967,14 @@ static void probe_hdr_big(fc *c, int arg) {
   fc_alive(c, "after a 65 MiB header");
 }
 
-/* hdr_nils: a 4 MiB header within every limit, a PING with an ignored key holding 4 M nils:
- * answered; the decoder's object tree (msgpack-c: 24 bytes per element) bounds its memory. */
+/* hdr_nils: a PING with an ignored key holding nils. arg 0: 4 M of them (4 MiB, within every
+ * limit): answered. arg 1: 20 M (20 MiB, under the 64 MiB header limit but past
+ * DF_PROTO_MAX_VALUES): refused as malformed before msgpack-c builds its object tree (24
+ * bytes per value: ~480 MiB), and the node's peak RSS stays far below that. */
 static void probe_hdr_nils(fc *c, int arg) {
   if (!fc_ready(c)) return;
   uint64_t before = node_peak_kb(c);
-  size_t n = 4u << 20;
+  size_t n = arg ? 20u << 20 : 4u << 20;
   uint8_t *h = malloc(n);
   if (!h) return;
   static const uint8_t head[] = {0x84, 0xa1, 'v', 0x02, 0xa2, 'i', 'd', 0x09, 0xa2, 'o', 'p',
@@ -988,8 +990,16 @@ static void probe_hdr_nils(fc *c, int arg) {
   free(h);
   df_proto_msg m;
   int op = fc_wait(c, OPM(PONG) | OPM(ERROR), WAIT_MS, &m);
+  uint32_t code = m.code;
   df_proto_msg_free(&m);
   uint64_t after = node_peak_kb(c);
+  if (arg) {
+    CHECK(c, op == DF_PROTO_ERROR && code == DF_PROTO_E_MALFORMED && after < before + 200 * 1024,
+          "a 20 MiB header of 20 M nils refused as malformed (%s %u); peak RSS %.0f -> %.0f MiB",
+          op ? df_proto_op_name((df_proto_op)op) : "nothing", code, before / 1024.0, after / 1024.0);
+    fc_alive(c, "after a header of 20 M values");
+    return;
+  }
   CHECK(c, op != 0, "a 4 MiB header of nils answered (%s); peak RSS %.0f -> %.0f MiB",
         op ? df_proto_op_name((df_proto_op)op) : "nothing", before / 1024.0, after / 1024.0);
 }
@@ -1114,6 +1124,7 @@ static const probe PROBES[] = {
     {"ops", probe_ops, 0, "1G", 256, "garbage headers, version 99, unknown/unexpected ops, frames"},
     {"hdr_big", probe_hdr_big, 0, "1G", 512, "a 65 MiB header (limit 64 MiB)"},
     {"hdr_nils", probe_hdr_nils, 0, "1G", 512, "a 4 MiB header of 4 M nils"},
+    {"hdr_values", probe_hdr_nils, 1, "1G", 512, "a 20 MiB header of 20 M nils"},
     {"silent", probe_silent, 0, "1G", 256, "the coordinator stops talking after READY"},
     {"join_silent", probe_join_silent, 0, "1G", 256, "JOIN never answered"},
     {"gone", probe_gone, 0, "1G", 256, "the coordinator's socket closes, then comes back"},

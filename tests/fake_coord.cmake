@@ -10,7 +10,7 @@ target_link_libraries(fake_coord PRIVATE dftransport m)
 foreach(probe baseline assign_dims assign_nbytes assign_zero assign_dtype assign_shape
         assign_huge assign_budget assign_scales assign_pairs assign_dup chunk_sha chunk_short
         chunk_long chunk_empty chunk_total chunk_gap chunk_offset chunk_frames chunk_nobytes
-        chunk_index names ffn ffn_nan ops hdr_big hdr_nils silent join_silent gone bye
+        chunk_index names ffn ffn_nan ops hdr_big hdr_nils hdr_values silent join_silent gone bye
         unauthorized)
   add_test(NAME fake_coord_${probe}
     COMMAND fake_coord ${probe} $<TARGET_FILE:df-node> ${PROJECT_BINARY_DIR}/fake-coord)

@@ -216,8 +216,10 @@ static uint64_t be(const uint8_t *p, int n) {
 
 /* Walk one complete msgpack value at buf[0..len): 0 when it spans exactly len bytes, with
  * no container declaring more elements than bytes remain, no nesting deeper than
- * DF_PROTO_MAX_DEPTH, no ext types. */
+ * DF_PROTO_MAX_DEPTH, at most DF_PROTO_MAX_VALUES values (msgpack-c spends ~24 bytes on
+ * each, so a header of one-byte nils would cost 24x its size), no ext types. */
 static int scan(const uint8_t *buf, size_t len) {
+  uint64_t values = 0;
   uint64_t left[DF_PROTO_MAX_DEPTH + 2]; /* elements still to read at each level */
   int depth = 0;
   left[0] = 1;
@@ -228,7 +230,7 @@ static int scan(const uint8_t *buf, size_t len) {
       continue;
     }
     left[depth]--;
-    if (p >= len) return -1;
+    if (p >= len || ++values > DF_PROTO_MAX_VALUES) return -1;
     uint8_t b = buf[p++];
     uint64_t body = 0, count = 0;
     int hdr = 0;

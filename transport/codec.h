@@ -38,6 +38,8 @@
 #define DF_PROTO_MX_BLOCK 32        /* ASSIGN mx: the only MX block size (OCP MX v1.0) */
 #define DF_PROTO_MAX_BETA 1e30f     /* ASSIGN act betas: finite and at most this */
 #define DF_PROTO_MAX_DEPTH 6        /* msgpack nesting */
+#define DF_PROTO_MAX_VALUES (1u << 24) /* msgpack values in one header (Kimi K3's whole
+                                          ASSIGN, 896 x 61 pairs of six tensors, is ~2.8 M) */
 
 /* Error codes carried by ERROR (docs/PROTOCOL.md §2). */
 enum {
