@@ -944,13 +944,11 @@ static void probe_ops(fc *c, int arg) {
   fc_ffn_good(c, "after the hostile ops");
 }
 
-/* hdr_big: a header frame over the node's 64 MiB header limit (docs/PROTOCOL.md §2): refused
- * before msgpack sees it; its 65 MiB are an array of nils, which decoded would take ~1.6 GB. */
-static void probe_hdr_big(fc *c, int arg) {
-  if (!fc_ready(c)) return;
-  size_t n = (65u << 20) + 32;
+/* Send one header frame of n bytes: a PING whose ignored key `pad` is an array of nils
+ * (n - 25 of them). -1 when out of memory. */
+static int send_nil_ping(fc *c, size_t n) {
   uint8_t *h = malloc(n);
-  if (!h) return;
+  if (!h) return -1;
   static const uint8_t head[] = {0x84, 0xa1, 'v', 0x02, 0xa2, 'i', 'd', 0x09, 0xa2, 'o', 'p',
                                  0xa4, 'P', 'I', 'N', 'G', 0xa3, 'p', 'a', 'd', 0xdd};
   size_t hl = sizeof head, cnt = n - hl - 4;
@@ -962,6 +960,15 @@ static void probe_hdr_big(fc *c, int arg) {
   size_t l[1] = {n};
   fc_send_frames(c, 1, d, l);
   free(h);
+  return 0;
+}
+
+/* hdr_big: a header frame over the node's 64 MiB header limit (docs/PROTOCOL.md §2): refused
+ * before msgpack sees it; its 65 MiB are an array of nils, which decoded would take ~1.6 GB. */
+static void probe_hdr_big(fc *c, int arg) {
+  if (!fc_ready(c)) return;
+  size_t n = (65u << 20) + 32;
+  if (send_nil_ping(c, n) != 0) return;
   fc_expect_error(c, DF_PROTO_E_MALFORMED, "header", "a 65 MiB header");
   fc_log_wait(c, "header", 2000);
   fc_alive(c, "after a 65 MiB header");
@@ -975,19 +982,7 @@ static void probe_hdr_nils(fc *c, int arg) {
   if (!fc_ready(c)) return;
   uint64_t before = node_peak_kb(c);
   size_t n = arg ? 20u << 20 : 4u << 20;
-  uint8_t *h = malloc(n);
-  if (!h) return;
-  static const uint8_t head[] = {0x84, 0xa1, 'v', 0x02, 0xa2, 'i', 'd', 0x09, 0xa2, 'o', 'p',
-                                 0xa4, 'P', 'I', 'N', 'G', 0xa3, 'p', 'a', 'd', 0xdd};
-  size_t hl = sizeof head, cnt = n - hl - 4;
-  memcpy(h, head, hl);
-  h[hl] = (uint8_t)(cnt >> 24), h[hl + 1] = (uint8_t)(cnt >> 16), h[hl + 2] = (uint8_t)(cnt >> 8),
-  h[hl + 3] = (uint8_t)cnt;
-  memset(h + hl + 4, 0xc0, cnt);
-  const void *d[1] = {h};
-  size_t l[1] = {n};
-  fc_send_frames(c, 1, d, l);
-  free(h);
+  if (send_nil_ping(c, n) != 0) return;
   df_proto_msg m;
   int op = fc_wait(c, OPM(PONG) | OPM(ERROR), WAIT_MS, &m);
   uint32_t code = m.code;
