@@ -121,6 +121,8 @@ static AVX2_FN void tile_avx2(int mr, int nr, const float *x, int64_t ldx, const
     for (int j = 0; j < FP8_NR; j++) acc[i][j] = _mm256_setzero_ps();
   int64_t K8 = K & ~(int64_t)7, k;
   for (k = 0; k < K8; k += 8) {
+    if ((k & 63) == 0) /* the next tile's rows (FP8_NR further), as kernels.c's micro-kernels */
+      for (int j = 0; j < nr; j++) _mm_prefetch((const char *)wr[j] + FP8_NR * K + k, _MM_HINT_T1);
     for (int j = 0; j < nr; j++) {
       __m256 wv = _mm256_mul_ps(fp8x8(wr[j] + k), scale8(srow[j], bk, k));
       for (int i = 0; i < mr; i++)
