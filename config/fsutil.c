@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,10 +153,12 @@ int df_fs_read_secret(const char *path, char **secret, char *err, size_t errlen)
   size_t n = 0;
   *secret = NULL;
   if (df_fs_read_small(path, 4096, 1, &b, &n, err, errlen) != 0) return -1;
-  size_t k = strcspn(b, "\n");
+  const char *nl = memchr(b, '\n', n); /* the first line, NUL bytes included */
+  size_t k = nl ? (size_t)(nl - b) : n;
+  bool nul = memchr(b, 0, k) != NULL;
   while (k > 0 && (b[k - 1] == ' ' || b[k - 1] == '\t' || b[k - 1] == '\r')) k--;
   b[k] = 0;
-  if (k == 0 || strlen(b) != k) {
+  if (k == 0 || nul) {
     snprintf(err, errlen, "%s: %s", path, k == 0 ? "empty (expected the secret on its first line)"
                                                  : "holds a NUL byte");
     free(b);

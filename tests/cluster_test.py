@@ -725,6 +725,10 @@ def scen_security():
 def scen_state_modes():
     """The state directory decides who may join: one others can write is refused (the files
     in it: tests/test_transport.c test_allow_list)."""
+    r = subprocess.run([DELTAFIN, "cluster", "token", "--ttl", "106751991167300d", "--state-dir",
+                        os.path.join(WORK, "ttl")], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "at most 36500d" in r.stderr,
+          "a --ttl whose expiry would overflow is refused: " + r.stderr.strip())
     d = os.path.join(WORK, "lax")
     os.makedirs(d, exist_ok=True)
     os.chmod(d, 0o777)
@@ -771,6 +775,16 @@ def scen_idle():
     r = subprocess.run([DELTAFIN, "cluster", "revoke", "rv", "--state-dir", state],
                        capture_output=True, text=True, timeout=60)
     check(r.returncode == 1 and "no allow-listed key" in r.stderr, "a second revoke finds nothing")
+    # the reusable token is still open: it does not admit the revoked key again
+    rlog2 = os.path.join(WORK, "rv2.log")
+    rv = node("rv", port, os.path.join(WORK, "rv"), rlog2, "1G", tok)
+    try:
+        rc = rv.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        rv.kill()
+        rc = None
+    check(rc == 3 and "revoked" in read(rlog2),
+          "a revoked key is not admitted again by the open reusable token (exit %s)" % rc)
     # dead node: kill -9, the coordinator notices and stays idle
     os.kill(n1.pid, signal.SIGKILL)
     n1.wait()

@@ -466,6 +466,22 @@ def test_key_file(exe):
     r = subprocess.run([exe, "serve", "--model", MODEL, "--api-key-file", kf + ".lnk", "--port",
                         "0"], capture_output=True, text=True, timeout=60)
     check(r.returncode == 2 and "symbolic link" in r.stderr, "a symlinked key file is refused")
+    # a key with a NUL byte (it used to become the bytes before the NUL), an empty key by
+    # flag or environment (it used to turn the check off without a word)
+    nf = os.path.join(d, "nul.key")
+    fd = os.open(nf, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"ab\0cd\n")
+    os.close(fd)
+    r = subprocess.run([exe, "serve", "--model", MODEL, "--api-key-file", nf, "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "holds a NUL byte" in r.stderr, "a key file with a NUL byte is refused")
+    r = subprocess.run([exe, "serve", "--model", MODEL, "--api-key", "", "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 2 and "--api-key is empty" in r.stderr, "an empty --api-key is refused")
+    r = subprocess.run([exe, "serve", "--model", MODEL, "--port", "0"], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, DELTAFIN_API_KEY=""))
+    check(r.returncode == 2 and "DELTAFIN_API_KEY is set but empty" in r.stderr,
+          "an empty DELTAFIN_API_KEY is refused")
     os.chmod(kf, 0o600)
     srv = Server(exe, MODEL, "--quiet", "--no-draft", "--api-key-file", kf,
                  env={"DELTAFIN_API_KEY": "envkey"})

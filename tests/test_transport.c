@@ -706,6 +706,24 @@ static void test_allow_list(void **st) {
   assert_string_equal(rm, want);
   assert_false(df_proto_allow_has(tmpdir, b.pub, NULL, 0));
   assert_true(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
+  /* a revoked key is never admitted again by a token, reusable or not */
+  assert_true(df_proto_key_revoked(tmpdir, b.pub));
+  assert_false(df_proto_key_revoked(tmpdir, a.pub));
+  {
+    char tk[DF_PROTO_TOKEN_LEN + 1], z[41], sec[33], e2[512];
+    df_proto_keypair jk;
+    assert_int_equal(df_proto_token_create(tmpdir, a.pub, 600, true, tk, sizeof tk, e2, sizeof e2), 0);
+    assert_int_equal(df_proto_token_parse(tk, z, sec, e2, sizeof e2), 0);
+    assert_int_equal(df_proto_token_join_keypair(sec, &jk), 0);
+    assert_int_equal(df_proto_token_admit(tmpdir, sec, jk.pub, b.pub, "two", e2, sizeof e2), -1);
+    assert_non_null(strstr(e2, "revoked"));
+    assert_false(df_proto_allow_has(tmpdir, b.pub, NULL, 0));
+    df_proto_keypair c3;
+    zmq_curve_keypair(c3.pub, c3.sec);
+    assert_int_equal(df_proto_token_admit(tmpdir, sec, jk.pub, c3.pub, "three", e2, sizeof e2), 0);
+    assert_true(df_proto_allow_has(tmpdir, c3.pub, NULL, 0));
+    assert_int_equal(df_proto_allow_revoke(tmpdir, "three", rm, sizeof rm, e2, sizeof e2), 1);
+  }
   assert_int_equal(df_proto_allow_revoke(tmpdir, "node_one", rm, sizeof rm, err, sizeof err), 1);
   assert_false(df_proto_allow_has(tmpdir, a.pub, NULL, 0));
   /* the list is bounded: past DF_PROTO_MAX_ALLOW keys a new one is refused */

@@ -488,6 +488,12 @@ int df_proto_token_admit(const char *state_dir, const char *secret, const char *
     snprintf(err, errlen, "a JOIN on a token's key must carry the token and the node's key");
     return -1;
   }
+  if (df_proto_key_revoked(state_dir, node_pub)) {
+    snprintf(err, errlen, "this node's key was revoked ('deltafin cluster revoke'); a machine "
+             "that should come back joins with a new key (remove node.key from its state "
+             "directory)");
+    return -1;
+  }
   if (df_proto_token_redeem(state_dir, secret, conn_pub, err, errlen) != 0) return -1;
   char nm[64];
   snprintf(nm, sizeof nm, "%s", name ? name : "");
@@ -516,9 +522,12 @@ bool df_proto_token_join_key_open(const char *state_dir, const char *pub_z85, ch
 
 /* ---- allow-list -------------------------------------------------------------------- */
 
-bool df_proto_allow_has(const char *state_dir, const char *pub_z85, char *name, size_t cap) {
+/* Whether STATE/file (lines "<key> <name> ...") lists pub_z85; its name into name (may be
+ * NULL). */
+static bool list_has(const char *state_dir, const char *file, const char *pub_z85, char *name,
+                     size_t cap) {
   char p[4200];
-  snprintf(p, sizeof p, "%s/nodes", state_dir);
+  snprintf(p, sizeof p, "%s/%s", state_dir, file);
   char *txt = slurp(p, NULL);
   if (!txt) return false;
   bool found = false;
@@ -534,6 +543,14 @@ bool df_proto_allow_has(const char *state_dir, const char *pub_z85, char *name, 
   }
   free(txt);
   return found;
+}
+
+bool df_proto_allow_has(const char *state_dir, const char *pub_z85, char *name, size_t cap) {
+  return list_has(state_dir, "nodes", pub_z85, name, cap);
+}
+
+bool df_proto_key_revoked(const char *state_dir, const char *pub_z85) {
+  return list_has(state_dir, "revoked", pub_z85, NULL, 0);
 }
 
 int df_proto_allow_add(const char *state_dir, const char *pub_z85, const char *name, char *err,
@@ -615,7 +632,15 @@ int df_proto_allow_revoke(const char *state_dir, const char *who, char *removed,
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  size_t olen = 0, rlen = 0;
+  size_t olen = 0, rlen = 0, rlen_keys = 0;
+  char *revoked_lines = malloc(len + 1); /* the removed lines, for STATE/revoked */
+  if (!revoked_lines) {
+    free(out);
+    free(txt);
+    unlock_state(lk);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
   int n = 0;
   char *save = NULL;
   for (char *line = strtok_r(txt, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -624,6 +649,10 @@ int df_proto_allow_revoke(const char *state_dir, const char *who, char *removed,
       df_proto_key_fingerprint(k, fp);
       if (!strcmp(nm, who) || (hex && !strncmp(fp, who, wl))) {
         n++;
+        size_t ll = strlen(line);
+        memcpy(revoked_lines + rlen_keys, line, ll);
+        rlen_keys += ll;
+        revoked_lines[rlen_keys++] = '\n';
         if (removed && cap > rlen)
           rlen += (size_t)snprintf(removed + rlen, cap - rlen, "%s %s\n", fp, nm);
         if (removed && rlen >= cap) rlen = cap - 1;
@@ -637,6 +666,32 @@ int df_proto_allow_revoke(const char *state_dir, const char *who, char *removed,
   }
   int rc = n;
   if (n > 0 && df_proto_write_atomic(p, out, olen, 0600, err, errlen) != 0) rc = -1;
+  if (rc > 0) { /* recorded, so that no token admits these keys again */
+    char rp[4200];
+    snprintf(rp, sizeof rp, "%s/revoked", state_dir);
+    size_t have = 0;
+    char *old = slurp(rp, &have);
+    if (!old && errno != ENOENT) {
+      snprintf(err, errlen, "cannot read %s: %s", rp, strerror(errno));
+      rc = -1;
+    } else {
+      size_t cap2 = have + rlen_keys + 16;
+      char *nb = malloc(cap2);
+      if (!nb) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+      } else {
+        size_t nl = have;
+        if (have) memcpy(nb, old, have);
+        memcpy(nb + nl, revoked_lines, rlen_keys);
+        nl += rlen_keys;
+        if (df_proto_write_atomic(rp, nb, nl, 0600, err, errlen) != 0) rc = -1;
+        free(nb);
+      }
+    }
+    free(old);
+  }
+  free(revoked_lines);
   free(out);
   free(txt);
   unlock_state(lk);

@@ -80,8 +80,9 @@ int df_proto_token_redeem(const char *state_dir, const char *secret, const char 
 /* A JOIN on a token's join connection (docs/PROTOCOL.md §1): redeem `secret`, which must be
  * the token of conn_pub (the connection's key), and add node_pub (the node's own key, Z85)
  * to the allow-list under `name` (bytes outside printable ASCII, quotes and backslashes
- * become '_'). 0, or -1 with the reason in err: no token or no valid node key, any refusal
- * of df_proto_token_redeem, or an I/O error writing the allow-list. */
+ * become '_'). 0, or -1 with the reason in err: no token or no valid node key, a revoked
+ * node key (df_proto_key_revoked; the token is not spent), any refusal of
+ * df_proto_token_redeem, or an I/O error writing the allow-list. */
 int df_proto_token_admit(const char *state_dir, const char *secret, const char *conn_pub,
                          const char *node_pub, const char *name, char *err, size_t errlen);
 
@@ -105,10 +106,15 @@ bool df_proto_allow_has(const char *state_dir, const char *pub_z85, char *name, 
 int df_proto_allow_add(const char *state_dir, const char *pub_z85, const char *name, char *err,
                        size_t errlen);
 
+/* Whether pub_z85 is on STATE/revoked (df_proto_allow_revoke): no token admits it again. */
+bool df_proto_key_revoked(const char *state_dir, const char *pub_z85);
+
 /* Remove from STATE/nodes every key whose recorded name is `who`, or whose fingerprint
  * (df_proto_key_fingerprint) starts with `who` (at least 8 hex characters). One line per
  * removed key ("<fingerprint> <name>\n") is appended to `removed` (cap bytes, may be NULL).
- * Returns the number removed (0: none matched, the file unchanged), or -1 + message (I/O). */
+ * The removed lines are appended to STATE/revoked, so that no token admits those keys again
+ * (df_proto_token_admit). Returns the number removed (0: none matched, the files unchanged),
+ * or -1 + message (I/O). */
 int df_proto_allow_revoke(const char *state_dir, const char *who, char *removed, size_t cap,
                           char *err, size_t errlen);
 

@@ -48,7 +48,8 @@ static int64_t parse_ttl(const char *s) {
   else if (*end == 'm') mul = 60, end++;
   else if (*end == 'h') mul = 3600, end++;
   else if (*end == 'd') mul = 86400, end++;
-  if (*end || v > INT64_MAX / 86400) return -1;
+  /* at most 100 years: the expiry is now + ttl in an int64, and 0 already means "never" */
+  if (*end || v > 36500ll * 86400 / mul) return -1;
   return v * mul;
 }
 
@@ -149,7 +150,7 @@ int df_cmd_cluster(int argc, char **argv) {
       break;
     case 't':
       if ((ttl = parse_ttl(optarg)) < 0) {
-        fprintf(stderr, "deltafin: --ttl: expected seconds or 30s/15m/1h/7d, got '%s'\n", optarg);
+        fprintf(stderr, "deltafin: --ttl: expected seconds or 30s/15m/1h/7d, at most 36500d (0: never), got '%s'\n", optarg);
         return 2;
       }
       break;

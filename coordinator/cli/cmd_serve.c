@@ -190,8 +190,19 @@ int df_cmd_serve(int argc, char **argv) {
     }
     key = key_owned;
   }
-  if (!key) key = getenv("DELTAFIN_API_KEY");
-  if (key && !key[0]) key = NULL;
+  if (!key) {
+    key = getenv("DELTAFIN_API_KEY");
+    if (key && !key[0]) {
+      /* an empty key would turn the check off without a word */
+      fprintf(stderr, "deltafin serve: DELTAFIN_API_KEY is set but empty: give it a key, or "
+              "unset it to serve without one\n");
+      return 2;
+    }
+  } else if (!key[0]) {
+    fprintf(stderr, "deltafin serve: --api-key is empty: give a key, or leave the option out "
+            "to serve without one\n");
+    return 2;
+  }
   if (!model_dir) {
     model_dir = DF_DEFAULT_MODEL;
     if (!draft_dir && !no_draft && access(DF_DEFAULT_DRAFT "/config.json", R_OK) == 0)

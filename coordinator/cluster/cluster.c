@@ -389,7 +389,8 @@ static void on_token_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m, co
 static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   char fp[17];
   df_proto_key_fingerprint(f->user, fp);
-  if (!df_proto_allow_has(c->state, f->user, NULL, 0)) {
+  char stored[DF_PROTO_Z85_KEY + 64] = ""; /* the name the key was admitted under */
+  if (!df_proto_allow_has(c->state, f->user, stored, sizeof stored)) {
     /* ZAP admitted it as an open token's join key (or the token closed since) */
     on_token_join(c, f, m, fp);
     return;
@@ -437,7 +438,8 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   } else if (mb->alive) {
     fail_outstanding(c, mb); /* the old connection is gone */
   }
-  snprintf(mb->name, sizeof mb->name, "%s", m->name);
+  /* the allow-list's name, which `deltafin cluster revoke` matches, not what JOIN claims now */
+  snprintf(mb->name, sizeof mb->name, "%s", stored[0] && strcmp(stored, "-") ? stored : m->name);
   for (char *q = mb->name; *q; q++) /* peer text in logs and status: printable ASCII only */
     if ((unsigned char)*q <= 0x20 || (unsigned char)*q > 0x7e || *q == '"' || *q == '\\') *q = '_';
   memcpy(mb->rid, f->rid, f->rid_len);
