@@ -75,6 +75,9 @@ def check_logits_targets(exe, d, prompt, want, work):
     reader.join(timeout=60)
     check(r.returncode == 0 and got == [want] and stat.S_ISFIFO(os.lstat(fifo).st_mode),
           "--logits-out to a FIFO: written through, the FIFO stays")
+    r = run(exe, *args, "--logits-out", fifo)  # nobody reads it now: an error, not a hang
+    check(r.returncode == 1 and "a FIFO with no reader" in r.stderr,
+          "--logits-out to a FIFO nobody reads: refused at once (%s)" % r.stderr.strip()[-80:])
     if os.path.exists("/dev/full"):
         r = run(exe, *args, "--logits-out", "/dev/full")
         check(r.returncode == 1 and "cannot write /dev/full: No space left on device" in r.stderr

@@ -77,11 +77,15 @@ static int write_logits(const char *path, const void *data, size_t len, char *er
                         size_t errlen) {
   struct stat st, lst;
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    /* without blocking: a FIFO nobody reads would otherwise hang the run at its end */
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
-      snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+      snprintf(err, errlen, "cannot open %s: %s", path,
+               errno == ENXIO ? "a FIFO with no reader" : strerror(errno));
       return -1;
     }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     const char *p = data;
     for (size_t left = len; left;) {
       ssize_t w = write(fd, p, left);
