@@ -84,14 +84,20 @@ def cpu_seconds(pid):
 
 
 def oversized_refused_cheaply(srv):
-    """Context 512: far too many messages, or too many prompt ids, are refused with the
-    OpenAI-shaped 400 naming the field, costing the server little CPU."""
+    """Context 512: far too many messages, too many prompt ids, or megabytes of text are
+    refused with the OpenAI-shaped 400 naming the field, costing the server little CPU."""
     for path, body, param in [
             ("/v1/chat/completions",
              {"model": NAME, "messages": [{"role": "user", "content": "a"}] * 60000,
               "max_tokens": 1}, "messages"),
             ("/v1/completions", {"model": NAME, "prompt": [1] * 300000, "max_tokens": 1},
-             "prompt")]:
+             "prompt"),
+            # megabytes of text: refused by a bound from its bytes before it is encoded
+            ("/v1/completions", {"model": NAME, "prompt": "word " * 800000, "max_tokens": 1},
+             "prompt"),
+            ("/v1/chat/completions",
+             {"model": NAME, "messages": [{"role": "user", "content": "word " * 800000}],
+              "max_tokens": 1}, "messages")]:
         raw = json.dumps(body).encode()
         c0, t0 = cpu_seconds(srv.p.pid), time.monotonic()
         st, _, b = request(srv.port, "POST", path, raw)

@@ -71,6 +71,7 @@ struct df_srv {
   df_sched *sched;
   const df_model *m;
   const df_tok *tok;
+  size_t max_piece; /* bytes of the tokenizer's longest token (text lower bound, tokenize) */
   const df_chat_template *tmpl;
   struct MHD_Daemon *d;
   int port;
@@ -358,9 +359,17 @@ static void stream_free(void *cls) {
 
 /* ---- generation requests ------------------------------------------------------------- */
 
+/* A lower bound on the tokens `bytes` bytes of text encode to: no token stands for more than
+ * max_piece bytes, and normalisation (NFC) shrinks UTF-8 text by at most a factor 3 (three
+ * Hangul jamo into one syllable, UAX #15), so at least bytes / (3 * max_piece) tokens. */
+static size_t text_min_tokens(const df_srv *s, size_t bytes) {
+  return s->max_piece ? bytes / (3 * s->max_piece) : 0;
+}
+
 /* The prompt's ids. A request that cannot fit in max_prompt tokens by a cheap lower bound
- * (token ids counted, the chat template's per-message minimum) is refused before anything is
- * encoded: encoding a body of many thousand messages costs seconds. */
+ * (token ids counted, the chat template's per-message minimum plus the text's bound from its
+ * bytes, text_min_tokens) is refused before anything is encoded: encoding a body of many
+ * thousand messages, or megabytes of text, costs seconds. */
 static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32_t **ids,
                     size_t *n, df_api_error *e) {
   df_srv *s = c->srv;
@@ -379,7 +388,14 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
       msgs[i].content = rq->msgs[i].content;
       msgs[i].reasoning_content = rq->msgs[i].reasoning;
     }
-    size_t lb = df_chat_min_tokens(s->tmpl, s->tok, msgs, rq->n_msgs);
+    size_t text = 0;
+    for (size_t i = 0; i < rq->n_msgs; i++)
+      text += (msgs[i].content ? strlen(msgs[i].content) : 0) +
+              (msgs[i].reasoning_content ? strlen(msgs[i].reasoning_content) : 0);
+    /* each message's text is encoded apart (one token per message lost to rounding), and a
+     * non-control token the template minimum counts may merge with it (one more) */
+    size_t tl = text_min_tokens(s, text), per = tl > 2 * rq->n_msgs ? tl - 2 * rq->n_msgs : 0;
+    size_t lb = df_chat_min_tokens(s->tmpl, s->tok, msgs, rq->n_msgs) + per;
     if ((int64_t)lb > max_prompt) {
       free(msgs);
       return df_api_error_set(e, 400, NULL, "messages", "context_length_exceeded",
@@ -420,7 +436,13 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
     *n = rq->n_prompt_ids;
     return 0;
   }
-  if (df_tok_encode(s->tok, rq->prompt, strlen(rq->prompt), DF_TOK_ADD_SPECIAL | DF_TOK_BOS_ONCE, ids, n, err,
+  size_t plen = strlen(rq->prompt), lb = text_min_tokens(s, plen);
+  if ((int64_t)lb > max_prompt)
+    return df_api_error_set(e, 400, NULL, "prompt", "context_length_exceeded",
+                            "The prompt of %zu bytes encodes to at least %zu tokens, more than "
+                            "the %lld this server accepts (context of %lld tokens).", plen, lb,
+                            (long long)max_prompt, (long long)ctx);
+  if (df_tok_encode(s->tok, rq->prompt, plen, DF_TOK_ADD_SPECIAL | DF_TOK_BOS_ONCE, ids, n, err,
                     sizeof err) != 0)
     return df_api_error_set(e, 400, NULL, "prompt", NULL, "prompt: %s", err);
   return 0;
@@ -1005,6 +1027,11 @@ int df_srv_start(const df_srv_opts *o, df_sched *sched, const df_model *m, const
   s->sched = sched;
   s->m = m;
   s->tok = tok;
+  for (size_t id = 0, nv = df_tok_vocab_size(tok); id < nv; id++) {
+    size_t lb = 0, lp = 0;
+    if (df_tok_id_to_bytes(tok, (int32_t)id, &lb) && lb > s->max_piece) s->max_piece = lb;
+    if (df_tok_id_to_piece(tok, (int32_t)id, &lp) && lp > s->max_piece) s->max_piece = lp;
+  }
   s->tmpl = tmpl;
   s->created = (int64_t)time(NULL);
   {
