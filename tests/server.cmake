@@ -6,7 +6,7 @@ df_add_cmocka_test(test_server_api
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_server_api.c
           ${PROJECT_SOURCE_DIR}/coordinator/server/api.c
           ${PROJECT_SOURCE_DIR}/coordinator/generate/sched_stop.c
-  LIBS PkgConfig::JANSSON)
+  LIBS PkgConfig::JANSSON dfcoord)
 target_include_directories(test_server_api PRIVATE ${PROJECT_SOURCE_DIR})
 
 set(DF_SERVER_MODEL ${PROJECT_BINARY_DIR}/server/qwen3-vocab-moe)

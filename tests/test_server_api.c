@@ -11,7 +11,11 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "coordinator/server/api.h"
+#include "coordinator/server/hosts.h"
 #include "coordinator/generate/sched_stop.h"
 
 typedef struct bad_case {
@@ -348,9 +352,36 @@ static void test_stop_holds_back_only_prefixes(void **state) {
   df_sched_stop_free(&st);
 }
 
+/* --max-connections-per-host counts IPv4 addresses one by one and IPv6 ones by their /64
+ * (a host may hold a whole /64); IPv4-mapped IPv6 addresses stay IPv4 addresses. */
+static int admit6(df_srv_hosts *h, int fd, const char *ip) {
+  struct sockaddr_in6 a = {.sin6_family = AF_INET6};
+  assert_int_equal(inet_pton(AF_INET6, ip, &a.sin6_addr), 1);
+  return df_srv_hosts_admit(h, fd, (struct sockaddr *)&a, sizeof a);
+}
+
+static void test_per_host_prefixes(void **st) {
+  (void)st;
+  df_srv_hosts *h = df_srv_hosts_new(2, 64, 30, -1);
+  assert_non_null(h);
+  assert_int_equal(admit6(h, 100, "2001:db8::1"), 0);
+  assert_int_equal(admit6(h, 101, "2001:db8::2"), 0);
+  assert_int_equal(admit6(h, 102, "2001:db8::ffff:1"), 1); /* the same /64: over the limit */
+  assert_int_equal(admit6(h, 103, "2001:db8:0:1::1"), 0);   /* the next /64 */
+  assert_int_equal(admit6(h, 104, "::ffff:192.0.2.1"), 0);
+  assert_int_equal(admit6(h, 105, "::ffff:192.0.2.1"), 0);
+  assert_int_equal(admit6(h, 106, "::ffff:192.0.2.1"), 1);
+  assert_int_equal(admit6(h, 107, "::ffff:192.0.2.2"), 0); /* another IPv4 host */
+  struct sockaddr_in v4 = {.sin_family = AF_INET};
+  inet_pton(AF_INET, "192.0.2.1", &v4.sin_addr); /* = its mapped form: the same host */
+  assert_int_equal(df_srv_hosts_admit(h, 108, (struct sockaddr *)&v4, sizeof v4), 1);
+  df_srv_hosts_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refused_bodies),
+      cmocka_unit_test(test_per_host_prefixes),
       cmocka_unit_test(test_accepted_chat),
       cmocka_unit_test(test_accepted_completion_defaults),
       cmocka_unit_test(test_sse_bytes),

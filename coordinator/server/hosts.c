@@ -134,7 +134,9 @@ bool df_srv_hosts_full(df_srv_hosts *h) {
   return full;
 }
 
-/* A client address as 16 bytes; false for families other than IPv4 / IPv6. */
+/* A client address as 16 bytes: IPv4 as IPv4-mapped, IPv6 by its /64 prefix (one host may
+ * hold a whole /64, so counting full addresses would give it 2^64 quotas); false for other
+ * families. */
 static bool addr_key(const struct sockaddr *a, unsigned char k[16]) {
   if (!a) return false;
   if (a->sa_family == AF_INET) {
@@ -144,7 +146,9 @@ static bool addr_key(const struct sockaddr *a, unsigned char k[16]) {
     return true;
   }
   if (a->sa_family == AF_INET6) {
-    memcpy(k, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+    const struct in6_addr *ip = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    memcpy(k, ip, 16);
+    if (!IN6_IS_ADDR_V4MAPPED(ip)) memset(k + 8, 0, 8);
     return true;
   }
   return false;
