@@ -22,6 +22,9 @@ Fault injection (MockHub.faults, keyed by repo file path, reset per scenario):
   flip[path] = offset           serve that byte XOR 0x01 in every response covering it
   status[key] = [code, ...]     per request: answer `code` (key = path, or "api" for the API)
   ignore_range = {path, ...}    answer 200 with the whole file even when a Range is asked
+  portal[path] = [n, ...]       per GET: a complete 200 HTML page instead of the file; n == 1
+                                a short page, n > 1 a page of n bytes (larger than the file)
+Listing overrides (Repo.blob_ids[path]): the blobId listed for path, or None to list none.
 Log: MockHub.log has one dict per request (method, kind, path, range, auth, host); served[path]
 counts body bytes sent. on_fetch(path, range) is called before each ranged body is sent.
 
@@ -59,6 +62,7 @@ class Repo:
         self.refs = {"main": self.commit}
         self.token = token          # required bearer token (gated/private repo) or None
         self.sizes = sizes or {}    # listed size overrides (e.g. to test the disk check)
+        self.blob_ids = {}          # listed blobId overrides (None: no blobId listed)
 
     def is_lfs(self, path):
         return path.endswith(LFS_SUFFIXES) or len(self.files[path]) > 10 * 1024 * 1024
@@ -260,7 +264,9 @@ class MockHub:
                 s = {"rfilename": p}
                 if blobs:
                     s["size"] = m["size"]
-                    s["blobId"] = m["blob"]
+                    s["blobId"] = getattr(repo, "blob_ids", {}).get(p, m["blob"])
+                    if s["blobId"] is None:
+                        del s["blobId"]
                     if m["lfs"]:
                         s["lfs"] = {"sha256": m["sha256"], "size": m["size"], "pointerSize": 134}
                 sib.append(s)
@@ -344,9 +350,12 @@ class MockHub:
             hd["Content-Range"] = "bytes %d-%d/%d" % (start, end - 1, size)
         if head:
             return self._send(h, code, hd, b"", True)
-        if self._pop("portal", path) is not None:
+        portal = self._pop("portal", path)
+        if portal is not None:
             # a captive portal / proxy error page: a complete 200 that is not the file
             page = b"<html><body>Please log in to the network</body></html>"
+            if portal > 1:
+                page = page[:-14] + b" " * (portal - len(page)) + page[-14:]
             return self._send(h, 200, {"Content-Type": "text/html; charset=utf-8",
                                        "Content-Length": str(len(page))}, page, head)
         if self.on_fetch is not None:

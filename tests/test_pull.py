@@ -2,7 +2,7 @@
 
 usage: test_pull.py DELTAFIN FIXTURES WORKDIR SCENARIO
 scenarios: full resume corrupt http_errors stall disk stream stream_fp8 verify
-           stream_k3 stream_k3_real setup_k3
+           stream_k3 stream_k3_real setup_k3 dupes hostile
 
 The mock hub (tests/mock_hub.py) runs in this process on 127.0.0.1 and serves the
 tiny-moe-sharded checkpoint (2 shards + index, 8 experts) plus a byte-level tokenizer.json and a
@@ -129,6 +129,18 @@ def all_published(d, files=FILES):
 
 def manifest(d):
     return json.load(open(os.path.join(d, ".deltafin-manifest.json")))
+
+
+def partial_name(path, data, lfs=True):
+    """The partial file of a listed path: SHA-256 of its hub oid, a NUL and the path."""
+    oid = sha256(data) if lfs else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return sha256(oid.encode() + b"\0" + path.encode()) + ".incomplete"
+
+
+def partial_bytes(d):
+    """Bytes held under DIR/.deltafin/partial."""
+    pd = os.path.join(d, ".deltafin", "partial")
+    return sum(os.path.getsize(os.path.join(pd, f)) for f in os.listdir(pd)) if os.path.isdir(pd) else 0
 
 
 def shard_gets(path=None):
@@ -325,7 +337,7 @@ def scenario_corrupt():
     hub.reset()
     hub.faults["close_after"][SHARD1] = [1000]
     pull("acme/tiny", d, "--retries", "0")
-    part = os.path.join(d, ".deltafin", "partial", sha256(FILES[SHARD1]) + ".incomplete")
+    part = os.path.join(d, ".deltafin", "partial", partial_name(SHARD1, FILES[SHARD1]))
     if check(os.path.exists(part), "partial file kept"):
         with open(part, "r+b") as f:
             f.seek(500)
@@ -409,12 +421,28 @@ def scenario_http_errors():
     p = pull("acme/tiny", d, "--retries", "1")
     check(p.returncode == 1 and SHARD1 in p.stderr and "captive portal" in p.stderr,
           "a persistent portal page fails naming the file")
-    left = 0
-    for root, _, files in os.walk(d):
-        for f in files:
-            if SHARD1.split("/")[-1] in f:
-                left += os.path.getsize(os.path.join(root, f))
+    left = partial_bytes(d)
     check(left == 0, f"no bytes of the portal page kept as a partial file ({left} bytes)")
+    final_paths_clean(d)
+    # a page larger than the file: the same (not a hard "more than listed" failure)
+    big = len(FILES[SHARD1]) + 300000
+    d = fresh("portalbig")
+    hub.reset()
+    hub.faults["portal"][SHARD1] = [big]
+    p = pull("acme/tiny", d)
+    check(p.returncode == 0 and "more than" in p.stderr and "captive portal" in p.stderr and
+          "retry" in p.stderr, "a portal page larger than the file is discarded and retried: "
+          + p.stderr.strip()[-300:])
+    all_published(d)
+    d = fresh("portalbigforever")
+    hub.reset()
+    hub.faults["portal"][SHARD1] = [big] * 50
+    p = pull("acme/tiny", d, "--retries", "1")
+    check(p.returncode == 1 and SHARD1 in p.stderr and "captive portal" in p.stderr and
+          len(hub.requests(kind="storage", path=SHARD1)) == 2,
+          "a persistent large portal page is retried, then fails naming the file")
+    left = partial_bytes(d)
+    check(left == 0, f"no bytes of the large portal page kept as a partial file ({left} bytes)")
     final_paths_clean(d)
 
 
@@ -451,6 +479,110 @@ def scenario_disk():
     check(p.returncode == 1 and "not enough free disk" in p.stderr, "the free-disk check refuses")
     check(not shard_gets(), "nothing is downloaded before the disk check")
     final_paths_clean(d)
+
+
+def scenario_dupes():
+    """Files of identical content: each has its own partial file, all are published."""
+    blob = os.urandom(200000)
+    files = {"config.json": FILES["config.json"], "w0.bin": blob, "w1.bin": blob}
+    for i in range(8):
+        files["sub%d/generation_config.json" % i] = b"{}\n"
+    hub.add_repo(Repo("acme/dupes", files))
+    d = fresh("parallel")
+    hub.reset()
+    p = pull("acme/dupes", d, "--jobs", "8")
+    check(p.returncode == 0, "identical small files download in parallel")
+    all_published(d, files)
+    check(partial_bytes(d) == 0 and os.listdir(os.path.join(d, ".deltafin", "partial")) == [],
+          "no partial files left")
+    # both LFS copies cut at a third (the storage serves them under w0.bin): one partial each
+    d = fresh("resume")
+    hub.reset()
+    third = len(blob) // 3
+    hub.faults["close_after"]["w0.bin"] = [third, third]
+    p = pull("acme/dupes", d, "--retries", "0", "--include", "w*.bin")
+    parts = sorted(os.listdir(os.path.join(d, ".deltafin", "partial")))
+    want = sorted(partial_name(x, blob) for x in ("w0.bin", "w1.bin"))
+    check(p.returncode == 1 and parts == want and partial_bytes(d) == 2 * third,
+          "each copy keeps its own partial file (%s, %d bytes)" % (parts, partial_bytes(d)))
+    final_paths_clean(d, files)
+    # the next run resumes both, the server ignoring Range for one: each restarts its own file
+    hub.reset()
+    hub.faults["ignore_range"].add("w0.bin")
+    p = pull("acme/dupes", d)
+    check(p.returncode == 0 and p.stderr.count("resuming at byte %d" % third) == 2,
+          "both copies resume from their own partial")
+    all_published(d, files)
+    check(os.listdir(os.path.join(d, ".deltafin", "partial")) == [], "partials swept")
+    m = manifest(d)
+    listed = {f["path"]: f.get("sha256") for f in m["files"]}
+    check(m["complete"] and listed.get("w0.bin") == listed.get("w1.bin") == sha256(blob),
+          "the manifest records both copies")
+
+
+def scenario_hostile():
+    """Links planted in the folder, listings without a usable hash or with reserved names."""
+    files = {"config.json": FILES["config.json"], "sub/x.json": b'{"x": 1}\n',
+             SHARD1: FILES[SHARD1]}
+    hub.add_repo(Repo("acme/hostile", files))
+    outside = os.path.join(WORK, SCENARIO, "outside")
+    shutil.rmtree(outside, ignore_errors=True)
+    os.makedirs(outside)
+    # a folder of the listing planted as a link to elsewhere
+    d = fresh("sublink")
+    os.makedirs(d)
+    os.symlink(outside, os.path.join(d, "sub"))
+    hub.reset()
+    p = pull("acme/hostile", d)
+    check(p.returncode == 1 and "sub" in p.stderr and "symbolic link" in p.stderr,
+          "a linked intermediate folder is refused: " + p.stderr.strip()[-200:])
+    check(os.listdir(outside) == [], "nothing written through the link (%s)" % os.listdir(outside))
+    check(open(os.path.join(d, "config.json"), "rb").read() == files["config.json"],
+          "the other files are published")
+    # .deltafin planted as a link to another user's folder
+    d = fresh("metalink")
+    os.makedirs(d)
+    os.symlink(outside, os.path.join(d, ".deltafin"))
+    p = pull("acme/hostile", d)
+    check(p.returncode == 1 and ".deltafin" in p.stderr and "symbolic link" in p.stderr,
+          "a linked .deltafin is refused: " + p.stderr.strip()[-200:])
+    check(os.listdir(outside) == [], "no lock or partial in the link's target (%s)"
+          % os.listdir(outside))
+    # the partial file swapped for another while it downloads: never published
+    d = fresh("swap")
+    hub.reset()
+
+    def swap(path, rng):
+        pd = os.path.join(d, ".deltafin", "partial")
+        for f in os.listdir(pd):
+            with open(os.path.join(pd, "x"), "wb") as fh:
+                fh.write(b"foreign bytes")
+            os.replace(os.path.join(pd, "x"), os.path.join(pd, f))
+    hub.on_fetch = swap
+    p = pull("acme/hostile", d, "--include", SHARD1, "--retries", "0")
+    hub.on_fetch = None
+    check(p.returncode == 1 and "replaced" in p.stderr, "a swapped partial is refused: "
+          + p.stderr.strip()[-200:])
+    check(not os.path.exists(os.path.join(d, SHARD1)), "the swapped file is not published")
+    # small files without a usable blobId
+    for blob_id, what in ((None, "missing"), ("zz", "malformed")):
+        bad = Repo("acme/noblob-%s" % what, files)
+        bad.blob_ids["sub/x.json"] = blob_id
+        hub.add_repo(bad)
+        d = fresh("noblob-" + what)
+        p = pull(bad.id, d)
+        check(p.returncode == 1 and "sub/x.json" in p.stderr and "blobId" in p.stderr,
+              "a %s blobId is refused naming the file and the field: %s"
+              % (what, p.stderr.strip()[-200:]))
+        check(not os.path.exists(d), "nothing written for a listing without a usable blobId")
+    # a repository file named like the manifest (or under .deltafin)
+    for name in (".deltafin-manifest.json", ".deltafin-manifest.json.tmp.1"):
+        bad = hub.add_repo(Repo("acme/reserved" + str(len(name)), dict(files, **{name: b"{}"})))
+        d = fresh("reserved")
+        p = pull(bad.id, d)
+        check(p.returncode == 1 and name in p.stderr and "keeps for itself" in p.stderr,
+              "%s in the listing is refused: %s" % (name, p.stderr.strip()[-200:]))
+        check(not os.path.exists(d), "nothing written for a listing with a reserved name")
 
 
 def dir_bytes(d):

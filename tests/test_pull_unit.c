@@ -307,7 +307,9 @@ static void test_names(void **state) {
   } paths[] = {{"config.json", true}, {"original/consolidated.safetensors", true},
                {".gitattributes", true}, {"", false}, {"/abs", false}, {"a/../b", false},
                {"..", false}, {"./a", false}, {"a//b", false}, {"a/", false}, {"a\\b", false},
-               {"a\nb", false}, {".deltafin/partial/x", false}, {"x/.deltafin", true}};
+               {"a\nb", false}, {".deltafin/partial/x", false}, {"x/.deltafin", true},
+               {".deltafin-manifest.json", false}, {".deltafin-manifest.json.tmp.1", false},
+               {".deltafin-manifest.jsonx", true}, {"x/.deltafin-manifest.json", true}};
   for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
     if (df_pull_path_ok(paths[i].s) != paths[i].ok) fprintf(stderr, "path '%s'\n", paths[i].s);
     assert_int_equal(df_pull_path_ok(paths[i].s), paths[i].ok);

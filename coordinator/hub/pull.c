@@ -105,6 +105,12 @@ static int list_repo(df_pull_state *p, char *err, size_t errlen) {
   json_array_foreach(sib, i, s) {
     json_t *fn = json_object_get(s, "rfilename"), *sz = json_object_get(s, "size");
     json_t *blob = json_object_get(s, "blobId"), *lfs = json_object_get(s, "lfs");
+    if (json_is_string(fn) && df_pull_path_reserved(json_string_value(fn))) {
+      snprintf(err, errlen, "%s: siblings[%zu].rfilename '%.300s': refusing a name deltafin "
+               "pull keeps for itself (%s, .deltafin/)", url, i, json_string_value(fn),
+               DF_PULL_MANIFEST_NAME);
+      goto done;
+    }
     if (!json_is_string(fn) || !df_pull_path_ok(json_string_value(fn))) {
       snprintf(err, errlen, "%s: siblings[%zu].rfilename: refusing an unsafe or missing path",
                url, i);
@@ -128,8 +134,18 @@ static int list_repo(df_pull_state *p, char *err, size_t errlen) {
     }
     p->n++;
     e->size = (uint64_t)json_integer_value(sz);
-    if (json_is_string(blob) && hex_ok(json_string_value(blob), 40))
+    /* every file is checked against a hub hash: blobId (git SHA-1), or lfs.sha256 below */
+    if (blob && !json_is_null(blob)) {
+      if (!json_is_string(blob) || !hex_ok(json_string_value(blob), 40)) {
+        snprintf(err, errlen, "%s: %s: blobId is not 40 lowercase hex digits", url, path);
+        goto done;
+      }
       snprintf(e->git, sizeof e->git, "%s", json_string_value(blob));
+    } else if (!json_is_object(lfs)) {
+      snprintf(err, errlen, "%s: %s: the listing gives no blobId (nor lfs.sha256): the file "
+               "could not be verified", url, path);
+      goto done;
+    }
     if (json_is_object(lfs)) {
       json_t *oid = json_object_get(lfs, "sha256");
       if (!oid) oid = json_object_get(lfs, "oid");
@@ -356,40 +372,61 @@ static void utc_now(char *buf, size_t cap) {
   strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Remove partial downloads that belong to no file of this listing (an older revision's). */
+/* The stem of an entry's partial file names: the SHA-256 of its hub oid (lfs.sha256, else
+ * blobId), a NUL and its path. One per listed path (files of identical content never share
+ * a partial) and per content (a partial of another revision's bytes is never resumed). */
+static void partial_stem(const df_pull_entry *e, char key[DF_PULL_SHA256_HEX]) {
+  const char *oid = e->lfs[0] ? e->lfs : e->git;
+  char id[1200];
+  int n = snprintf(id, sizeof id, "%s%c%.1100s", oid, 0, e->path);
+  df_pull_sha256_buf(id, (size_t)n, key);
+}
+
+/* Remove partial downloads that belong to no pending file of this listing (an older
+ * revision's, a published file's). Through p->part_fd only; nothing to report. */
 static void sweep_partials(df_pull_state *p) {
-  char dir[2200];
-  snprintf(dir, sizeof dir, "%.2048s/.deltafin/partial", p->dir);
-  DIR *d = opendir(dir);
+  int dfd = p->part_fd >= 0 ? fcntl(p->part_fd, F_DUPFD_CLOEXEC, 0) : -1;
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (!d && dfd >= 0) close(dfd);
   struct dirent *de;
   while (d && (de = readdir(d))) {
     if (de->d_name[0] == '.') continue;
     bool keep = false;
     for (int i = 0; i < p->n && !keep; i++) {
-      const char *oid = p->e[i].lfs[0] ? p->e[i].lfs : p->e[i].git;
-      size_t n = strlen(oid);
-      keep = n && !strncmp(de->d_name, oid, n) && de->d_name[n] == '.' &&
+      char key[DF_PULL_SHA256_HEX];
+      partial_stem(&p->e[i], key);
+      keep = !strncmp(de->d_name, key, 64) && de->d_name[64] == '.' &&
              p->e[i].state != E_DONE && p->e[i].state != E_SKIP;
     }
-    if (!keep) {
-      char f[2600];
-      snprintf(f, sizeof f, "%s/%.255s", dir, de->d_name);
-      unlink(f);
-    }
+    if (!keep) unlinkat(p->part_fd, de->d_name, 0);
   }
   if (d) closedir(d);
 }
 
-static bool file_has_size(const char *path, uint64_t size) {
+/* True when the listed `rel` is a regular file of `size` bytes in the folder, reached
+ * without following a symbolic link (p->dir_fd; false when it is not open). */
+static bool file_has_size(const df_pull_state *p, const char *rel, uint64_t size) {
+  if (p->dir_fd < 0) return false;
+  const char *slash = strrchr(rel, '/');
+  int pfd = p->dir_fd;
+  if (slash) {
+    char parent[1100], err[256];
+    snprintf(parent, sizeof parent, "%.*s", (int)(slash - rel), rel);
+    if ((pfd = df_pull_open_dirs(p->dir_fd, p->dir, parent, false, err, sizeof err)) < 0)
+      return false;
+  }
   struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == size;
+  bool ok = fstatat(pfd, slash ? slash + 1 : rel, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode) && (uint64_t)st.st_size == size;
+  if (pfd != p->dir_fd) close(pfd);
+  return ok;
 }
 
 int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err, size_t errlen) {
-  df_pull_state P = {.o = o};
+  df_pull_state P = {.o = o, .dir_fd = -1, .part_fd = -1};
   df_pull_state *p = &P;
   df_pull_manifest man = {0};
-  int rc = -1, lock_fd = -1, nthreads = 0;
+  int rc = -1, lock_fd = -1, meta_fd = -1, nthreads = 0;
   pthread_t th[64];
   char path[4400];
   pthread_mutex_init(&p->mu, NULL);
@@ -436,11 +473,30 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
       p->partial_dir[0] = 0;
       goto done;
     }
+    p->part_fd = open(p->partial_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    p->dir_fd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* absent: nothing present */
+    if (p->part_fd < 0) {
+      snprintf(err, errlen, "%s: %s", p->partial_dir, strerror(errno));
+      goto done;
+    }
   } else {
+    /* --dir itself may be a link (the user's choice); everything below it is reached from
+     * its descriptor without following links (.deltafin planted as a link to another
+     * user's folder would hand them the lock and the partial files) */
     snprintf(p->partial_dir, sizeof p->partial_dir, "%.2048s/.deltafin/partial", p->dir);
-    if (df_fs_mkdirs(p->partial_dir, err, errlen) != 0) goto done;
+    if (df_fs_mkdirs(p->dir, err, errlen) != 0) goto done;
+    p->dir_fd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (p->dir_fd < 0) {
+      snprintf(err, errlen, "%s: cannot open the folder: %s", p->dir, strerror(errno));
+      goto done;
+    }
+    if ((meta_fd = df_pull_open_dirs(p->dir_fd, p->dir, ".deltafin", true, err, errlen)) < 0 ||
+        (p->part_fd = df_pull_open_dirs(p->dir_fd, p->dir, ".deltafin/partial", true, err,
+                                        errlen)) < 0)
+      goto done;
     snprintf(path, sizeof path, "%.2048s/.deltafin/lock", p->dir);
-    lock_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0644);
+    lock_fd = openat(meta_fd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK |
+                     O_CLOEXEC, 0644);
     if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
       snprintf(err, errlen, "%s: another deltafin pull is writing this folder (%s)", p->dir,
                lock_fd < 0 ? strerror(errno) : "lock held");
@@ -467,26 +523,17 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
     n_sel++;
     e->sparse = o->stream && ends_with(e->path, ".safetensors");
     df_pull_mfile *old = df_pull_manifest_find(&man, e->path);
-    snprintf(path, sizeof path, "%.2048s/%.1100s", p->dir, e->path);
     bool same_remote = old && old->size == e->size && !strcmp(old->lfs_sha256, e->lfs) &&
                        (!e->git[0] || !old->git_oid[0] || !strcmp(old->git_oid, e->git));
-    if (same_remote && file_has_size(path, e->size) && (!old->sparse || e->sparse)) {
+    if (same_remote && file_has_size(p, e->path, e->size) && (!old->sparse || e->sparse)) {
       e->state = E_SKIP;
       n_skip++;
       continue;
     }
     char key[DF_PULL_SHA256_HEX];
-    if (e->lfs[0])
-      snprintf(key, sizeof key, "%s", e->lfs);
-    else if (e->git[0])
-      snprintf(key, sizeof key, "%s", e->git);
-    else {
-      char id[4400];
-      snprintf(id, sizeof id, "%.255s@%.95s:%.2048s", o->repo, p->commit, e->path);
-      df_pull_sha256_buf(id, strlen(id), key);
-    }
-    snprintf(e->partial, sizeof e->partial, "%.2100s/%.64s.%s", p->partial_dir, key,
-             e->sparse ? "sparse" : "incomplete");
+    partial_stem(e, key);
+    snprintf(e->pname, sizeof e->pname, "%.64s.%s", key, e->sparse ? "sparse" : "incomplete");
+    snprintf(e->partial, sizeof e->partial, "%.2100s/%s", p->partial_dir, e->pname);
   }
   if (n_sel == 0) {
     snprintf(err, errlen, "%s@%s: no file matches the --include/--exclude patterns (%d files "
@@ -506,8 +553,8 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
     if (e->state != E_TODO) continue;
     if (!e->sparse) {
       struct stat st;
-      uint64_t have = stat(e->partial, &st) == 0 && (uint64_t)st.st_size <= e->size
-                          ? (uint64_t)st.st_size : 0;
+      uint64_t have = fstatat(p->part_fd, e->pname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                      (uint64_t)st.st_size <= e->size ? (uint64_t)st.st_size : 0;
       e->need = e->size - have;
     }
     need += e->need;
@@ -578,9 +625,8 @@ int df_pull_run(const df_pull_opts *o, char *dir_out, size_t dir_cap, char *err,
     if (e->state == E_DONE) {
       if (df_pull_manifest_put(&nm, &e->out) != 0) goto oom;
     } else if (e->state == E_SKIP || (e->state == E_EXCLUDED && old)) {
-      snprintf(path, sizeof path, "%.2048s/%.1100s", p->dir, e->path);
       if (old && old->size == e->size && !strcmp(old->lfs_sha256, e->lfs) &&
-          file_has_size(path, e->size) && df_pull_manifest_put(&nm, old) != 0)
+          file_has_size(p, e->path, e->size) && df_pull_manifest_put(&nm, old) != 0)
         goto oom;
     }
     if (e->state == E_FAILED) {
@@ -623,13 +669,17 @@ done:
   if (rc != 0 && o->json)
     df_pull__json_event(json_pack("{s:s, s:s}", "event", "error", "message", err));
   if (lock_fd >= 0) close(lock_fd);
+  if (meta_fd >= 0) close(meta_fd);
   for (int i = 0; i < p->n; i++) {
     df_pull_entry *e = &p->e[i];
     if (e->out.ranges) free(e->out.ranges);
-    if (e->sparse && e->state != E_DONE && e->partial[0]) unlink(e->partial);
+    if (e->sparse && e->state != E_DONE && e->pname[0] && p->part_fd >= 0)
+      unlinkat(p->part_fd, e->pname, 0);
     free(e->spans);
     free(e->path);
   }
+  if (p->part_fd >= 0) close(p->part_fd);
+  if (p->dir_fd >= 0) close(p->dir_fd);
   if (o->dry_run && p->partial_dir[0]) rmdir(p->partial_dir);
   free(p->e);
   for (int i = 0; i < p->n_notes; i++) free(p->notes[i]);

@@ -2,8 +2,8 @@
  *
  * Owns: listing a repo at a revision through the hub API (one commit for every file),
  * include/exclude filtering, the free-disk check, parallel downloads with resume
- * (DIR/.deltafin/partial/<oid>.incomplete, continued with HTTP Range across retries and
- * across runs), SHA-256 of each LFS file against the hub's oid (git blob SHA-1 for the small
+ * (DIR/.deltafin/partial/<sha256(oid NUL path)>.incomplete, one per listed path, continued
+ * with HTTP Range across retries and across runs), SHA-256 of each LFS file against the hub's oid (git blob SHA-1 for the small
  * files), atomic publication (fsync + rename), the manifest (pull_manifest.h) and progress
  * output (a redrawn bar on a TTY, plain lines otherwise, JSON lines with --json).
  * Stream mode (--stream) writes each *.safetensors shard at full size with its header and
@@ -20,10 +20,13 @@
  * transfers and publishes each file; pull_progress.c holds the state they share and the
  * output.
  *
+ * Nothing below DIR is reached through a symbolic link (folders are opened with openat and
+ * O_NOFOLLOW from a descriptor of DIR); DIR itself may be one.
+ *
  * Layout of a pulled folder DIR:
  *   DIR/<files as published>           only complete, verified files ever appear here
  *   DIR/.deltafin-manifest.json        sizes, hashes, origin
- *   DIR/.deltafin/partial/             resumable partial downloads (named by the hub's oid)
+ *   DIR/.deltafin/partial/             resumable partial downloads (named by oid and path)
  *   DIR/.deltafin/experts/             stream mode's expert cache (stream.h)
  *   DIR/.deltafin/lock                 held (flock) while a pull runs
  */

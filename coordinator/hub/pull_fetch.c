@@ -38,6 +38,7 @@ typedef struct fdsink {
   df_pull_gitsha *git;
   uint64_t git_size;
   bool hashing_reset;  /* set when a restart re-initialised the hashes */
+  bool oversize;       /* the answer ran past `limit` (the transfer was stopped) */
   df_pull_entry *e;
   df_pull_state *p;
   char *err;
@@ -75,6 +76,7 @@ static int fd_sink(void *ud, uint64_t at, const void *data, size_t n) {
   if (n > s->limit - s->pos) {
     snprintf(s->err, s->errlen, "server sent more than the %llu bytes listed",
              (unsigned long long)s->limit);
+    s->oversize = true;
     return -1;
   }
   const uint8_t *b = data;
@@ -112,7 +114,17 @@ static int fetch_span(df_pull_state *p, void *h, const char *url, fdsink *s, uin
     int rc = df_pull_http_get(net, h, url, s->pos, s->allow_restart ? 0 : end, fd_sink, s,
                               &resp, err, errlen);
     *status = resp.status;
-    if (rc == 0) {
+    if (rc != 0 && s->oversize && s->allow_restart && resp.status == 200) {
+      /* a 200 longer than the file (an error page, a portal): discarded and retried, as
+       * one that is too short below */
+      snprintf(err, errlen, "%s: HTTP 200 with more than %llu bytes%s%s, not the %llu-byte "
+               "file (an error page or a captive portal?); discarded", url,
+               (unsigned long long)end, resp.content_type[0] ? " of " : "", resp.content_type,
+               (unsigned long long)end);
+      s->oversize = false;
+      if (sink_restart(s) != 0) return -1;
+      resp.retryable = true;
+    } else if (rc == 0) {
       if (s->pos == end) return 0;
       snprintf(err, errlen, "%s: the server sent %llu bytes, the listing says %llu", url,
                (unsigned long long)s->pos, (unsigned long long)end);
@@ -151,15 +163,83 @@ static void http_refusal_hint(const df_pull_entry *e, long status, const df_pull
     snprintf(err, errlen, "%.300s: %.400s", e->path, tmp);
 }
 
+/* True when the name `name` in folder `dfd` is the very file open as `fd` (not a link, not
+ * a file put in its place). */
+static bool same_file(int fd, int dfd, const char *name) {
+  struct stat a, b;
+  return fstat(fd, &a) == 0 && fstatat(dfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+         a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Publish e's verified partial file, open as fd: fsync, then rename it from p->part_fd to
+ * e->path under p->dir_fd, whose folders are created and opened one by one without
+ * following links (a link planted in the folder cannot take the file elsewhere), and fsync
+ * of that folder. What is renamed must be the file open as fd, whose bytes were hashed: a
+ * file swapped in under the partial's name is refused (before the rename, and checked again
+ * after it; found at the final path, it is removed). fd is closed in every case; on error
+ * the partial is removed and e->err set. 0 or -1. */
+static int publish(df_pull_state *p, df_pull_entry *e, int fd) {
+  char err[700];
+  const char *slash = strrchr(e->path, '/'), *base = slash ? slash + 1 : e->path;
+  int pfd = -1;
+  if (fsync(fd) != 0) {
+    snprintf(err, sizeof err, "%.400s: fsync failed: %s", e->partial, strerror(errno));
+    goto fail;
+  }
+  if (slash) {
+    char parent[1100];
+    snprintf(parent, sizeof parent, "%.*s", (int)(slash - e->path), e->path);
+    if ((pfd = df_pull_open_dirs(p->dir_fd, p->dir, parent, true, err, sizeof err)) < 0)
+      goto fail;
+  } else if ((pfd = fcntl(p->dir_fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+    snprintf(err, sizeof err, "%.400s: %s", p->dir, strerror(errno));
+    goto fail;
+  }
+  if (!same_file(fd, p->part_fd, e->pname)) {
+    snprintf(err, sizeof err, "%.400s was replaced while it was written: not published",
+             e->partial);
+    goto fail;
+  }
+  if (renameat(p->part_fd, e->pname, pfd, base) != 0) {
+    snprintf(err, sizeof err, "cannot rename %.200s to %.200s/%.200s: %s", e->partial, p->dir,
+             e->path, strerror(errno));
+    goto fail;
+  }
+  if (!same_file(fd, pfd, base)) {
+    unlinkat(pfd, base, 0);
+    snprintf(err, sizeof err, "%.400s was replaced while it was published: removed",
+             e->partial);
+    close(pfd);
+    close(fd);
+    snprintf(e->err, sizeof e->err, "%.300s: %.400s", e->path, err);
+    return -1;
+  }
+  if (fsync(pfd) != 0) {
+    snprintf(e->err, sizeof e->err, "%.300s: fsync of the folder failed: %s", e->path,
+             strerror(errno));
+    close(pfd);
+    close(fd);
+    return -1;
+  }
+  close(pfd);
+  return close(fd) == 0 ? 0 : (snprintf(e->err, sizeof e->err, "%.300s: close failed: %s",
+                                        e->path, strerror(errno)), -1);
+fail:
+  if (pfd >= 0) close(pfd);
+  if (same_file(fd, p->part_fd, e->pname)) unlinkat(p->part_fd, e->pname, 0);
+  close(fd);
+  snprintf(e->err, sizeof e->err, "%.300s: %.400s", e->path, err);
+  return -1;
+}
+
 static int download_full(df_pull_state *p, void *h, df_pull_entry *e) {
   const df_pull_opts *o = p->o;
-  char url[4400], final[4400], err[768];
+  char url[4400], err[768];
   int fd = -1, rc = -1;
   df_pull_sha256 sha;
   df_pull_gitsha git;
   bool use_git = !e->lfs[0] && e->git[0];
   bool fresh_retry = false;
-  snprintf(final, sizeof final, "%.2048s/%.1100s", p->dir, e->path);
   if (df_pull_resolve_url(o->net.endpoint, o->repo, p->commit, e->path, url, sizeof url) != 0) {
     snprintf(e->err, sizeof e->err, "%s: URL too long", e->path);
     return -1;
@@ -167,7 +247,8 @@ static int download_full(df_pull_state *p, void *h, df_pull_entry *e) {
 restart:
   /* resumed in place: never through a symbolic link (a link planted in a shared --dir would
    * have the download written over its target), and only into a regular file */
-  fd = open(e->partial, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0644);
+  fd = openat(p->part_fd, e->pname, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK |
+              O_CLOEXEC, 0644);
   if (fd < 0) {
     snprintf(e->err, sizeof e->err, "%.200s: cannot open %.300s: %s%s", e->path, e->partial,
              strerror(errno), errno == ELOOP ? " (a symbolic link: remove it)" : "");
@@ -222,14 +303,14 @@ restart:
     if (status == 416 && have > 0 && !fresh_retry) {
       /* the partial file does not fit the remote file: start over once */
       close(fd);
-      unlink(e->partial);
+      unlinkat(p->part_fd, e->pname, 0);
       fresh_retry = true;
       goto restart;
     }
     http_refusal_hint(e, status, o, err, sizeof err);
     snprintf(e->err, sizeof e->err, "%s", err);
     close(fd);
-    if (status >= 400 && status < 500) unlink(e->partial); /* refused: nothing to resume */
+    if (status >= 400 && status < 500) unlinkat(p->part_fd, e->pname, 0); /* refused */
     return -1;
   }
   char got[DF_PULL_SHA256_HEX], got_git[DF_PULL_SHA1_HEX] = "";
@@ -239,7 +320,7 @@ restart:
   const char *have_hash = e->lfs[0] ? got : got_git;
   if (want[0] && strcmp(want, have_hash) != 0) {
     close(fd);
-    unlink(e->partial);
+    unlinkat(p->part_fd, e->pname, 0);
     atomic_fetch_sub(&p->total_done, atomic_load(&e->done));
     if (e->resumed > 0 && !s.hashing_reset && !fresh_retry) {
       df_pull__note(p, false,
@@ -255,11 +336,7 @@ restart:
     return -1;
   }
   if (fchmod(fd, 0644) != 0) goto io_fail;
-  if (df_fs_publish(fd, e->partial, final, err, sizeof err) != 0) {
-    fd = -1;
-    snprintf(e->err, sizeof e->err, "%.300s: %.400s", e->path, err);
-    return -1;
-  }
+  if (publish(p, e, fd) != 0) return -1;
   fd = -1;
   e->out.path = e->path;
   e->out.size = e->size;
@@ -315,8 +392,9 @@ int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err,
    * from here on (Kimi K3: 96 headers of ~1 MB need not stay in memory) */
   df_pull_sha256_buf(head, e->head_len, e->head_sha);
   /* validate through the engine's own parser on a sparse image of the file */
-  unlink(e->partial);
-  fd = open(e->partial, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); /* unlinked above */
+  unlinkat(p->part_fd, e->pname, 0);
+  fd = openat(p->part_fd, e->pname, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+              0644); /* unlinked above */
   if (fd < 0 || ftruncate(fd, (off_t)e->size) != 0 ||
       pwrite(fd, head, e->head_len, 0) != (ssize_t)e->head_len) {
     snprintf(err, errlen, "%s: cannot write %s: %s", e->path, e->partial, strerror(errno));
@@ -324,7 +402,9 @@ int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err,
   }
   free(head);
   head = NULL;
-  if (df_st_open_file(e->partial, &st, herr, sizeof herr) != 0) {
+  char self[64]; /* the file just written, whatever is at its name now */
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  if (df_st_open_file(self, &st, herr, sizeof herr) != 0) {
     snprintf(err, errlen, "%s: %s", e->path, herr);
     goto done;
   }
@@ -377,10 +457,12 @@ int df_pull__plan_sparse(df_pull_state *p, void *h, df_pull_entry *e, char *err,
     e->n_spans = 0;
     close(fd);
     fd = -1;
-    unlink(e->partial);
-    size_t pl = strlen(e->partial);
+    unlinkat(p->part_fd, e->pname, 0);
+    size_t pl = strlen(e->partial), nl = strlen(e->pname);
     e->partial[pl - strlen("sparse")] = 0;
     strcat(e->partial, "incomplete");
+    e->pname[nl - strlen("sparse")] = 0;
+    strcat(e->pname, "incomplete");
     e->need = e->size;
     rc = 0;
     goto done;
@@ -396,11 +478,10 @@ done:
 
 static int download_sparse(df_pull_state *p, void *h, df_pull_entry *e) {
   const df_pull_opts *o = p->o;
-  char url[4400], final[4400], err[768];
+  char url[4400], err[768];
   int fd = -1;
   df_pull_resolve_url(o->net.endpoint, o->repo, p->commit, e->path, url, sizeof url);
-  snprintf(final, sizeof final, "%.2048s/%.1100s", p->dir, e->path);
-  fd = open(e->partial, O_RDWR | O_CLOEXEC);
+  fd = openat(p->part_fd, e->pname, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size != e->size) {
     snprintf(e->err, sizeof e->err, "%.200s: %.300s vanished or changed size", e->path, e->partial);
@@ -431,7 +512,7 @@ static int download_sparse(df_pull_state *p, void *h, df_pull_entry *e) {
       df_pull_sha256_final(&sha, rs[nr].sha256);
       free(rs);
       close(fd);
-      unlink(e->partial);
+      unlinkat(p->part_fd, e->pname, 0);
       return -1;
     }
     rs[nr].off = e->spans[i].off;
@@ -440,8 +521,7 @@ static int download_sparse(df_pull_state *p, void *h, df_pull_entry *e) {
     /* the header range and the first span may touch: keep them separate records */
     nr++;
   }
-  if (df_fs_publish(fd, e->partial, final, err, sizeof err) != 0) {
-    snprintf(e->err, sizeof e->err, "%.300s: %.400s", e->path, err);
+  if (publish(p, e, fd) != 0) {
     free(rs);
     return -1;
   }

@@ -36,7 +36,9 @@ typedef struct df_pull_entry {
   char git[DF_PULL_SHA1_HEX];          /* hub blob id or "" */
   bool sparse;                         /* stream mode: write header + non-expert ranges */
   int state;
-  char partial[4300];                  /* temp path under .deltafin/partial */
+  char partial[4300];                  /* temp path under .deltafin/partial (messages) */
+  char pname[80];                      /* its name in that folder (state.part_fd): one per
+                                          listed path and oid (df_pull__partial_name) */
   /* sparse plan */
   uint64_t head_len;                   /* 8 + header length (written at planning) */
   char head_sha[DF_PULL_SHA256_HEX];   /* SHA-256 of those head_len bytes */
@@ -66,6 +68,9 @@ typedef struct df_pull_state {
                              ("language_model." for kimi_k3); "" = every tensor is read */
   char partial_dir[4200]; /* where partial files go (DIR/.deltafin/partial; a temporary
                              folder for --dry-run) */
+  int dir_fd;             /* the folder (-1 until opened; a --dry-run of a new folder: -1) */
+  int part_fd;            /* partial_dir, opened without following links (-1 until opened);
+                             partial files are only ever reached through it */
   pthread_mutex_t mu;
   int next;
   _Atomic int workers_done;

@@ -203,17 +203,24 @@ bool df_pull_revision_ok(const char *rev) {
   return true;
 }
 
+bool df_pull_path_reserved(const char *path) {
+  static const char man[] = ".deltafin-manifest.json";
+  size_t len = strcspn(path, "/");
+  if (len == 9 && !memcmp(path, ".deltafin", 9)) return true;
+  return len >= sizeof man - 1 && !memcmp(path, man, sizeof man - 1) &&
+         (len == sizeof man - 1 || path[sizeof man - 1] == '.');
+}
+
 bool df_pull_path_ok(const char *path) {
   if (!path) return false;
   size_t n = strlen(path);
-  if (n == 0 || n > 1024 || path[0] == '/') return false;
+  if (n == 0 || n > 1024 || path[0] == '/' || df_pull_path_reserved(path)) return false;
   const char *p = path;
   while (*p) {
     const char *e = strchr(p, '/');
     size_t len = e ? (size_t)(e - p) : strlen(p);
     if (len == 0 || (len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
       return false;
-    if (p == path && len == 9 && !memcmp(p, ".deltafin", 9)) return false;
     for (size_t i = 0; i < len; i++)
       if ((unsigned char)p[i] < 0x20 || p[i] == '\\' || p[i] == 0x7f) return false;
     if (!e) break;
@@ -221,6 +228,55 @@ bool df_pull_path_ok(const char *path) {
     if (!*p) return false; /* trailing slash */
   }
   return true;
+}
+
+int df_pull_open_dirs(int base, const char *shown, const char *rel, bool create, char *err,
+                      size_t errlen) {
+  int fd = fcntl(base, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: %s", shown, strerror(errno));
+    return -1;
+  }
+  const char *c = rel;
+  while (*c) {
+    size_t len = strcspn(c, "/");
+    char name[256];
+    if (len == 0 || len >= sizeof name) {
+      snprintf(err, errlen, "%s/%s: bad folder name", shown, rel);
+      close(fd);
+      return -1;
+    }
+    memcpy(name, c, len);
+    name[len] = 0;
+    int sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0 && errno == ENOENT && create) {
+      if (mkdirat(fd, name, 0755) != 0 && errno != EEXIST) {
+        int e = errno;
+        snprintf(err, errlen, "cannot create folder %s/%.*s: %s", shown, (int)(c - rel + len),
+                 rel, strerror(e));
+        close(fd);
+        errno = e;
+        return -1;
+      }
+      sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (sub < 0) {
+      int e = errno;
+      struct stat st;
+      bool link = fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      snprintf(err, errlen, "%s/%.*s: %s", shown, (int)(c - rel + len), rel,
+               link ? "is a symbolic link: refusing to follow it out of the folder (remove it)"
+               : e == ENOTDIR ? "exists and is not a folder" : strerror(e));
+      close(fd);
+      errno = link ? ELOOP : e;
+      return -1;
+    }
+    close(fd);
+    fd = sub;
+    c += len;
+    while (*c == '/') c++;
+  }
+  return fd;
 }
 
 int df_pull_urlenc(const char *s, bool keep_slash, char *out, size_t cap) {

@@ -46,6 +46,16 @@ int df_pull_hash_fd(int fd, uint64_t off, uint64_t len, const char *name,
 /* Folders and atomic publication: config/fsutil.h (df_fs_mkdirs, df_fs_publish,
  * df_fs_write_atomic). */
 
+/* Open the folder `rel` ('/'-separated, relative, no "." or ".." components) under the open
+ * folder `base`, one component at a time with openat(O_DIRECTORY | O_NOFOLLOW), creating
+ * missing components (mode 0755) when `create`. A symbolic link or a non-folder at any
+ * component is refused, so nothing planted under `base` can redirect the walk outside it.
+ * `shown` is base's path, for messages. Returns a new descriptor (the caller closes it), or
+ * -1 with a message naming the offending component (errno ENOENT when !create and a
+ * component is missing). */
+int df_pull_open_dirs(int base, const char *shown, const char *rel, bool create, char *err,
+                      size_t errlen);
+
 /* Read a whole file into a new NUL-terminated malloc'd buffer (caller frees), at most
  * `max` bytes. 0 or -1 + message. */
 int df_pull_read_file(const char *path, size_t max, char **out, size_t *len, char *err,
@@ -57,9 +67,14 @@ bool df_pull_repo_id_ok(const char *repo);
 /* A revision (branch, tag, commit): 1..255 bytes, printable ASCII, no "..", no spaces. */
 bool df_pull_revision_ok(const char *rev);
 /* A file path from the hub: relative, '/'-separated, every component non-empty and not
- * "." or "..", no backslash or control bytes, at most 1024 bytes, not inside ".deltafin".
- * Keeps hostile listings from writing outside the model folder. */
+ * "." or "..", no backslash or control bytes, at most 1024 bytes, and not one of the names
+ * pull reserves at the top of the folder (df_pull_path_reserved). Keeps hostile listings
+ * from writing outside the model folder or over pull's own files. */
 bool df_pull_path_ok(const char *path);
+/* True when `path`'s first component is a name pull keeps for itself at the top of a model
+ * folder: ".deltafin" (partials, lock, expert cache) or ".deltafin-manifest.json" (and its
+ * temporary files, ".deltafin-manifest.json.tmp.*"). */
+bool df_pull_path_reserved(const char *path);
 
 /* Percent-encode `s` into out (RFC 3986 unreserved kept; '/' kept when keep_slash).
  * 0, or -1 when out (cap bytes) is too small. */
