@@ -938,7 +938,11 @@ int df_node_run(const df_node_opts *o, char *err, size_t errlen) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  if (load_identity(n, err, errlen) != 0) goto done;
+  int claim = -1; /* STATE/node.lock: one node per state directory (one key, one cache) */
+  if (df_proto_state_mkdir(o->state_dir, err, errlen) != 0 ||
+      (claim = df_proto_state_claim(o->state_dir, "node.lock", "df-node", err, errlen)) < 0 ||
+      load_identity(n, err, errlen) != 0)
+    goto done;
   if (!(n->store = df_node_store_new(o->state_dir, o->model_dir, err, errlen))) goto done;
   df_t_set_threads(o->threads);
   device_setup(n);
@@ -1005,5 +1009,6 @@ done:
   if (n->ctx) zmq_ctx_term(n->ctx);
   df_node_store_destroy(&n->store);
   df_tx_destroy(&n->tx);
+  if (claim >= 0) close(claim);
   return rc;
 }

@@ -90,7 +90,7 @@ static int plain(const char *endpoint) {
 /* Redeem the token for `kp` as df-node does: connect with the token's join key, JOIN with
  * the token and kp's public key, wait for ADMIT. 0, or 1 (one line printed). */
 static int admit(void *ctx, const char *ep, const char *server, const char *secret,
-                 const df_proto_keypair *kp) {
+                 const df_proto_keypair *kp, const char *name) {
   df_proto_keypair jk;
   char err[512];
   if (df_proto_token_join_keypair(secret, &jk) != 0) return 1;
@@ -101,7 +101,7 @@ static int admit(void *ctx, const char *ep, const char *server, const char *secr
   }
   df_proto_msg join = {.op = DF_PROTO_JOIN, .id = 1, .memory = 1ull << 20}, m;
   df_proto_frames fr;
-  snprintf(join.name, sizeof join.name, "evil");
+  snprintf(join.name, sizeof join.name, "%s", name); /* the name status and revoke will use */
   snprintf(join.token, sizeof join.token, "%s", secret);
   snprintf(join.key, sizeof join.key, "%s", kp->pub);
   int rc = 1;
@@ -214,7 +214,9 @@ static int churn(const char *ep, const char *token) {
   for (int i = 0; i < 300 && rc == 0; i++) {
     df_proto_keypair kp;
     zmq_curve_keypair(kp.pub, kp.sec);
-    if (admit(ctx, ep, server, secret, &kp) != 0) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "churn-%d", i);
+    if (admit(ctx, ep, server, secret, &kp, nm) != 0) {
       printf("evil: churn key %d was not admitted by the token\n", i);
       rc = 1;
       break;
@@ -261,7 +263,9 @@ int main(int argc, char **argv) {
   df_proto_keypair kp;
   zmq_curve_keypair(kp.pub, kp.sec);
   void *ctx = zmq_ctx_new();
-  if (admit(ctx, ep, server, secret, &kp) != 0) return 1;
+  char nm[DF_PROTO_MAX_NAME + 1];
+  snprintf(nm, sizeof nm, "evil-%s", mode);
+  if (admit(ctx, ep, server, secret, &kp, nm) != 0) return 1;
   void *s = df_proto_client_open(ctx, ep, &kp, server, 1 << 30, err, sizeof err);
   if (!s) {
     fprintf(stderr, "evil: %s\n", err);

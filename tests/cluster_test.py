@@ -785,6 +785,18 @@ def scen_idle():
         rc = None
     check(rc == 3 and "revoked" in read(rlog2),
           "a revoked key is not admitted again by the open reusable token (exit %s)" % rc)
+    # one coordinator and one node per state directory: a second of each is refused at once
+    r = subprocess.run([DELTAFIN, "run", "--model", MODEL, "--prompt-ids", PROMPT, "--max-new",
+                        "2", "--cluster", "--cluster-bind", "127.0.0.1", "--cluster-port",
+                        str(free_port()), "--state-dir", state], capture_output=True, text=True,
+                       timeout=DEADLINE)
+    check(r.returncode != 0 and "another coordinator (pid %d)" % p.pid in r.stderr,
+          "a second coordinator on the state directory is refused: " + r.stderr.strip()[-160:])
+    r = subprocess.run([DFNODE, "join", "127.0.0.1:%d" % port, "--state-dir",
+                        os.path.join(WORK, "i1"), "--memory", "1G", "--name", "twin"],
+                       capture_output=True, text=True, timeout=DEADLINE)
+    check(r.returncode == 1 and "another df-node (pid %d)" % n1.pid in r.stderr,
+          "a second df-node on a node's state directory is refused: " + r.stderr.strip()[-160:])
     # dead node: kill -9, the coordinator notices and stays idle
     os.kill(n1.pid, signal.SIGKILL)
     n1.wait()

@@ -1138,7 +1138,7 @@ static int walk_entry(const char *path, const struct stat *st, int type, struct 
   static const char *const dirs[] = {"", "cwd", "home", "state", "state/cache", "state/cache/sha256",
                                      "state/cache/tmp"};
   static const char *const files[] = {"token", "node.log", "state/node.key", "state/coordinator",
-                                      "state/.lock"};
+                                      "state/.lock", "state/node.lock"};
   if (type == FTW_D) {
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
       if (!strcmp(rel, dirs[i])) return 0;

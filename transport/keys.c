@@ -697,3 +697,33 @@ int df_proto_allow_revoke(const char *state_dir, const char *who, char *removed,
   unlock_state(lk);
   return rc;
 }
+
+int df_proto_state_claim(const char *state_dir, const char *name, const char *what, char *err,
+                         size_t errlen) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", state_dir, name);
+  int fd = open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot open %s: %s", p, strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char b[32] = "";
+    ssize_t r = pread(fd, b, sizeof b - 1, 0);
+    b[r > 0 ? r : 0] = 0;
+    long pid = strtol(b, NULL, 10);
+    close(fd);
+    if (e == EWOULDBLOCK)
+      snprintf(err, errlen, "another %s (pid %ld) is using the state directory %s; give each "
+               "its own --state-dir", what, pid, state_dir);
+    else
+      snprintf(err, errlen, "cannot lock %s: %s", p, strerror(e));
+    return -1;
+  }
+  char b[32];
+  int n = snprintf(b, sizeof b, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, b, (size_t)n, 0) != n) { /* the pid is informative */
+  }
+  return fd;
+}

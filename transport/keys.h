@@ -118,6 +118,14 @@ bool df_proto_key_revoked(const char *state_dir, const char *pub_z85);
 int df_proto_allow_revoke(const char *state_dir, const char *who, char *removed, size_t cap,
                           char *err, size_t errlen);
 
+/* Claim STATE/<name> ("coordinator.lock", "node.lock") for this process: an exclusive flock
+ * held until the returned descriptor is closed (or the process ends), the holder's pid written
+ * in the file. Two coordinators, or two nodes, on one state directory would share its
+ * tokens, allow-list and status, or one node key. Returns the descriptor (>= 0); -1 with a
+ * message naming the directory and the other process's pid when it is taken, or the error. */
+int df_proto_state_claim(const char *state_dir, const char *name, const char *what, char *err,
+                         size_t errlen);
+
 /* ---- helpers ---- */
 
 /* n random bytes from mbedTLS CTR-DRBG seeded by the platform entropy source. 0 or -1. */

@@ -88,6 +88,7 @@ struct df_cluster {
   void *ctx, *router, *zap, *mon, *ctl_mgr, *ctl_fwd;
   char admitted[8][DF_PROTO_Z85_KEY + 1]; /* keys a token admitted lately (for the join log) */
   struct timespec nodes_mtime;            /* of STATE/nodes when members were last checked */
+  int claim_fd;                           /* STATE/coordinator.lock, held while running */
   int n_admitted;
   pthread_t thread;
   bool thread_started;
@@ -874,6 +875,7 @@ static void *cluster_main(void *arg) {
 }
 
 static void cluster_free(df_cluster *c) {
+  if (c->claim_fd >= 0) close(c->claim_fd); /* releases the state directory */
   /* the monitor stops before its reader closes (transport/sock.h): a node disconnecting
    * after our BYE used to land between the two and wedge the exit in libzmq forever */
   df_proto_monitor_close(c->router, &c->mon);
@@ -899,6 +901,7 @@ static void cluster_free(df_cluster *c) {
 
 df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *err, size_t errlen) {
   df_cluster *c = calloc(1, sizeof *c);
+  if (c) c->claim_fd = -1;
   if (!c) {
     snprintf(err, errlen, "out of memory");
     return NULL;
@@ -912,6 +915,8 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
   char kp[4200];
   snprintf(kp, sizeof kp, "%s/coordinator.key", c->state);
   if (df_proto_state_mkdir(c->state, err, errlen) != 0 ||
+      (c->claim_fd = df_proto_state_claim(c->state, "coordinator.lock", "coordinator", err,
+                                          errlen)) < 0 ||
       df_proto_keys_load(kp, true, &c->kp, NULL, err, errlen) != 0 ||
       df_cluster_manifest_build(m, &c->mf, err, errlen) != 0)
     goto fail;
