@@ -334,6 +334,23 @@ def test_errors(port):
         pass
     sk.close()
     check(resp.startswith(b"HTTP/1.1 413"), "huge chunked body: 413")
+    # a client that waits for "100 Continue" before sending a body over the limit is refused
+    # at once, not invited to upload it
+    sk = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Expect: 100-continue\r\nContent-Length: 999999999\r\n\r\n")
+    resp = b""
+    try:
+        while b"\r\n\r\n" not in resp:
+            d = sk.recv(4096)
+            if not d:
+                break
+            resp += d
+    except OSError:
+        pass
+    sk.close()
+    check(resp.startswith(b"HTTP/1.1 413"),
+          "Expect: 100-continue over --max-body: 413 before any body (%r)" % resp[:40])
     s, h, o = request(port, "GET", CHAT)
     check(s == 405 and json.loads(o)["error"]["code"] == "method_not_allowed", "GET on a POST endpoint: 405")
     s, h, o = request(port, "GET", "/v2/nothing")

@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -774,8 +775,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     /* no or a wrong API key: answered now, before any body byte is read, so a client
      * without the key cannot hold the connection by dripping a body (libmicrohttpd closes the
      * connection after the answer since the body was not read). Other refusals wait for the
-     * body, so that ordinary clients that send it whole can read their answer. */
-    if (c->have_err && c->err.status == 401) {
+     * body, so that ordinary clients that send it whole can read their answer — except for a
+     * client that waits for "100 Continue" before sending it: it gets its refusal now instead
+     * of an invitation to upload a body that will be refused. */
+    const char *expect = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Expect");
+    bool waits = expect && !strcasecmp(expect, "100-continue");
+    if (c->have_err && (c->err.status == 401 || waits)) {
       df_srv_hosts_request_received(s->hosts, mc); /* answered: the rest is the idle timeout's */
       return send_error(c, mc, &c->err);
     }
