@@ -86,6 +86,21 @@ def valid_utf8(b):
         return False
 
 
+def read_head(sk):
+    """Bytes from sk up to the end of a response head (or EOF / an error), then close it."""
+    resp = b""
+    try:
+        while b"\r\n\r\n" not in resp:
+            d = sk.recv(4096)
+            if not d:
+                break
+            resp += d
+    except OSError:
+        pass
+    sk.close()
+    return resp
+
+
 def curl_raw(port, path, body):
     """Headers and the HTTP chunks of a streamed response, from curl --raw, keep-alive
     comment chunks left out."""
@@ -323,32 +338,14 @@ def test_errors(port):
     except OSError:
         pass
     sk.settimeout(30)
-    resp = b""
-    try:
-        while b"\r\n\r\n" not in resp:
-            d = sk.recv(4096)
-            if not d:
-                break
-            resp += d
-    except OSError:
-        pass
-    sk.close()
+    resp = read_head(sk)
     check(resp.startswith(b"HTTP/1.1 413"), "huge chunked body: 413")
     # a client that waits for "100 Continue" before sending a body over the limit is refused
     # at once, not invited to upload it
     sk = socket.create_connection(("127.0.0.1", port), timeout=10)
     sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                b"Expect: 100-continue\r\nContent-Length: 999999999\r\n\r\n")
-    resp = b""
-    try:
-        while b"\r\n\r\n" not in resp:
-            d = sk.recv(4096)
-            if not d:
-                break
-            resp += d
-    except OSError:
-        pass
-    sk.close()
+    resp = read_head(sk)
     check(resp.startswith(b"HTTP/1.1 413"),
           "Expect: 100-continue over --max-body: 413 before any body (%r)" % resp[:40])
     s, h, o = request(port, "GET", CHAT)
