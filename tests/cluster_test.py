@@ -166,6 +166,15 @@ def coordinator(tag, port, state, max_new, nodes, wait=60, extra=(), bind="127.0
     return p, so, se, out
 
 
+def exit_status(proc):
+    """proc's exit status once it ends within DEADLINE; None (and killed) otherwise."""
+    try:
+        return proc.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None
+
+
 def finish(p, so, out, timeout=DEADLINE):
     try:
         p.wait(timeout=timeout)
@@ -765,11 +774,7 @@ def scen_idle():
     check(r.returncode == 0 and "revoked 1 key" in r.stdout, "cluster revoke rv: " + r.stdout.strip())
     wait_log(se, "dropped node rv")
     check("key revoked" in read(se), "the coordinator dropped the revoked node")
-    try:
-        rc = rv.wait(timeout=DEADLINE)
-    except subprocess.TimeoutExpired:
-        rv.kill()
-        rc = None
+    rc = exit_status(rv)
     check(rc == 3 and "not admitted" in read(rlog),
           "the revoked node is refused when it reconnects (exit %s)" % rc)
     r = subprocess.run([DELTAFIN, "cluster", "revoke", "rv", "--state-dir", state],
@@ -778,11 +783,7 @@ def scen_idle():
     # the reusable token is still open: it does not admit the revoked key again
     rlog2 = os.path.join(WORK, "rv2.log")
     rv = node("rv", port, os.path.join(WORK, "rv"), rlog2, "1G", tok)
-    try:
-        rc = rv.wait(timeout=DEADLINE)
-    except subprocess.TimeoutExpired:
-        rv.kill()
-        rc = None
+    rc = exit_status(rv)
     check(rc == 3 and "revoked" in read(rlog2),
           "a revoked key is not admitted again by the open reusable token (exit %s)" % rc)
     # one coordinator and one node per state directory: a second of each is refused at once
