@@ -89,6 +89,7 @@ struct df_cluster {
   char admitted[8][DF_PROTO_Z85_KEY + 1]; /* keys a token admitted lately (for the join log) */
   struct timespec nodes_mtime;            /* of STATE/nodes when members were last checked */
   int claim_fd;                           /* STATE/coordinator.lock, held while running */
+  int64_t nodes_check_ms;                 /* when timers() next looks at STATE/nodes */
   int n_admitted;
   pthread_t thread;
   bool thread_started;
@@ -770,7 +771,10 @@ static void timers(df_cluster *c, int64_t t) {
     write_status(c);
     c->status_due = t + STATS_MS;
   }
-  /* the allow-list changed (deltafin cluster revoke): drop members no longer on it */
+  /* the allow-list changed (deltafin cluster revoke): drop members no longer on it; looked
+   * at once a second, not on every pass of the loop (which runs per layer's round trip) */
+  if (t < c->nodes_check_ms) return;
+  c->nodes_check_ms = t + 1000;
   char p[4200];
   struct stat st;
   snprintf(p, sizeof p, "%s/nodes", c->state);
