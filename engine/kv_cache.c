@@ -171,3 +171,138 @@ oom:
   df_kv_destroy(&kv);
   return NULL;
 }
+
+bool df_kv_has_rec(const df_kv_cache *kv) {
+  if (!kv->rec) return false;
+  for (int64_t l = 0; l < kv->n_layers; l++)
+    if (kv->rec[l]) return true;
+  return false;
+}
+
+/* ---- snapshots ------------------------------------------------------------------------ */
+
+/* One layer of a snapshot: its layout in the cache it was taken from, and its state copy. */
+typedef struct snap_layer {
+  int64_t k_per_tok, v_per_tok; /* floats per position of k[l], v[l]; -1 when absent */
+  const df_kv_rec_ops *ops;     /* kind of its recurrent state, or NULL */
+  df_kv_rec_snap *rec;          /* its copy (owned), or NULL */
+} snap_layer;
+
+struct df_kv_snap {
+  int64_t len, n_layers;
+  uint64_t bytes;
+  snap_layer layer[]; /* [n_layers] */
+};
+
+/* Floats per position of a layer's K/V tensor t (numel / ctx), -1 when the slot is empty. */
+static int64_t per_tok(const df_t_tensor *t, int64_t ctx) {
+  return t ? df_t_numel(t) / ctx : -1;
+}
+
+/* "K/V of k + v floats per position", or "no K/V". */
+static void kv_width(char *buf, size_t cap, int64_t k, int64_t v) {
+  if (k < 0 && v < 0)
+    snprintf(buf, cap, "no K/V");
+  else
+    snprintf(buf, cap, "K/V of %lld + %lld floats per position", (long long)(k < 0 ? 0 : k),
+             (long long)(v < 0 ? 0 : v));
+}
+
+static bool has_kv(const df_kv_cache *kv) {
+  for (int64_t l = 0; l < kv->n_layers; l++)
+    if (kv->k[l] || kv->v[l]) return true;
+  return false;
+}
+
+df_kv_snap *df_kv_snap_take(const df_kv_cache *kv, char *err, size_t errlen) {
+  size_t hb = sizeof(df_kv_snap) + (size_t)kv->n_layers * sizeof(snap_layer);
+  df_kv_snap *s = calloc(1, hb);
+  if (!s) {
+    snprintf(err, errlen, "KV snapshot: out of memory (%zu bytes)", hb);
+    return NULL;
+  }
+  s->len = kv->len;
+  s->n_layers = kv->n_layers;
+  s->bytes = hb;
+  for (int64_t l = 0; l < kv->n_layers; l++) {
+    snap_layer *sl = &s->layer[l];
+    sl->k_per_tok = per_tok(kv->k[l], kv->ctx);
+    sl->v_per_tok = per_tok(kv->v[l], kv->ctx);
+    const df_kv_rec *r = kv->rec ? kv->rec[l] : NULL;
+    if (!r) continue;
+    sl->ops = r->ops;
+    uint64_t b = 0;
+    char inner[256];
+    sl->rec = r->ops->snap_take(r, kv->len, &b, inner, sizeof inner);
+    if (!sl->rec) {
+      snprintf(err, errlen, "KV snapshot of layer %lld: %s", (long long)l, inner);
+      df_kv_snap_destroy(&s);
+      return NULL;
+    }
+    s->bytes += b;
+  }
+  return s;
+}
+
+int df_kv_snap_restore(df_kv_cache *kv, const df_kv_snap *s, char *err, size_t errlen) {
+  if (s->n_layers != kv->n_layers) {
+    snprintf(err, errlen, "KV snapshot restore: the snapshot has %lld layers, the cache %lld",
+             (long long)s->n_layers, (long long)kv->n_layers);
+    return -1;
+  }
+  for (int64_t l = 0; l < kv->n_layers; l++) {
+    const snap_layer *sl = &s->layer[l];
+    int64_t kt = per_tok(kv->k[l], kv->ctx), vt = per_tok(kv->v[l], kv->ctx);
+    if (sl->k_per_tok != kt || sl->v_per_tok != vt) {
+      char a[96], b[96];
+      kv_width(a, sizeof a, sl->k_per_tok, sl->v_per_tok);
+      kv_width(b, sizeof b, kt, vt);
+      snprintf(err, errlen, "KV snapshot restore: layer %lld holds %s in the snapshot, %s in the "
+               "cache", (long long)l, a, b);
+      return -1;
+    }
+    const df_kv_rec *r = kv->rec ? kv->rec[l] : NULL;
+    if ((r ? r->ops : NULL) != sl->ops) {
+      snprintf(err, errlen, "KV snapshot restore: layer %lld has %s recurrent state in the "
+               "snapshot, %s in the cache", (long long)l, sl->ops ? "a" : "no",
+               !r ? "none" : sl->ops ? "one of another kind" : "one");
+      return -1;
+    }
+  }
+  for (int64_t l = 0; l < kv->n_layers; l++) { /* the layer kinds agree: now their shapes */
+    const df_kv_rec *r = kv->rec ? kv->rec[l] : NULL;
+    char inner[256];
+    if (r && !r->ops->snap_fits(r, s->layer[l].rec, inner, sizeof inner)) {
+      snprintf(err, errlen, "KV snapshot restore: layer %lld: %s", (long long)l, inner);
+      return -1;
+    }
+  }
+  if (s->len > kv->ctx) {
+    snprintf(err, errlen, "KV snapshot restore: the snapshot holds %lld positions, the cache "
+             "only has room for %lld", (long long)s->len, (long long)kv->ctx);
+    return -1;
+  }
+  if (has_kv(kv) && kv->len < s->len) {
+    snprintf(err, errlen, "KV snapshot restore: the cache holds %lld positions, fewer than the "
+             "snapshot's %lld (its attention K/V of positions %lld.. are not there)",
+             (long long)kv->len, (long long)s->len, (long long)kv->len);
+    return -1;
+  }
+  for (int64_t l = 0; l < kv->n_layers; l++)
+    if (s->layer[l].rec) kv->rec[l]->ops->snap_restore(kv->rec[l], s->layer[l].rec);
+  kv->len = s->len;
+  return 0;
+}
+
+int64_t df_kv_snap_len(const df_kv_snap *s) { return s->len; }
+
+uint64_t df_kv_snap_bytes(const df_kv_snap *s) { return s->bytes; }
+
+void df_kv_snap_destroy(df_kv_snap **sp) {
+  if (!sp || !*sp) return;
+  df_kv_snap *s = *sp;
+  for (int64_t l = 0; l < s->n_layers; l++)
+    if (s->layer[l].rec) s->layer[l].ops->snap_free(s->layer[l].rec);
+  free(s);
+  *sp = NULL;
+}

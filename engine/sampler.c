@@ -47,6 +47,34 @@ int32_t df_argmax_f32(const float *logits, int64_t n) {
   return (int32_t)best;
 }
 
+void df_logprobs(const float *logits, int64_t n, double temperature, int32_t id, double *lp_id,
+                 int n_top, int32_t *top_id, double *top_lp) {
+  double inv = temperature > 0 ? 1.0 / temperature : 1.0;
+  float mx = logits[0];
+  for (int64_t i = 1; i < n; i++)
+    if (logits[i] > mx) mx = logits[i];
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) sum += exp(((double)logits[i] - mx) * inv);
+  double lse = log(sum);
+  *lp_id = ((double)logits[id] - mx) * inv - lse;
+  if (n_top > n) n_top = (int)n;
+  if (n_top <= 0) return;
+  /* top_id[0..have) sorted by logit descending, then id ascending; a later id enters only
+   * when strictly larger than the last kept, so ties keep the lower id */
+  int have = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float v = logits[i];
+    if (have == n_top && !(v > logits[top_id[have - 1]])) continue;
+    int at = have < n_top ? have++ : n_top - 1;
+    while (at > 0 && v > logits[top_id[at - 1]]) {
+      top_id[at] = top_id[at - 1];
+      at--;
+    }
+    top_id[at] = (int32_t)i;
+  }
+  for (int t = 0; t < n_top; t++) top_lp[t] = ((double)logits[top_id[t]] - mx) * inv - lse;
+}
+
 df_sampler *df_sampler_new(const df_sampler_params *p, int64_t n_vocab, char *err,
                            size_t errlen) {
   if (!(p->temperature >= 0) || !isfinite(p->temperature)) {

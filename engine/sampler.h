@@ -41,6 +41,14 @@ void df_sampler_probs(df_sampler *s, const float *logits, float *probs);
 /* A uniform double in [0, 1) from the sampler's stream. */
 double df_sampler_uniform(df_sampler *s);
 
+/* Log-probabilities of the distribution softmax(logits / T) (T = temperature when > 0, else 1):
+ * *lp_id gets that of token `id`, and top_id / top_lp [n_top] the n_top most likely tokens,
+ * most likely first, ties to the lower id (n_top in [0, n]). Computed in fp64 in one fixed
+ * order (max, then the sum of exp over ids 0..n-1), so the same logits give the same bits.
+ * logits [n] fp32, not modified. */
+void df_logprobs(const float *logits, int64_t n, double temperature, int32_t id, double *lp_id,
+                 int n_top, int32_t *top_id, double *top_lp);
+
 /* argmax of logits [n] (lowest index on ties). */
 int32_t df_argmax_f32(const float *logits, int64_t n);
 

@@ -40,6 +40,14 @@ if(DF_NODE)
     SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
 
+# Agents: logprobs against run --logits-out (draft on and off, batched, streamed) and the
+# prefix cache (3-turn chats equal to a cold server's, cached_tokens, a Kimi K3 model's
+# recurrent-state snapshot).
+add_test(NAME server_agent COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/server_agent.py
+  $<TARGET_FILE:deltafin> ${DF_SERVER_MODEL})
+set_tests_properties(server_agent PROPERTIES FIXTURES_REQUIRED server_model LABELS server
+  TIMEOUT 400)
+
 # 64 connections; 10 s here to keep the suite short. The full 60 s soak, ideally on a
 # -fsanitize=address build (LeakSanitizer turns a leak into a non-zero exit):
 #   tests/server_soak.py build-asan/coordinator/deltafin MODEL_DIR --seconds 60

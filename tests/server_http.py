@@ -307,7 +307,7 @@ def test_errors(port):
         ("wrong type (messages)", CHAT, {"model": NAME, "messages": "hi"}, 400, "messages", "array"),
         ("unknown field", CHAT, {"model": NAME, "messages": msgs, "frobnicate": True}, 400, "frobnicate", "Unrecognized"),
         ("n > 1", CHAT, {"model": NAME, "messages": msgs, "n": 3}, 400, "n", "n = 1"),
-        ("logprobs", CHAT, {"model": NAME, "messages": msgs, "logprobs": True}, 400, "logprobs", "not supported"),
+        ("logprobs", CHAT, {"model": NAME, "messages": msgs, "logprobs": "yes"}, 400, "logprobs", "boolean"),
         ("tools", CHAT, {"model": NAME, "messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools", "tools"),
         ("response_format json", CHAT, {"model": NAME, "messages": msgs, "response_format": {"type": "json_object"}}, 400, "response_format", "not supported"),
         ("unknown model", CHAT, {"model": "gpt-4o", "messages": msgs}, 404, "model", "does not exist"),

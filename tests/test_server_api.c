@@ -56,8 +56,9 @@ static const bad_case bad_cases[] = {
     {CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"x\",\"tool_calls\":[{}]}]}", 400, "messages[0].tool_calls", "tools"},
     {CHAT, "{\"model\":\"m\"," MSGS ",\"foo\":1}", 400, "foo", "Unrecognized request argument supplied: foo"},
     {CHAT, "{\"model\":\"m\"," MSGS ",\"n\":2}", 400, "n", "n = 1"},
-    {CHAT, "{\"model\":\"m\"," MSGS ",\"logprobs\":true}", 400, "logprobs", "not supported"},
-    {CHAT, "{\"model\":\"m\"," MSGS ",\"top_logprobs\":2}", 400, "top_logprobs", "not supported"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"logprobs\":1}", 400, "logprobs", "boolean"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"top_logprobs\":2}", 400, "top_logprobs", "requires 'logprobs'"},
+    {CHAT, "{\"model\":\"m\"," MSGS ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", "[0, 20]"},
     {CHAT, "{\"model\":\"m\"," MSGS ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools", "tools are not implemented"},
     {CHAT, "{\"model\":\"m\"," MSGS ",\"tool_choice\":\"auto\"}", 400, "tool_choice", "not supported"},
     {CHAT, "{\"model\":\"m\"," MSGS ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format", "not supported"},
@@ -95,7 +96,7 @@ static const bad_case bad_cases[] = {
     {CMPL, "{\"model\":\"m\",\"prompt\":[]}", 400, "prompt", "empty"},
     {CMPL, "{\"model\":\"m\",\"prompt\":{}}", 400, "prompt", "must be a string"},
     {CMPL, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", 400, "echo", "not supported"},
-    {CMPL, "{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":1}", 400, "logprobs", "not supported"},
+    {CMPL, "{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs", "[0, 5]"},
     {CMPL, "{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":2}", 400, "best_of", "not supported"},
     {CMPL, "{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix", "not supported"},
     {CMPL, "{\"model\":\"m\",\"prompt\":\"x\"," MSGS "}", 400, "messages", "Unrecognized"},
@@ -208,7 +209,7 @@ static void test_sse_bytes(void **state) {
   (void)state;
   df_api_meta m = {.kind = DF_API_CHAT, .id = "chatcmpl-1", .created = 17, .model = "demo"};
   size_t n;
-  char *s = df_api_sse_chunk(&m, "assistant", "", 0, NULL, &n);
+  char *s = df_api_sse_chunk(&m, &(df_api_part){.role = "assistant", .text = ""}, &n);
   assert_string_equal(s, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
                          "\"created\":17,\"model\":\"demo\",\"choices\":[{\"index\":0,\"delta\":"
                          "{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
@@ -216,40 +217,42 @@ static void test_sse_bytes(void **state) {
   assert_int_equal(n, strlen(s));
   free(s);
   m.include_usage = true;
-  s = df_api_sse_chunk(&m, NULL, "\"\xc3\xa9\"\n\0x", 7, NULL, &n);
+  s = df_api_sse_chunk(&m, &(df_api_part){.text = "\"\xc3\xa9\"\n\0x", .text_len = 7}, &n);
   assert_string_equal(s, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
                          "\"created\":17,\"model\":\"demo\",\"choices\":[{\"index\":0,\"delta\":"
                          "{\"content\":\"\\\"\xc3\xa9\\\"\\n\\u0000x\"},\"logprobs\":null,"
                          "\"finish_reason\":null}],\"usage\":null}\n\n");
   free(s);
-  s = df_api_sse_chunk(&m, NULL, NULL, 0, "length", &n);
+  s = df_api_sse_chunk(&m, &(df_api_part){.finish = "length"}, &n);
   assert_non_null(strstr(s, "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\"}],\"usage\":null}\n\n"));
   free(s);
-  assert_null(df_api_sse_chunk(&m, NULL, "\xe6\x9d", 2, NULL, &n)); /* split UTF-8 is refused */
-  df_api_usage u = {10, 5};
+  assert_null(df_api_sse_chunk(&m, &(df_api_part){.text = "\xe6\x9d", .text_len = 2}, &n)); /* split UTF-8 is refused */
+  df_api_usage u = {10, 5, 4};
   s = df_api_sse_usage(&m, &u, &n);
   assert_string_equal(s, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
                          "\"created\":17,\"model\":\"demo\",\"choices\":[],\"usage\":{"
-                         "\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15}}\n\n");
+                         "\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15,"
+                         "\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n");
   free(s);
   df_api_meta c = {.kind = DF_API_COMPLETION, .id = "cmpl-2", .created = 3, .model = "demo"};
-  s = df_api_sse_chunk(&c, NULL, "hi", 2, NULL, &n);
+  s = df_api_sse_chunk(&c, &(df_api_part){.text = "hi", .text_len = 2}, &n);
   assert_string_equal(s, "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":3,"
                          "\"model\":\"demo\",\"choices\":[{\"text\":\"hi\",\"index\":0,"
                          "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
   free(s);
-  s = df_api_response(&m, "ok", 2, "stop", &u, &n);
+  s = df_api_response(&m, &(df_api_part){.text = "ok", .text_len = 2, .finish = "stop"}, &u, &n);
   assert_string_equal(s, "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":17,"
                          "\"model\":\"demo\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
                          "\"assistant\",\"content\":\"ok\"},\"logprobs\":null,\"finish_reason\":"
                          "\"stop\"}],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5,"
-                         "\"total_tokens\":15}}");
+                         "\"total_tokens\":15,\"prompt_tokens_details\":{\"cached_tokens\":4}}}");
   free(s);
-  s = df_api_response(&c, "ok", 2, "length", &u, &n);
+  s = df_api_response(&c, &(df_api_part){.text = "ok", .text_len = 2, .finish = "length"}, &u, &n);
   assert_string_equal(s, "{\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":3,"
                          "\"model\":\"demo\",\"choices\":[{\"text\":\"ok\",\"index\":0,"
                          "\"logprobs\":null,\"finish_reason\":\"length\"}],\"usage\":{"
-                         "\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15}}");
+                         "\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15,"
+                         "\"prompt_tokens_details\":{\"cached_tokens\":4}}}");
   free(s);
   df_api_error e;
   df_api_error_set(&e, 400, NULL, "stop", NULL, "bad \"stop\"");

@@ -56,6 +56,11 @@ static void serve_usage(FILE *f) {
           "                       after its previous response ended, 1..%d (default %d);\n"
           "                       never while generating or sending a response\n"
           "  --chunk N            prompt tokens fed per step over all sequences (default 256)\n"
+          "  --prefix-cache SIZE  memory for finished sequences' KV caches kept beyond the\n"
+          "                       --parallel working slots, so a request that extends an earlier\n"
+          "                       prompt (the next turn of a chat) prefills only its new tokens\n"
+          "                       (e.g. 512M, 4G; default 1G; 0 = the working slots only)\n"
+          "  --no-prefix-cache    every request prefills its whole prompt\n"
           "  --threads N          compute threads (default: every online CPU)\n"
           "  --draft DIR          draft model for speculative decoding of greedy requests\n"
           "                       (default without --model: the bundled demo draft)\n"
@@ -81,7 +86,7 @@ static void serve_usage(FILE *f) {
 enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_KEYFILE, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
        O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
        O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_PERHOST, O_IDLE,
-       O_REQTIMEOUT, O_DEVICE };
+       O_REQTIMEOUT, O_DEVICE, O_PCACHE, O_NOPCACHE };
 
 static bool is_loopback(const char *h) {
   return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
@@ -110,6 +115,8 @@ int df_cmd_serve(int argc, char **argv) {
       {"idle-timeout", required_argument, 0, O_IDLE},
       {"request-timeout", required_argument, 0, O_REQTIMEOUT},
       {"device", required_argument, 0, O_DEVICE},
+      {"prefix-cache", required_argument, 0, O_PCACHE},
+      {"no-prefix-cache", no_argument, 0, O_NOPCACHE},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
   const char *key_file = NULL;
@@ -122,7 +129,8 @@ int df_cmd_serve(int argc, char **argv) {
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
           threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10,
           per_host = DF_SRV_DEFAULT_PER_HOST, request_s = DF_SRV_DEFAULT_REQUEST_TIMEOUT;
-  bool quiet = false;
+  bool quiet = false, no_pcache = false;
+  int64_t pcache = DF_SCHED_CACHE_DEFAULT;
   int c;
   optind = 1;
   opterr = 0;
@@ -133,6 +141,17 @@ int df_cmd_serve(int argc, char **argv) {
     case O_HOST: host = optarg; break;
     case O_PORT: if (df_cli_int("port", optarg, 0, 65535, &port)) return 2; break;
     case O_KEY: key = optarg; break;
+    case O_PCACHE: {
+      uint64_t b = 0;
+      if (df_cli_size(optarg, strlen(optarg), &b) != 0 || b > (uint64_t)INT64_MAX) {
+        fprintf(stderr, "deltafin serve: --prefix-cache: expected a size such as 512M or 4G "
+                "(0 = the working slots only), got '%s'\n", optarg);
+        return 2;
+      }
+      pcache = b ? (int64_t)b : -1;
+      break;
+    }
+    case O_NOPCACHE: no_pcache = true; break;
     case O_KEYFILE: key_file = optarg; break;
     case O_PAR: if (df_cli_int("parallel", optarg, 1, DF_MODEL_MAX_BATCH, &par)) return 2; break;
     case O_QUEUE: if (df_cli_int("max-queue", optarg, 0, 1 << 20, &queue)) return 2; break;
@@ -302,7 +321,8 @@ int df_cmd_serve(int argc, char **argv) {
   }
   df_sched_opts so = {.max_seqs = (int)par, .max_queue = (int)queue, .ctx = df_model_max_ctx(m),
                       .prefill_budget = chunk, .draft = dm, .draft_k = (int)draft_k,
-                      .draft_max_seqs = (int)draft_seqs};
+                      .draft_max_seqs = (int)draft_seqs, .cache_bytes = pcache,
+                      .no_prefix_cache = no_pcache};
   if (df_sched_new(m, tok, &so, &sched, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;

@@ -18,17 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coordinator/generate/sched_slots.h"
 #include "coordinator/generate/sched_stop.h"
 #include "engine/text/chat_template.h"
-
-typedef struct slot {
-  df_kv_cache *kv;  /* ctx tokens, allocated on first use */
-  float *logits;    /* [V] */
-  df_kv_cache *dkv; /* the draft's cache (ctx tokens), allocated when the slot first drafts */
-  float *vlogits;   /* [DF_SCHED_K_MAX + 1, V] verify logits */
-  float *dlogits;   /* [V] draft logits */
-  bool busy;
-} slot;
 
 struct df_sched_job {
   /* fixed at submit */
@@ -42,6 +34,10 @@ struct df_sched_job {
   pthread_mutex_t mu;
   int pipe[2];      /* [0] polled by the caller, [1] written by the scheduler */
   bool signalled;   /* a byte is in the pipe */
+  bool logprobs;    /* record df_sched_logprob entries */
+  int top_logprobs;
+  df_sched_logprob *lp; /* recorded entries not yet taken (j->mu) */
+  size_t lp_len, lp_cap;
   char *out;        /* released text not yet taken */
   size_t out_len, out_cap;
   df_sched_news news;
@@ -56,6 +52,7 @@ struct df_sched_job {
   int32_t *seq;       /* [n_prompt + max_tokens] committed ids: prompt, then generated */
   int64_t len;
   bool no_draft;      /* drafting did not pay for this sequence */
+  bool failed;        /* a forward failed: the slot's cache is not kept for prefixes */
   int64_t drounds, ddrafted, daccepted;
   df_sampler *smp;
   df_tok_stream *dec;
@@ -79,7 +76,7 @@ struct df_sched {
   int64_t n_queued, n_running;
   df_sched_job *running[DF_MODEL_MAX_BATCH]; /* scheduler thread only */
   int n_run;
-  slot slots[DF_MODEL_MAX_BATCH];
+  df_slot_pool pool;
   df_sched_stats st;
   df_model *draft;   /* NULL = no drafting */
   double win_t0;     /* start of the tok/s window */
@@ -99,6 +96,7 @@ static void job_free(df_sched_job *j) {
   free(j->seq);
   for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
   free(j->out);
+  free(j->lp);
   if (j->pipe[0] >= 0) close(j->pipe[0]);
   if (j->pipe[1] >= 0) close(j->pipe[1]);
   df_sampler_destroy(&j->smp);
@@ -181,6 +179,36 @@ int df_sched_job_take(df_sched_job *j, char **text, size_t *len, df_sched_news *
   return 0;
 }
 
+int df_sched_job_take_logprobs(df_sched_job *j, df_sched_logprob **lp, size_t *n) {
+  pthread_mutex_lock(&j->mu);
+  *lp = j->lp;
+  *n = j->lp_len;
+  j->lp = NULL;
+  j->lp_len = j->lp_cap = 0;
+  pthread_mutex_unlock(&j->mu);
+  return 0;
+}
+
+/* Record the logprob entry of id, sampled from logits row [V] (scheduler thread). */
+static int record_logprob(df_sched *s, df_sched_job *j, int32_t id, const float *row) {
+  df_sched_logprob e = {.id = id, .n_top = j->top_logprobs};
+  df_logprobs(row, s->V, j->sp.temperature, id, &e.logprob, e.n_top, e.top_id, e.top_logprob);
+  int rc = 0;
+  pthread_mutex_lock(&j->mu);
+  if (j->lp_len == j->lp_cap) {
+    size_t c = j->lp_cap ? 2 * j->lp_cap : 16;
+    df_sched_logprob *b = realloc(j->lp, c * sizeof *b);
+    if (!b) rc = -1;
+    else {
+      j->lp = b;
+      j->lp_cap = c;
+    }
+  }
+  if (rc == 0) j->lp[j->lp_len++] = e;
+  pthread_mutex_unlock(&j->mu);
+  return rc;
+}
+
 void df_sched_job_cancel(df_sched_job *j) { atomic_store(&j->cancel, true); }
 
 void df_sched_job_release(df_sched_job **jp) {
@@ -192,30 +220,10 @@ void df_sched_job_release(df_sched_job **jp) {
 
 /* ---- the scheduler thread ------------------------------------------------------------ */
 
-/* Slot for a newly admitted job; allocates its cache on first use. */
-static int slot_take(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
-  for (int i = 0; i < s->o.max_seqs; i++) {
-    slot *sl = &s->slots[i];
-    if (sl->busy) continue;
-    if (!sl->kv && !(sl->kv = df_model_kv_new(s->m, s->o.ctx, err, errlen))) return -1;
-    if (!sl->logits && !(sl->logits = malloc((size_t)s->V * sizeof(float)))) {
-      snprintf(err, errlen, "out of memory for the logits of a sequence");
-      return -1;
-    }
-    df_kv_truncate(sl->kv, 0);
-    if (sl->dkv) df_kv_truncate(sl->dkv, 0); /* the previous sequence's draft state */
-    sl->busy = true;
-    j->slot = i;
-    return 0;
-  }
-  snprintf(err, errlen, "no free slot");
-  return -1;
-}
-
 /* Move j out of the running list and free its slot (under nothing; updates counts). */
 static void retire(df_sched *s, int idx) {
   df_sched_job *j = s->running[idx];
-  if (j->slot >= 0) s->slots[j->slot].busy = false;
+  if (j->slot >= 0) df_slot_release(&s->pool, j->slot, j->seq, j->failed ? 0 : j->len);
   memmove(&s->running[idx], &s->running[idx + 1], (size_t)(s->n_run - idx - 1) * sizeof *s->running);
   s->n_run--;
   pthread_mutex_lock(&s->mu);
@@ -237,7 +245,17 @@ static int activate(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
   }
   memcpy(j->seq, j->prompt, (size_t)j->n_prompt * sizeof *j->seq);
   j->len = j->n_prompt;
-  return slot_take(s, j, err, errlen);
+  int64_t reused = 0;
+  if ((j->slot = df_slot_take(&s->pool, j->prompt, j->n_prompt, &reused, err, errlen)) < 0)
+    return -1;
+  j->fed = reused;
+  pthread_mutex_lock(&j->mu);
+  j->news.cached_tokens = reused;
+  pthread_mutex_unlock(&j->mu);
+  pthread_mutex_lock(&s->mu);
+  s->st.cached_tokens += reused;
+  pthread_mutex_unlock(&s->mu);
+  return 0;
 }
 
 static bool is_eos(const df_sched *s, int32_t id) {
@@ -248,9 +266,9 @@ static bool is_eos(const df_sched *s, int32_t id) {
   return false;
 }
 
-/* One sampled id: decode, match stop strings, release text, decide the finish.
- * Returns true when the job is over. */
-static bool on_token(df_sched *s, df_sched_job *j, int32_t id) {
+/* One sampled id (from logits row [V]): decode, match stop strings, release text, decide the
+ * finish. Returns true when the job is over. */
+static bool on_token(df_sched *s, df_sched_job *j, int32_t id, const float *row) {
   char err[256];
   const char *piece, *out;
   size_t plen, olen;
@@ -258,6 +276,10 @@ static bool on_token(df_sched *s, df_sched_job *j, int32_t id) {
   j->last = id;
   j->seq[j->len++] = id;
   bool eos = is_eos(s, id) && !j->ignore_eos;
+  if (j->logprobs && !eos && record_logprob(s, j, id, row) != 0) {
+    job_finish(s, j, DF_SCHED_ERROR, "out of memory");
+    return true;
+  }
   /* an end-of-sequence id is a special token: it decodes to nothing */
   if (eos) {
     piece = "";
@@ -384,7 +406,7 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
     int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
     int kb = left < s->o.draft_k ? (int)left : s->o.draft_k;
     if (kb <= 0) continue;
-    slot *sl = &s->slots[j->slot];
+    df_slot *sl = &s->pool.slots[j->slot];
     if (!sl->dkv) {
       if (!(sl->dkv = df_model_kv_new(s->draft, s->o.ctx, err, sizeof err)) ||
           !(sl->vlogits = malloc((size_t)(DF_SCHED_K_MAX + 1) * (size_t)s->V * sizeof(float))) ||
@@ -410,7 +432,7 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
       nq = 0;
       for (int b = 0; b < n; b++) {
         if (k[b] <= i) continue;
-        slot *sl = &s->slots[who[b]->slot];
+        df_slot *sl = &s->pool.slots[who[b]->slot];
         q[nq] = (df_batch_seq){.kv = sl->dkv, .ids = &dtok[b][i - 1], .n = 1,
                                .mode = DF_LOGITS_LAST, .logits = sl->dlogits};
         idx[nq++] = b;
@@ -431,7 +453,7 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
  * then the target's own token; roll both caches back; emit. L is the committed length before
  * the step (the target cache held L - 1 ids, the draft's L + k - 1). */
 static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_t L) {
-  slot *sl = &s->slots[j->slot];
+  df_slot *sl = &s->pool.slots[j->slot];
   int a = 0;
   int32_t x = -1;
   for (; a < k; a++) {
@@ -451,8 +473,8 @@ static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_
   s->st.accepted += a;
   pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < a; i++)
-    if (on_token(s, j, d[i])) return;
-  on_token(s, j, x);
+    if (on_token(s, j, d[i], sl->vlogits + (int64_t)i * s->V)) return;
+  on_token(s, j, x, sl->vlogits + (int64_t)a * s->V);
 }
 
 static void step(df_sched *s) {
@@ -487,7 +509,7 @@ static void step(df_sched *s) {
   if (s->draft && s->n_run <= s->o.draft_max_seqs) propose(s, who, nb, k, dtok);
   for (int b = 0; b < nb; b++) {
     df_sched_job *j = who[b];
-    slot *sl = &s->slots[j->slot];
+    df_slot *sl = &s->pool.slots[j->slot];
     df_batch_seq *q = &seqs[b];
     L[b] = j->len;
     if (j->fed < j->n_prompt) {
@@ -519,14 +541,21 @@ static void step(df_sched *s) {
   int rc = df_model_forward_batch(s->m, seqs, nb, err, sizeof err);
   int64_t gen = 0;
   if (rc != 0) {
-    for (int b = 0; b < nb; b++) job_finish(s, who[b], DF_SCHED_ERROR, err);
+    for (int b = 0; b < nb; b++) {
+      who[b]->failed = true; /* its cache may hold a half-fed chunk: not kept */
+      job_finish(s, who[b], DF_SCHED_ERROR, err);
+    }
   } else {
     for (int b = 0; b < nb; b++) {
       df_sched_job *j = who[b];
       int64_t g0 = j->generated;
-      if (j->fed < j->n_prompt) j->fed += seqs[b].n;
+      if (j->fed < j->n_prompt) {
+        j->fed += seqs[b].n;
+        if (j->fed == j->n_prompt) df_slot_prompt_done(&s->pool, j->slot);
+      }
       if (seqs[b].mode == DF_LOGITS_ALL) accept(s, j, k[b], dtok[b], L[b]);
-      else if (seqs[b].mode == DF_LOGITS_LAST) on_token(s, j, df_sampler_sample(j->smp, seqs[b].logits));
+      else if (seqs[b].mode == DF_LOGITS_LAST)
+        on_token(s, j, df_sampler_sample(j->smp, seqs[b].logits), seqs[b].logits);
       gen += j->generated - g0;
     }
   }
@@ -641,6 +670,9 @@ int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sche
     goto fail;
   }
   s->st.max_seqs = s->o.max_seqs;
+  df_slot_pool_init(&s->pool, m, s->o.ctx, s->o.max_seqs,
+                    s->o.cache_bytes ? s->o.cache_bytes : DF_SCHED_CACHE_DEFAULT,
+                    !s->o.no_prefix_cache);
   s->st.max_queue = s->o.max_queue;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
@@ -675,13 +707,7 @@ void df_sched_destroy(df_sched **sp) {
   df_sched_shutdown(s);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
-  for (int i = 0; i < DF_MODEL_MAX_BATCH; i++) {
-    df_kv_destroy(&s->slots[i].kv);
-    df_kv_destroy(&s->slots[i].dkv);
-    free(s->slots[i].logits);
-    free(s->slots[i].vlogits);
-    free(s->slots[i].dlogits);
-  }
+  df_slot_pool_free(&s->pool);
   free(s);
   *sp = NULL;
 }
@@ -720,6 +746,8 @@ int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int 
   j->max_tokens = r->max_tokens;
   j->sp = r->sp;
   j->ignore_eos = r->ignore_eos;
+  j->logprobs = r->logprobs;
+  j->top_logprobs = r->top_logprobs < 0 ? 0 : r->top_logprobs > DF_SCHED_TOP_MAX ? DF_SCHED_TOP_MAX : r->top_logprobs;
   j->slot = -1;
   j->news.prompt_tokens = r->n_prompt;
   if (!(j->prompt = malloc((size_t)r->n_prompt * sizeof *j->prompt))) goto oom_job;

@@ -54,7 +54,30 @@ typedef struct df_sched_opts {
                              whose vocabulary or context does not fit is ignored (logged) */
   int draft_k;            /* draft tokens per round, 1..DF_SCHED_K_MAX; 0 = 4 */
   int draft_max_seqs;     /* draft only while at most this many sequences run; 0 = 1 */
+  /* Prefix cache (coordinator/generate/sched_slots.h): bytes of finished sequences' caches
+   * kept beyond the max_seqs working slots; 0 = DF_SCHED_CACHE_DEFAULT, < 0 = none beyond
+   * the working slots (whose last contents are still reused). */
+  int64_t cache_bytes;
+  bool no_prefix_cache;   /* every sequence starts cold (no reuse at all) */
 } df_sched_opts;
+
+/* Default prefix-cache budget beyond the working slots: 1 GiB. */
+#define DF_SCHED_CACHE_DEFAULT ((int64_t)1 << 30)
+
+/* Most alternatives per position a request may ask logprobs for (OpenAI's top_logprobs). */
+#define DF_SCHED_TOP_MAX 20
+
+/* One generated token's log-probability and the most likely alternatives at its position,
+ * from the target's distribution at the request's temperature: log-softmax(logits / T) for
+ * T > 0, log-softmax(logits) for greedy (top-k / top-p are not applied: they cut the
+ * distribution, and OpenAI's logprobs are those of the model). fp64 natural logarithms. */
+typedef struct df_sched_logprob {
+  int32_t id;
+  double logprob;
+  int n_top;                         /* alternatives below, most likely first (ties: lower id) */
+  int32_t top_id[DF_SCHED_TOP_MAX];
+  double top_logprob[DF_SCHED_TOP_MAX];
+} df_sched_logprob;
 
 /* Most draft tokens per round. */
 #define DF_SCHED_K_MAX 8
@@ -85,6 +108,8 @@ typedef struct df_sched_req {
   bool ignore_eos;        /* do not stop at the model's end-of-sequence ids */
   const char *const *stop; /* [n_stop] non-empty UTF-8 stop strings */
   int n_stop;
+  bool logprobs;          /* record a df_sched_logprob per generated id (end ids excluded) */
+  int top_logprobs;       /* alternatives per position, 0..DF_SCHED_TOP_MAX */
 } df_sched_req;
 
 typedef enum df_sched_finish {
@@ -110,6 +135,7 @@ typedef struct df_sched_news {
   df_sched_finish finish;    /* DF_SCHED_RUNNING until the job is over */
   int64_t prompt_tokens;     /* ids of the prompt */
   int64_t completion_tokens; /* ids generated so far (including an end-of-sequence id) */
+  int64_t cached_tokens;     /* prompt ids taken from the prefix cache (not prefilled) */
   char error[256];           /* DF_SCHED_ERROR: one line */
 } df_sched_news;
 
@@ -117,6 +143,13 @@ typedef struct df_sched_news {
  * bytes of complete UTF-8 characters, or NULL with *len 0 when there is none. Fills *news.
  * Never blocks. Returns 0, always. */
 int df_sched_job_take(df_sched_job *j, char **text, size_t *len, df_sched_news *news);
+
+/* Take the logprob entries recorded since the last call (a request with logprobs): *lp is
+ * malloc'd (caller frees) with *n entries in generation order, or NULL with *n 0. An entry is
+ * recorded when its id is sampled, so it may precede the text of that id (held back by a stop
+ * string or an incomplete UTF-8 character); the id that completes a stop string is recorded
+ * too, end-of-sequence ids are not. Never blocks. Returns 0, or -1 when out of memory. */
+int df_sched_job_take_logprobs(df_sched_job *j, df_sched_logprob **lp, size_t *n);
 
 /* Ask the scheduler to drop the job: a queued job never starts, a running one is removed
  * before the next step (its slot is free for the next request). Idempotent. */
@@ -139,6 +172,7 @@ typedef struct df_sched_stats {
   int64_t drafted, accepted; /* draft tokens proposed / accepted */
   bool drafting;             /* a draft model is in use */
   double gen_tok_s;          /* generated ids per second over the last few seconds */
+  int64_t cached_tokens;     /* prompt ids taken from the prefix cache, total */
 } df_sched_stats;
 
 df_sched_stats df_sched_get_stats(df_sched *s);

@@ -328,6 +328,7 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
          *empty_obj = json_object(), *empty_arr = json_array(), *none = json_string("none");
   json_t *text_fmt = json_pack("{s:s}", "type", "text");
   int64_t mct = -1;
+  bool top_given = false;
   int rc = 0;
   const char *k;
   json_t *v;
@@ -362,8 +363,13 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
     else if (!strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty")) {
       rc = json_is_number(v) && json_number_value(v) == 0 ? 0 : only_value(v, k, zero, "0", e);
     } else if (!strcmp(k, "logit_bias")) rc = only_value(v, k, empty_obj, "{}", e);
-    else if (chat && !strcmp(k, "logprobs")) rc = only_value(v, k, fals, "false", e);
-    else if (chat && !strcmp(k, "top_logprobs")) rc = bad(e, k, "'top_logprobs' is not supported (logprobs are not implemented)");
+    else if (chat && !strcmp(k, "logprobs")) rc = get_bool(v, k, &r->logprobs, e);
+    else if (chat && !strcmp(k, "top_logprobs")) {
+      int64_t t = 0;
+      rc = get_int(v, k, 0, DF_API_TOP_LOGPROBS_MAX, &t, e);
+      r->top_logprobs = (int)t;
+      top_given = !rc;
+    }
     else if (chat && !strcmp(k, "tools")) rc = only_value(v, k, empty_arr, "[] (tools are not implemented)", e);
     else if (chat && !strcmp(k, "tool_choice")) rc = only_value(v, k, none, "\"none\" (tools are not implemented)", e);
     else if (chat && !strcmp(k, "response_format")) rc = only_value(v, k, text_fmt, "{\"type\": \"text\"}", e);
@@ -375,7 +381,12 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
         rc = bad(e, k, "'reasoning_effort' disagrees with 'chat_template_kwargs.thinking_effort'");
       else r->thinking_effort = eff;
     }
-    else if (cmpl && !strcmp(k, "logprobs")) rc = bad(e, k, "'logprobs' is not supported (logprobs are not implemented)");
+    else if (cmpl && !strcmp(k, "logprobs")) {
+      int64_t t = 0;
+      rc = get_int(v, k, 0, DF_API_CMPL_LOGPROBS_MAX, &t, e);
+      r->logprobs = !rc;
+      r->top_logprobs = (int)t;
+    }
     else if (cmpl && !strcmp(k, "echo")) rc = only_value(v, k, fals, "false", e);
     else if (cmpl && !strcmp(k, "best_of")) rc = only_value(v, k, one, "1", e);
     else if (cmpl && !strcmp(k, "suffix")) rc = bad(e, k, "'suffix' is not supported");
@@ -409,6 +420,10 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
       goto fail;
     }
     r->max_tokens = mct;
+  }
+  if (top_given && !r->logprobs) {
+    bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    goto fail;
   }
   if (r->include_usage && !r->stream) {
     bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
@@ -527,9 +542,10 @@ static json_t *head(const df_api_meta *m, const char *object) {
 }
 
 static json_t *usage_obj(const df_api_usage *u) {
-  return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)u->prompt_tokens,
+  return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens,
                    "completion_tokens", (json_int_t)u->completion_tokens, "total_tokens",
-                   (json_int_t)(u->prompt_tokens + u->completion_tokens));
+                   (json_int_t)(u->prompt_tokens + u->completion_tokens), "prompt_tokens_details",
+                   "cached_tokens", (json_int_t)u->cached_tokens);
 }
 
 /* A JSON string of text_len bytes, NULL when not valid UTF-8. */
@@ -537,47 +553,56 @@ static json_t *text_json(const char *text, size_t len) {
   return json_stringn(text ? text : "", text ? len : 0);
 }
 
-char *df_api_sse_chunk(const df_api_meta *m, const char *role, const char *text, size_t text_len,
-                       const char *finish, size_t *len) {
+/* The choice object of a chunk (chat: delta) or a whole response (chat: message). Takes
+ * p->logprobs and p->tool_calls in every case. NULL when out of memory or text is not UTF-8. */
+static json_t *choice_obj(const df_api_meta *m, df_api_part *p, bool whole) {
   bool chat = m->kind == DF_API_CHAT;
-  json_t *o = head(m, chat ? "chat.completion.chunk" : "text_completion");
-  json_t *choice = json_object(), *choices = json_array();
-  if (!o || !choice || !choices) goto oom;
-  json_t *fin = finish ? json_string(finish) : json_null();
+  json_t *lp = p->logprobs ? p->logprobs : json_null(), *tc = p->tool_calls;
+  p->logprobs = p->tool_calls = NULL;
+  json_t *choice = json_object(), *t = NULL;
+  if (!choice) goto fail;
+  if (p->text || !chat) {
+    if (!(t = text_json(p->text, p->text_len))) goto fail;
+  }
   if (chat) {
-    json_t *delta = json_object();
-    if (role) json_object_set_new(delta, "role", json_string(role));
-    if (text) {
-      json_t *t = text_json(text, text_len);
-      if (!t) {
-        json_decref(delta);
-        json_decref(fin);
-        goto oom;
-      }
-      json_object_set_new(delta, "content", t);
-    }
+    json_t *msg = json_object();
+    if (!msg) goto fail;
     json_object_set_new(choice, "index", json_integer(0));
-    json_object_set_new(choice, "delta", delta);
+    json_object_set_new(choice, whole ? "message" : "delta", msg);
+    if (whole || p->role) json_object_set_new(msg, "role", json_string(whole ? "assistant" : p->role));
+    if (t) json_object_set_new(msg, "content", t);
+    else if (whole) json_object_set_new(msg, "content", json_null());
+    t = NULL;
+    if (tc) json_object_set_new(msg, "tool_calls", tc);
+    tc = NULL;
   } else {
-    json_t *t = text_json(text, text_len);
-    if (!t) {
-      json_decref(fin);
-      goto oom;
-    }
     json_object_set_new(choice, "text", t);
+    t = NULL;
     json_object_set_new(choice, "index", json_integer(0));
   }
-  json_object_set_new(choice, "logprobs", json_null());
-  json_object_set_new(choice, "finish_reason", fin);
-  json_array_append_new(choices, choice);
-  json_object_set_new(o, "choices", choices);
+  json_object_set_new(choice, "logprobs", lp);
+  json_object_set_new(choice, "finish_reason", p->finish ? json_string(p->finish) : json_null());
+  return choice;
+fail:
+  json_decref(lp);
+  json_decref(tc);
+  json_decref(t);
+  json_decref(choice);
+  return NULL;
+}
+
+char *df_api_sse_chunk(const df_api_meta *m, df_api_part *p, size_t *len) {
+  bool chat = m->kind == DF_API_CHAT;
+  json_t *choice = choice_obj(m, p, false);
+  if (!choice) return NULL;
+  json_t *o = head(m, chat ? "chat.completion.chunk" : "text_completion");
+  if (!o) {
+    json_decref(choice);
+    return NULL;
+  }
+  json_object_set_new(o, "choices", json_pack("[o]", choice));
   if (m->include_usage) json_object_set_new(o, "usage", json_null());
   return dump_wrap(o, "data: ", "\n\n", len);
-oom:
-  json_decref(o);
-  json_decref(choice);
-  json_decref(choices);
-  return NULL;
 }
 
 char *df_api_sse_usage(const df_api_meta *m, const df_api_usage *u, size_t *len) {
@@ -588,18 +613,12 @@ char *df_api_sse_usage(const df_api_meta *m, const df_api_usage *u, size_t *len)
   return dump_wrap(o, "data: ", "\n\n", len);
 }
 
-char *df_api_response(const df_api_meta *m, const char *text, size_t text_len,
-                      const char *finish, const df_api_usage *u, size_t *len) {
-  bool chat = m->kind == DF_API_CHAT;
-  json_t *t = text_json(text, text_len);
-  if (!t) return NULL;
-  json_t *o = head(m, chat ? "chat.completion" : "text_completion");
-  json_t *choice = chat ? json_pack("{s:i, s:{s:s, s:o}, s:n, s:s}", "index", 0, "message", "role",
-                                    "assistant", "content", t, "logprobs", "finish_reason", finish)
-                        : json_pack("{s:o, s:i, s:n, s:s}", "text", t, "index", 0, "logprobs",
-                                    "finish_reason", finish);
-  if (!o || !choice) {
-    json_decref(o);
+char *df_api_response(const df_api_meta *m, df_api_part *p, const df_api_usage *u,
+                      size_t *len) {
+  json_t *choice = choice_obj(m, p, true);
+  if (!choice) return NULL;
+  json_t *o = head(m, m->kind == DF_API_CHAT ? "chat.completion" : "text_completion");
+  if (!o) {
     json_decref(choice);
     return NULL;
   }

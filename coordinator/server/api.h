@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 typedef enum df_api_kind {
   DF_API_CHAT = 1,       /* POST /v1/chat/completions */
   DF_API_COMPLETION = 2, /* POST /v1/completions */
@@ -81,7 +83,14 @@ typedef struct df_api_request {
                            0, 1 */
   int thinking_effort;  /* chat_template_kwargs.thinking_effort or reasoning_effort: a
                            df_api_effort */
+  bool logprobs;        /* chat: logprobs; completions: logprobs given (an integer) */
+  int top_logprobs;     /* chat: top_logprobs (0..DF_API_TOP_LOGPROBS_MAX, needs logprobs);
+                           completions: the logprobs integer (0..DF_API_CMPL_LOGPROBS_MAX) */
 } df_api_request;
+
+/* OpenAI's limits: top_logprobs of chat, logprobs of (legacy) completions. */
+#define DF_API_TOP_LOGPROBS_MAX 20
+#define DF_API_CMPL_LOGPROBS_MAX 5
 
 /* How much a thinking model is asked to think (Kimi K3's thinking_effort). */
 typedef enum df_api_effort {
@@ -126,17 +135,27 @@ typedef struct df_api_meta {
 typedef struct df_api_usage {
   int64_t prompt_tokens;
   int64_t completion_tokens;
+  int64_t cached_tokens; /* prompt tokens taken from the prefix cache
+                            (usage.prompt_tokens_details.cached_tokens) */
 } df_api_usage;
 
+/* One choice's part of a response: a streamed chunk, or the whole answer. */
+typedef struct df_api_part {
+  const char *role;    /* chat chunk: delta.role ("assistant" in the first chunk), NULL = none */
+  const char *text;    /* UTF-8, text_len bytes; NULL: a chat chunk has no content key, a
+                          whole chat message has "content": null; completions: "" */
+  size_t text_len;
+  const char *finish;  /* NULL = null, else "stop" / "length" / "tool_calls" */
+  json_t *logprobs;    /* the choice's logprobs object (taken, even on failure); NULL = null */
+  json_t *tool_calls;  /* chat: message.tool_calls / delta.tool_calls (taken); NULL = none */
+} df_api_part;
+
 /* Server-sent events. Each returns one complete event "data: {json}\n\n", malloc'd,
- * NUL-terminated, *len bytes; NULL when out of memory or `text` is not valid UTF-8.
- *   chunk: a chat chunk (delta {role?, content?}) or a completion chunk (text);
- *          role (chat only) may be NULL; text may be NULL (chat: no content key;
- *          completion: ""); finish NULL = null, else "stop" / "length".
+ * NUL-terminated, *len bytes; NULL when out of memory or text is not valid UTF-8.
+ *   chunk: a chat chunk (delta {role?, content?, tool_calls?}) or a completion chunk (text);
  *   usage: the final usage chunk (choices []).
  *   error: {"error": {...}} as an event, for failures after the stream started. */
-char *df_api_sse_chunk(const df_api_meta *m, const char *role, const char *text, size_t text_len,
-                       const char *finish, size_t *len);
+char *df_api_sse_chunk(const df_api_meta *m, df_api_part *p, size_t *len);
 char *df_api_sse_usage(const df_api_meta *m, const df_api_usage *u, size_t *len);
 char *df_api_sse_error(const df_api_error *e, size_t *len);
 #define DF_API_SSE_DONE "data: [DONE]\n\n"
@@ -146,7 +165,7 @@ char *df_api_sse_error(const df_api_error *e, size_t *len);
 
 /* A whole non-streaming response (chat.completion / text_completion) with usage. Same
  * ownership and errors as the SSE builders. */
-char *df_api_response(const df_api_meta *m, const char *text, size_t text_len,
-                      const char *finish, const df_api_usage *u, size_t *len);
+char *df_api_response(const df_api_meta *m, df_api_part *p, const df_api_usage *u,
+                      size_t *len);
 
 #endif

@@ -54,83 +54,25 @@
 
 #include "coordinator/server/api.h"
 #include "coordinator/server/hosts.h"
+#include "coordinator/server/server_internal.h"
 
-enum route { R_CHAT, R_COMPL, R_MODELS, R_MODEL_ONE, R_HEALTH, R_METRICS, R_OTHER, R_N };
-static const char *const route_name[R_N] = {"/v1/chat/completions", "/v1/completions",
+const char *const df_srv_route_name[R_N] = {"/v1/chat/completions", "/v1/completions",
                                             "/v1/models", "/v1/models/{id}", "/health",
                                             "/metrics", "other"};
 
-#define MAX_CODES 16
-typedef struct code_count {
-  int code;
-  int64_t n;
-} code_count;
-
-struct df_srv {
-  df_srv_opts o;
-  char *model_id, *api_key;
-  df_sched *sched;
-  const df_model *m;
-  const df_tok *tok;
-  size_t max_piece; /* bytes of the tokenizer's longest token (text lower bound, tokenize) */
-  const df_chat_template *tmpl;
-  struct MHD_Daemon *d;
-  int port;
-  int64_t created;
-  pthread_mutex_t mu; /* guards the counters and the id generator */
-  code_count counts[R_N][MAX_CODES];
-  int64_t streams_open, disconnects;
-  uint64_t rng;
-  df_srv_hosts *hosts; /* open connections, per client address, and their request deadlines */
-  int listen_fd;       /* the listening socket (accept thread) */
-  int wake_fd;         /* eventfd: wakes the accept thread (a slot freed, or stop) */
-  pthread_t gate;      /* the accept thread (gate_main) */
-  bool gate_running;
-  atomic_bool stopping;
-};
-
-/* One HTTP request's state (MHD's con_cls). */
-typedef struct conn {
-  df_srv *srv;
-  enum route route;
-  bool post;
-  char *body;
-  size_t len, cap;
-  bool too_big;
-  bool have_err;
-  df_api_error err; /* decided before the body was read (auth, route, size) */
-  int fd;           /* client socket */
-  /* generation */
-  df_sched_job *job;
-  df_api_meta meta;
-  char id[64];
-  int64_t prompt_tokens;
-  df_sched_news news;
-  char *text;       /* taken text not yet sent (stream) or the whole text (non-stream) */
-  size_t text_len, text_off;
-  int stage;        /* stream: 0 role, 1 content, 2 usage, 3 [DONE], 4 end */
-  char *ev;         /* the event being written */
-  size_t ev_len, ev_off;
-  int status;       /* HTTP status answered (0 = none yet) */
-  bool streaming;   /* the answer is a stream (its reader manages the timeout) */
-  struct MHD_Connection *mc; /* valid while the request and its response are in flight */
-  struct timespec t0; /* when the request arrived */
-  atomic_int refs;  /* MHD's request (until on_completed) + a streaming response (until its
-                       free callback, which libmicrohttpd may call after on_completed) */
-} conn;
-
-static void conn_unref(conn *c) {
+void df_srv_conn_unref(conn *c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
   df_sched_job_release(&c->job); /* cancels a generation still running */
   free(c->body);
   free(c->text);
+  free(c->lp);
   free(c->ev);
   free(c);
 }
 
 /* ---- small helpers ------------------------------------------------------------------- */
 
-static uint64_t next_rand(df_srv *s) {
+uint64_t df_srv_rand(df_srv *s) {
   pthread_mutex_lock(&s->mu);
   uint64_t z = (s->rng += 0x9E3779B97F4A7C15ull);
   pthread_mutex_unlock(&s->mu);
@@ -139,7 +81,7 @@ static uint64_t next_rand(df_srv *s) {
   return z ^ (z >> 31);
 }
 
-static void count(df_srv *s, enum route r, int code) {
+void df_srv_count(df_srv *s, enum route r, int code) {
   pthread_mutex_lock(&s->mu);
   code_count *c = s->counts[r];
   for (int i = 0; i < MAX_CODES; i++) {
@@ -152,8 +94,8 @@ static void count(df_srv *s, enum route r, int code) {
   pthread_mutex_unlock(&s->mu);
 }
 
-static void logf_(df_srv *s, bool always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void logf_(df_srv *s, bool always, const char *fmt, ...) {
+void df_srv_log(df_srv *s, bool always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void df_srv_log(df_srv *s, bool always, const char *fmt, ...) {
   if (s->o.quiet && !always) return;
   char line[768];
   va_list ap;
@@ -163,7 +105,7 @@ static void logf_(df_srv *s, bool always, const char *fmt, ...) {
   fprintf(stderr, "deltafin serve: %s\n", line);
 }
 
-static enum MHD_Result send_body(conn *c, struct MHD_Connection *mc, int status,
+enum MHD_Result df_srv_send_body(conn *c, struct MHD_Connection *mc, int status,
                                  const char *ctype, char *body, size_t len) {
   struct MHD_Response *r =
       MHD_create_response_from_buffer(len, body, body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -178,25 +120,40 @@ static enum MHD_Result send_body(conn *c, struct MHD_Connection *mc, int status,
     MHD_add_response_header(r, "Allow", c->route == R_CHAT || c->route == R_COMPL ? "POST" : "GET");
   enum MHD_Result ret = MHD_queue_response(mc, (unsigned)status, r);
   MHD_destroy_response(r);
-  count(c->srv, c->route, status);
+  df_srv_count(c->srv, c->route, status);
   c->status = status;
   return ret;
 }
 
-static enum MHD_Result send_error(conn *c, struct MHD_Connection *mc, const df_api_error *e) {
+enum MHD_Result df_srv_send_error(conn *c, struct MHD_Connection *mc, const df_api_error *e) {
   size_t n = 0;
   char *b = df_api_error_body(e, &n);
-  if (e->status >= 500) logf_(c->srv, true, "%s: %d %s", route_name[c->route], e->status, e->message);
-  return send_body(c, mc, e->status, "application/json", b, n);
+  if (e->status >= 500) df_srv_log(c->srv, true, "%s: %d %s", df_srv_route_name[c->route], e->status, e->message);
+  return df_srv_send_body(c, mc, e->status, "application/json", b, n);
 }
 
-static enum MHD_Result send_json(conn *c, struct MHD_Connection *mc, int status, char *json) {
+enum MHD_Result df_srv_send_json(conn *c, struct MHD_Connection *mc, int status, char *json) {
   if (!json) {
     df_api_error e;
     df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
-    return send_error(c, mc, &e);
+    return df_srv_send_error(c, mc, &e);
   }
-  return send_body(c, mc, status, "application/json", json, strlen(json));
+  return df_srv_send_body(c, mc, status, "application/json", json, strlen(json));
+}
+
+/* The connection's inactivity timeout: 0 while this thread waits on the scheduler, the idle
+ * timeout otherwise (replacing 0 restarts the silence clock). libmicrohttpd 1.0 ignores this
+ * for thread-per-connection daemons (the timeout stays the daemon's), so a stream waiting for
+ * the model also sends keep-alive comments (stream_keepalive_ms). */
+void df_srv_conn_timeout(conn *c, bool generating) {
+  MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
+                            generating ? 0u : c->srv->o.idle_timeout_s);
+}
+
+int64_t df_srv_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Constant-time comparison of the Authorization header with "Bearer KEY". */
@@ -207,381 +164,6 @@ static bool key_ok(const df_srv *s, const char *hdr) {
   unsigned char diff = (unsigned char)(a != b);
   for (size_t i = 0; i < b; i++) diff |= (unsigned char)(k[i < a ? i : 0] ^ s->api_key[i]);
   return diff == 0;
-}
-
-/* Wait up to timeout_ms for news of the job or the client going away. Returns -1 when the
- * client is gone. */
-static int wait_news(conn *c, int timeout_ms) {
-  struct pollfd p[2] = {{.fd = df_sched_job_fd(c->job), .events = POLLIN},
-                        {.fd = c->fd, .events = POLLRDHUP}};
-  int n = poll(p, c->fd >= 0 ? 2 : 1, timeout_ms);
-  if (n < 0 && errno != EINTR) return -1;
-  if (c->fd >= 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) return -1;
-  return 0;
-}
-
-/* The connection's inactivity timeout: 0 while this thread waits on the scheduler, the idle
- * timeout otherwise (replacing 0 restarts the silence clock). libmicrohttpd 1.0 ignores this
- * for thread-per-connection daemons (the timeout stays the daemon's), so a stream waiting for
- * the model also sends keep-alive comments (stream_keepalive_ms). */
-static void conn_timeout(conn *c, bool generating) {
-  MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
-                            generating ? 0u : c->srv->o.idle_timeout_s);
-}
-
-/* A stream that has waited this long for the model sends an SSE comment line (ignored by
- * clients, WHATWG HTML "server-sent events"), so the connection is never silent for
- * --idle-timeout while the generation is queued or slow: half the idle timeout, in ms. */
-static int stream_keepalive_ms(const conn *c) {
-  return (int)(c->srv->o.idle_timeout_s * 500u);
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void client_gone(conn *c) {
-  df_sched_job_cancel(c->job);
-  pthread_mutex_lock(&c->srv->mu);
-  c->srv->disconnects++;
-  pthread_mutex_unlock(&c->srv->mu);
-}
-
-static const char *finish_name(df_sched_finish f) {
-  return f == DF_SCHED_LENGTH ? "length" : "stop";
-}
-
-/* ---- streaming ----------------------------------------------------------------------- */
-
-/* Longest prefix of text[0..n) of at most max bytes that ends on a UTF-8 character boundary
- * (text is valid UTF-8). */
-static size_t utf8_cut(const char *text, size_t n, size_t max) {
-  if (n <= max) return n;
-  size_t k = max;
-  while (k > 0 && ((unsigned char)text[k] & 0xC0) == 0x80) k--;
-  return k ? k : n; /* cannot happen with max >= 4 */
-}
-
-#define TEXT_PER_EVENT 2048
-
-/* The next event of the stream into c->ev; returns 1 when one was made, 0 at the end, -1 on
- * a client disconnect or out of memory. */
-static int next_event(conn *c) {
-  free(c->ev);
-  c->ev = NULL;
-  c->ev_len = c->ev_off = 0;
-  const int64_t keepalive_at = now_ms() + stream_keepalive_ms(c);
-  for (;;) {
-    switch (c->stage) {
-    case 0:
-      c->stage = 1;
-      if (c->meta.kind == DF_API_CHAT) {
-        c->ev = df_api_sse_chunk(&c->meta, "assistant", "", 0, NULL, &c->ev_len);
-        return c->ev ? 1 : -1;
-      }
-      continue;
-    case 1:
-      if (c->text_off < c->text_len) {
-        size_t n = utf8_cut(c->text + c->text_off, c->text_len - c->text_off, TEXT_PER_EVENT);
-        c->ev = df_api_sse_chunk(&c->meta, NULL, c->text + c->text_off, n, NULL, &c->ev_len);
-        c->text_off += n;
-        return c->ev ? 1 : -1;
-      }
-      free(c->text);
-      c->text = NULL;
-      c->text_len = c->text_off = 0;
-      if (c->news.finish != DF_SCHED_RUNNING) {
-        if (c->news.finish == DF_SCHED_ERROR || c->news.finish == DF_SCHED_CANCELLED) {
-          df_api_error e;
-          df_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed: %s",
-                           c->news.error[0] ? c->news.error : "cancelled");
-          logf_(c->srv, true, "%s: stream ended by an error: %s", route_name[c->route], e.message);
-          c->ev = df_api_sse_error(&e, &c->ev_len);
-          c->stage = 4;
-          return c->ev ? 1 : -1;
-        }
-        c->ev = df_api_sse_chunk(&c->meta, NULL, c->meta.kind == DF_API_CHAT ? NULL : "", 0,
-                                 finish_name(c->news.finish), &c->ev_len);
-        c->stage = c->meta.include_usage ? 2 : 3;
-        return c->ev ? 1 : -1;
-      }
-      df_sched_job_take(c->job, &c->text, &c->text_len, &c->news);
-      if (c->text || c->news.finish != DF_SCHED_RUNNING) continue;
-      int64_t left = keepalive_at - now_ms();
-      if (left <= 0) {
-        c->ev = strdup(DF_API_SSE_KEEPALIVE);
-        c->ev_len = strlen(DF_API_SSE_KEEPALIVE);
-        return c->ev ? 1 : -1;
-      }
-      if (wait_news(c, left < 1000 ? (int)left : 1000) != 0) {
-        client_gone(c);
-        return -1;
-      }
-      continue;
-    case 2: {
-      df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens};
-      c->ev = df_api_sse_usage(&c->meta, &u, &c->ev_len);
-      c->stage = 3;
-      return c->ev ? 1 : -1;
-    }
-    case 3:
-      c->ev = strdup(DF_API_SSE_DONE);
-      c->ev_len = strlen(DF_API_SSE_DONE);
-      c->stage = 4;
-      return c->ev ? 1 : -1;
-    default:
-      return 0;
-    }
-  }
-}
-
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-  conn *c = cls;
-  (void)pos;
-  if (c->ev_off >= c->ev_len) {
-    conn_timeout(c, true); /* next_event may wait for the model */
-    int r = next_event(c);
-    conn_timeout(c, false); /* from here the client has to read what was produced */
-    if (r == 0) return MHD_CONTENT_READER_END_OF_STREAM;
-    if (r < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-  }
-  size_t n = c->ev_len - c->ev_off;
-  if (n > max) n = max;
-  memcpy(buf, c->ev + c->ev_off, n);
-  c->ev_off += n;
-  return (ssize_t)n;
-}
-
-static void stream_free(void *cls) {
-  conn_unref(cls);
-}
-
-/* ---- generation requests ------------------------------------------------------------- */
-
-/* A lower bound on the tokens `bytes` bytes of text encode to: no token stands for more than
- * max_piece bytes, and normalisation (NFC) shrinks UTF-8 text by at most a factor 3 (three
- * Hangul jamo into one syllable, UAX #15), so at least bytes / (3 * max_piece) tokens. */
-static size_t text_min_tokens(const df_srv *s, size_t bytes) {
-  return s->max_piece ? bytes / (3 * s->max_piece) : 0;
-}
-
-/* The prompt's ids. A request that cannot fit in max_prompt tokens by a cheap lower bound
- * (token ids counted, the chat template's per-message minimum plus the text's bound from its
- * bytes, text_min_tokens) is refused before anything is encoded: encoding a body of many
- * thousand messages, or megabytes of text, costs seconds. */
-static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32_t **ids,
-                    size_t *n, df_api_error *e) {
-  df_srv *s = c->srv;
-  char err[512];
-  int64_t ctx = df_sched_ctx(s->sched);
-  *ids = NULL;
-  *n = 0;
-  if (rq->kind == DF_API_CHAT) {
-    if (!s->tmpl)
-      return df_api_error_set(e, 400, NULL, "messages", NULL,
-                              "this model has no chat template; use /v1/completions");
-    df_chat_msg *msgs = calloc(rq->n_msgs, sizeof *msgs);
-    if (!msgs) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < rq->n_msgs; i++) {
-      msgs[i].role = rq->msgs[i].role;
-      msgs[i].content = rq->msgs[i].content;
-      msgs[i].reasoning_content = rq->msgs[i].reasoning;
-    }
-    size_t text = 0;
-    for (size_t i = 0; i < rq->n_msgs; i++)
-      text += (msgs[i].content ? strlen(msgs[i].content) : 0) +
-              (msgs[i].reasoning_content ? strlen(msgs[i].reasoning_content) : 0);
-    /* each message's text is encoded apart (one token per message lost to rounding), and a
-     * non-control token the template minimum counts may merge with it (one more) */
-    size_t tl = text_min_tokens(s, text), per = tl > 2 * rq->n_msgs ? tl - 2 * rq->n_msgs : 0;
-    size_t lb = df_chat_min_tokens(s->tmpl, s->tok, msgs, rq->n_msgs) + per;
-    if ((int64_t)lb > max_prompt) {
-      free(msgs);
-      return df_api_error_set(e, 400, NULL, "messages", "context_length_exceeded",
-                              "The %zu messages encode to at least %zu tokens, more than the "
-                              "%lld this server accepts (context of %lld tokens).", rq->n_msgs,
-                              lb, (long long)max_prompt, (long long)ctx);
-    }
-    static const char *const effort[] = {NULL, "low", "medium", "high", "max", ""};
-    if (rq->enable_thinking >= 0 && !df_chat_template_has_thinking(s->tmpl)) {
-      free(msgs);
-      return df_api_error_set(e, 400, NULL, "chat_template_kwargs.enable_thinking", NULL,
-                              "enable_thinking / thinking is not an option of this model's chat "
-                              "template (it renders the same prompt either way)");
-    }
-    if (rq->thinking_effort != DF_API_EFFORT_UNSET &&
-        df_chat_template_family(s->tmpl) != DF_CHAT_KIMI_K3) {
-      free(msgs);
-      return df_api_error_set(e, 400, NULL, "chat_template_kwargs.thinking_effort", NULL,
-                              "thinking_effort is not an option of this model's chat template "
-                              "(only Kimi K3's XTML has it)");
-    }
-    df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = rq->enable_thinking,
-                       .thinking_effort = effort[rq->thinking_effort]};
-    int rc = df_chat_encode(s->tmpl, s->tok, msgs, rq->n_msgs, &co, ids, n, err, sizeof err);
-    free(msgs);
-    if (rc != 0) return df_api_error_set(e, 400, NULL, "messages", NULL, "messages: %s", err);
-    return 0;
-  }
-  if (rq->prompt_ids) {
-    if ((int64_t)rq->n_prompt_ids > max_prompt)
-      return df_api_error_set(e, 400, NULL, "prompt", "context_length_exceeded",
-                              "The prompt has %zu tokens, more than the %lld this server accepts "
-                              "(context of %lld tokens).", rq->n_prompt_ids, (long long)max_prompt,
-                              (long long)ctx);
-    *ids = malloc(rq->n_prompt_ids * sizeof **ids);
-    if (!*ids) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    memcpy(*ids, rq->prompt_ids, rq->n_prompt_ids * sizeof **ids);
-    *n = rq->n_prompt_ids;
-    return 0;
-  }
-  size_t plen = strlen(rq->prompt), lb = text_min_tokens(s, plen);
-  if ((int64_t)lb > max_prompt)
-    return df_api_error_set(e, 400, NULL, "prompt", "context_length_exceeded",
-                            "The prompt of %zu bytes encodes to at least %zu tokens, more than "
-                            "the %lld this server accepts (context of %lld tokens).", plen, lb,
-                            (long long)max_prompt, (long long)ctx);
-  if (df_tok_encode(s->tok, rq->prompt, plen, DF_TOK_ADD_SPECIAL | DF_TOK_BOS_ONCE, ids, n, err,
-                    sizeof err) != 0)
-    return df_api_error_set(e, 400, NULL, "prompt", NULL, "prompt: %s", err);
-  return 0;
-}
-
-static enum MHD_Result handle_generate(conn *c, struct MHD_Connection *mc) {
-  df_srv *s = c->srv;
-  df_api_request rq;
-  df_api_error e;
-  int32_t *ids = NULL;
-  size_t n_ids = 0;
-  enum MHD_Result ret;
-  df_api_kind kind = c->route == R_CHAT ? DF_API_CHAT : DF_API_COMPLETION;
-  if (df_api_parse(kind, c->body ? c->body : "", c->len, &rq, &e) != 0) return send_error(c, mc, &e);
-  if (strcmp(rq.model, s->model_id)) {
-    df_api_error_set(&e, 404, NULL, "model", "model_not_found",
-                     "The model `%s` does not exist or you do not have access to it (this "
-                     "server serves `%s`).", rq.model, s->model_id);
-    goto fail;
-  }
-  int64_t ctx = df_sched_ctx(s->sched);
-  int64_t max_prompt = s->o.max_prompt > 0 && s->o.max_prompt < ctx - 1 ? s->o.max_prompt : ctx - 1;
-  if (tokenize(c, &rq, max_prompt, &ids, &n_ids, &e) != 0) goto fail;
-  int64_t np = (int64_t)n_ids;
-  if (np == 0) {
-    df_api_error_set(&e, 400, NULL, kind == DF_API_CHAT ? "messages" : "prompt", NULL,
-                     "the prompt encodes to no tokens");
-    goto fail;
-  }
-  if (np > max_prompt) {
-    df_api_error_set(&e, 400, NULL, kind == DF_API_CHAT ? "messages" : "prompt",
-                     "context_length_exceeded",
-                     "The prompt has %lld tokens, more than the %lld this server accepts "
-                     "(context of %lld tokens).", (long long)np, (long long)max_prompt, (long long)ctx);
-    goto fail;
-  }
-  int64_t max_tokens = rq.max_tokens;
-  if (max_tokens < 0) max_tokens = kind == DF_API_CHAT ? ctx - np : (ctx - np < 16 ? ctx - np : 16);
-  if (np + max_tokens > ctx) {
-    df_api_error_set(&e, 400, NULL, rq.max_tokens >= 0 ? "max_tokens" : kind == DF_API_CHAT ? "messages" : "prompt",
-                     "context_length_exceeded",
-                     "This model's maximum context length is %lld tokens. However, you requested "
-                     "%lld tokens (%lld in the prompt, %lld for the completion). Please reduce the "
-                     "prompt or max_tokens.", (long long)ctx, (long long)(np + max_tokens),
-                     (long long)np, (long long)max_tokens);
-    goto fail;
-  }
-  const df_gen_config *g = df_model_gen_cfg(s->m);
-  df_sched_req sr = {
-      .prompt = ids,
-      .n_prompt = np,
-      .max_tokens = max_tokens,
-      .sp = {.temperature = rq.temperature >= 0 ? rq.temperature : (g->do_sample ? g->temperature : 0.0),
-             .top_p = rq.top_p > 0 ? rq.top_p : (g->do_sample ? g->top_p : 1.0),
-             .top_k = rq.top_k >= 0 ? rq.top_k : (g->do_sample ? g->top_k : 0),
-             .seed = rq.has_seed ? rq.seed : next_rand(s) >> 1},
-      .ignore_eos = rq.ignore_eos,
-      .stop = (const char *const *)rq.stop,
-      .n_stop = rq.n_stop};
-  int status;
-  char err[512];
-  if (df_sched_submit(s->sched, &sr, &c->job, &status, err, sizeof err) != 0) {
-    df_api_error_set(&e, status, status == 429 ? "requests" : status >= 500 ? "server_error" : NULL,
-                     status == 400 ? "prompt" : NULL,
-                     status == 429 ? "rate_limit_exceeded" : NULL, "%s", err);
-    goto fail;
-  }
-  free(ids);
-  ids = NULL;
-  c->prompt_tokens = np;
-  snprintf(c->id, sizeof c->id, "%s%016llx%08llx", kind == DF_API_CHAT ? "chatcmpl-" : "cmpl-",
-           (unsigned long long)next_rand(s), (unsigned long long)(next_rand(s) & 0xffffffffu));
-  c->meta = (df_api_meta){.kind = kind, .id = c->id, .created = (int64_t)time(NULL),
-                          .model = s->model_id, .include_usage = rq.include_usage};
-  if (rq.stream) {
-    c->streaming = true;
-    df_api_request_free(&rq);
-    atomic_fetch_add(&c->refs, 1);
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, c, stream_free);
-    if (!r) {
-      atomic_fetch_sub(&c->refs, 1);
-      return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "text/event-stream; charset=utf-8");
-    MHD_add_response_header(r, "Cache-Control", "no-cache");
-    ret = MHD_queue_response(mc, 200, r);
-    MHD_destroy_response(r);
-    count(s, c->route, 200);
-    c->status = 200;
-    return ret;
-  }
-  df_api_request_free(&rq);
-  /* non-streaming: collect everything */
-  size_t cap = 0;
-  for (;;) {
-    char *t;
-    size_t tl;
-    df_sched_job_take(c->job, &t, &tl, &c->news);
-    if (t) {
-      if (c->text_len + tl + 1 > cap) {
-        size_t nc = cap ? cap : 1024;
-        while (nc < c->text_len + tl + 1) nc *= 2;
-        char *b = realloc(c->text, nc);
-        if (!b) {
-          free(t);
-          df_sched_job_cancel(c->job);
-          df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
-          return send_error(c, mc, &e);
-        }
-        c->text = b;
-        cap = nc;
-      }
-      memcpy(c->text + c->text_len, t, tl);
-      c->text_len += tl;
-      free(t);
-    }
-    if (c->news.finish != DF_SCHED_RUNNING) break;
-    if (!t && wait_news(c, 1000) != 0) {
-      client_gone(c);
-      return MHD_NO;
-    }
-  }
-  if (c->news.finish == DF_SCHED_ERROR || c->news.finish == DF_SCHED_CANCELLED) {
-    bool down = strstr(c->news.error, "shutting down") != NULL;
-    df_api_error_set(&e, down ? 503 : 500, "server_error", NULL, NULL, "generation failed: %s",
-                     c->news.error[0] ? c->news.error : "cancelled");
-    return send_error(c, mc, &e);
-  }
-  df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens};
-  size_t len = 0;
-  char *body = df_api_response(&c->meta, c->text ? c->text : "", c->text_len,
-                               finish_name(c->news.finish), &u, &len);
-  return send_json(c, mc, 200, body);
-fail:
-  free(ids);
-  df_api_request_free(&rq);
-  return send_error(c, mc, &e);
 }
 
 /* ---- other endpoints ----------------------------------------------------------------- */
@@ -653,7 +235,7 @@ char *df_srv_metrics(df_srv *s, size_t *len) {
   for (int r = 0; r < R_N; r++)
     for (int i = 0; i < MAX_CODES && s->counts[r][i].code; i++)
       appendf(&b, &n, &cap, "deltafin_requests_total{endpoint=\"%s\",code=\"%d\"} %lld\n",
-              route_name[r], s->counts[r][i].code, (long long)s->counts[r][i].n);
+              df_srv_route_name[r], s->counts[r][i].code, (long long)s->counts[r][i].n);
   int64_t disconnects = s->disconnects;
   pthread_mutex_unlock(&s->mu);
   HDR("deltafin_client_disconnects_total", "counter", "Generations cancelled because the client went away.");
@@ -668,6 +250,9 @@ char *df_srv_metrics(df_srv *s, size_t *len) {
           (long long)df_srv_hosts_timeouts(s->hosts));
   HDR("deltafin_prompt_tokens_total", "counter", "Prompt tokens fed to the model.");
   appendf(&b, &n, &cap, "deltafin_prompt_tokens_total %lld\n", (long long)st.prompt_tokens);
+  HDR("deltafin_prompt_cached_tokens_total", "counter",
+      "Prompt tokens taken from the prefix cache instead of being fed.");
+  appendf(&b, &n, &cap, "deltafin_prompt_cached_tokens_total %lld\n", (long long)st.cached_tokens);
   HDR("deltafin_completion_tokens_total", "counter", "Tokens generated.");
   appendf(&b, &n, &cap, "deltafin_completion_tokens_total %lld\n", (long long)st.completion_tokens);
   HDR("deltafin_generation_tokens_per_second", "gauge", "Tokens generated per second over the last few seconds of work.");
@@ -782,7 +367,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     bool waits = expect && !strcasecmp(expect, "100-continue");
     if (c->have_err && (c->err.status == 401 || waits)) {
       df_srv_hosts_request_received(s->hosts, mc); /* answered: the rest is the idle timeout's */
-      return send_error(c, mc, &c->err);
+      return df_srv_send_error(c, mc, &c->err);
     }
     return MHD_YES;
   }
@@ -813,42 +398,42 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
   /* the final call: header and body are in, so the request deadline is off until the response
    * is over (generating it may take minutes) */
   df_srv_hosts_request_received(s->hosts, mc);
-  if (c->have_err) return send_error(c, mc, &c->err);
+  if (c->have_err) return df_srv_send_error(c, mc, &c->err);
   if (c->too_big) {
     df_api_error e;
     df_api_error_set(&e, 413, NULL, NULL, "request_too_large",
                      "The request body is larger than the limit of %zu bytes.", s->o.max_body);
-    return send_error(c, mc, &e);
+    return df_srv_send_error(c, mc, &e);
   }
   switch (c->route) {
   case R_CHAT:
   case R_COMPL: {
-    conn_timeout(c, true); /* tokenizing, queueing and generating are our time, not silence */
-    enum MHD_Result r = handle_generate(c, mc);
-    if (!c->streaming) conn_timeout(c, false); /* the answer is queued: the client must read it */
+    df_srv_conn_timeout(c, true); /* tokenizing, queueing and generating are our time, not silence */
+    enum MHD_Result r = df_srv_handle_generate(c, mc);
+    if (!c->streaming) df_srv_conn_timeout(c, false); /* the answer is queued: the client must read it */
     return r;
   }
   case R_MODELS: {
     char *m = model_json(s), *out = NULL;
     if (m && asprintf(&out, "{\"object\":\"list\",\"data\":[%s]}", m) < 0) out = NULL;
     free(m);
-    return send_json(c, mc, 200, out);
+    return df_srv_send_json(c, mc, 200, out);
   }
   case R_MODEL_ONE:
     if (strcmp(url + 11, s->model_id)) {
       df_api_error e;
       df_api_error_set(&e, 404, NULL, "model", "model_not_found",
                        "The model `%s` does not exist or you do not have access to it.", url + 11);
-      return send_error(c, mc, &e);
+      return df_srv_send_error(c, mc, &e);
     }
-    return send_json(c, mc, 200, model_json(s));
+    return df_srv_send_json(c, mc, 200, model_json(s));
   case R_HEALTH:
-    return send_json(c, mc, 200, strdup("{\"status\":\"ok\"}"));
+    return df_srv_send_json(c, mc, 200, strdup("{\"status\":\"ok\"}"));
   case R_METRICS: {
     size_t n = 0;
     char *b = df_srv_metrics(s, &n);
     if (!b) return MHD_NO;
-    return send_body(c, mc, 200, "text/plain; version=0.0.4; charset=utf-8", b, n);
+    return df_srv_send_body(c, mc, 200, "text/plain; version=0.0.4; charset=utf-8", b, n);
   }
   default:
     return MHD_NO;
@@ -869,16 +454,17 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double dt = (double)(t1.tv_sec - c->t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - c->t0.tv_nsec);
     if (c->meta.id)
-      logf_(c->srv, false, "%s %d %s, %lld prompt + %lld completion tokens, %.3f s",
-            route_name[c->route], c->status, c->meta.id, (long long)c->news.prompt_tokens,
-            (long long)c->news.completion_tokens, dt);
+      df_srv_log(c->srv, false, "%s %d %s, %lld prompt (%lld cached) + %lld completion tokens, "
+                 "%.3f s", df_srv_route_name[c->route], c->status, c->meta.id,
+                 (long long)c->news.prompt_tokens, (long long)c->news.cached_tokens,
+                 (long long)c->news.completion_tokens, dt);
     else
-      logf_(c->srv, false, "%s %d, %.3f s", route_name[c->route], c->status, dt);
+      df_srv_log(c->srv, false, "%s %d, %.3f s", df_srv_route_name[c->route], c->status, dt);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->job)
-      logf_(c->srv, false, "%s %s: the client went away", route_name[c->route], c->meta.id);
+      df_srv_log(c->srv, false, "%s %s: the client went away", df_srv_route_name[c->route], c->meta.id);
   }
   *con_cls = NULL;
-  conn_unref(c);
+  df_srv_conn_unref(c);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -912,7 +498,7 @@ static void fit_conn_limit(df_srv *s) {
       want = rl.rlim_cur > FD_RESERVE + 16 ? (unsigned)(rl.rlim_cur - FD_RESERVE) : 16;
   }
   if (want != s->o.max_conns)
-    logf_(s, true, "at most %u connections (asked for %u): the open-file limit (ulimit -n) "
+    df_srv_log(s, true, "at most %u connections (asked for %u): the open-file limit (ulimit -n) "
           "allows no more", want, s->o.max_conns);
   s->o.max_conns = want;
 }
@@ -951,10 +537,10 @@ static int accept_some(df_srv *s, int64_t *last_log) {
       if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == ENETDOWN || e == ENOPROTOOPT ||
           e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH || e == EOPNOTSUPP || e == ENETUNREACH)
         continue;
-      int64_t now = now_ms();
+      int64_t now = df_srv_now_ms();
       if (now - *last_log >= 10000) {
         *last_log = now;
-        logf_(s, true, "cannot accept connections: %s%s; clients wait meanwhile", strerror(e),
+        df_srv_log(s, true, "cannot accept connections: %s%s; clients wait meanwhile", strerror(e),
               e == EMFILE || e == ENFILE ? " (raise the open-file limit, ulimit -n)" : "");
       }
       return ACCEPT_STALL_MS;
@@ -978,7 +564,7 @@ static void *gate_main(void *arg) {
   df_srv *s = arg;
   int64_t stall_until = 0, last_log = -10000;
   while (!atomic_load(&s->stopping)) {
-    int64_t next = df_srv_hosts_cut_overdue(s->hosts), now = now_ms();
+    int64_t next = df_srv_hosts_cut_overdue(s->hosts), now = df_srv_now_ms();
     int timeout = next > 0 && next < GATE_TICK_MS ? (int)next : GATE_TICK_MS;
     bool listening = now >= stall_until && !df_srv_hosts_full(s->hosts);
     if (now < stall_until && stall_until - now < timeout) timeout = (int)(stall_until - now);
@@ -992,7 +578,7 @@ static void *gate_main(void *arg) {
     }
     if (p[1].revents & POLLIN) {
       int stall = accept_some(s, &last_log);
-      if (stall) stall_until = now_ms() + stall;
+      if (stall) stall_until = df_srv_now_ms() + stall;
     }
   }
   return NULL;

@@ -139,7 +139,73 @@ static void st_destroy(df_kv_rec *r) {
   free(s);
 }
 
-static const df_kv_rec_ops kda_state_ops = {st_can, st_rollback, st_destroy};
+/* A snapshot of one KDA state (kv_cache.h df_kv_rec_snap): S and the conv windows at len
+ * positions, no base or log (a restore starts a new history there). */
+struct df_kv_rec_snap {
+  int64_t len, H, D, W;
+  float data[]; /* S [H, D, D], then win [3, C, W-1] */
+};
+
+static df_kv_rec_snap *st_snap_take(const df_kv_rec *r, int64_t len, uint64_t *bytes, char *err,
+                                    size_t errlen) {
+  const kda_state *s = (const kda_state *)r;
+  const kda *a = s->a;
+  if (s->len != len) {
+    snprintf(err, errlen, "KDA state holds %lld positions, the cache %lld", (long long)s->len,
+             (long long)len);
+    return NULL;
+  }
+  size_t sn = (size_t)(a->d.n_head * a->d.head_dim * a->d.head_dim),
+         wn = (size_t)(3 * a->C * (a->d.conv_width - 1)),
+         b = sizeof(df_kv_rec_snap) + (sn + wn) * sizeof(float);
+  df_kv_rec_snap *c = malloc(b);
+  if (!c) {
+    snprintf(err, errlen, "KDA state snapshot: out of memory (%zu bytes)", b);
+    return NULL;
+  }
+  c->len = len;
+  c->H = a->d.n_head;
+  c->D = a->d.head_dim;
+  c->W = a->d.conv_width;
+  memcpy(c->data, s->S, sn * sizeof(float));
+  memcpy(c->data + sn, s->win, wn * sizeof(float));
+  *bytes = b;
+  return c;
+}
+
+static bool st_snap_fits(const df_kv_rec *r, const df_kv_rec_snap *c, char *err, size_t errlen) {
+  const kda *a = ((const kda_state *)r)->a;
+  if (c->H == a->d.n_head && c->D == a->d.head_dim && c->W == a->d.conv_width) return true;
+  snprintf(err, errlen, "KDA state of %lld heads x %lld, conv width %lld in the snapshot, %lld x "
+           "%lld, conv width %lld in the cache", (long long)c->H, (long long)c->D,
+           (long long)c->W, (long long)a->d.n_head, (long long)a->d.head_dim,
+           (long long)a->d.conv_width);
+  return false;
+}
+
+/* The snapshot becomes both the state and its base at len; the log's rows are dead (the
+ * next forward writes positions len.. before any fold or replay reads them). */
+static void st_snap_restore(df_kv_rec *r, const df_kv_rec_snap *c) {
+  kda_state *s = (kda_state *)r;
+  const kda *a = s->a;
+  size_t sn = (size_t)(a->d.n_head * a->d.head_dim * a->d.head_dim),
+         wn = (size_t)(3 * a->C * (a->d.conv_width - 1));
+  memcpy(s->S, c->data, sn * sizeof(float));
+  memcpy(s->win, c->data + sn, wn * sizeof(float));
+  memcpy(s->S0, c->data, sn * sizeof(float));
+  memcpy(s->win0, c->data + sn, wn * sizeof(float));
+  s->len = s->base_len = c->len;
+}
+
+static void st_snap_free(df_kv_rec_snap *c) { free(c); }
+
+static const df_kv_rec_ops kda_state_ops = {.can_rollback = st_can,
+                                            .rollback = st_rollback,
+                                            .destroy = st_destroy,
+                                            .snap_take = st_snap_take,
+                                            .snap_fits = st_snap_fits,
+                                            .snap_restore = st_snap_restore,
+                                            .snap_free = st_snap_free};
 
 /* ---- the mixer ------------------------------------------------------------------------ */
 

@@ -27,7 +27,10 @@
  * channel), a base copy of both, and a ring log of the last `cap` rows' recurrence inputs
  * (pre-conv q, k, v rows, g, beta). Rollback to n in [base, len] restores the base and
  * replays the logged rows up to n with the same row step (bitwise equal to the first run);
- * when the log is full the oldest row is folded into the base. Does not own: binding
+ * when the log is full the oldest row is folded into the base. A snapshot of the state
+ * (kv_cache.h df_kv_snap) copies S and the conv windows only, (H*D*D + 3*C*(W-1)) * 4 bytes;
+ * its restore makes that copy both the state and the base at its length, with an empty log
+ * (rollback then reaches back only to that length, or 0). Does not own: binding
  * (engine/models/kimi_linear.c), the kernels (engine/kernels/).
  */
 #ifndef DF_ENGINE_LAYERS_KDA_H

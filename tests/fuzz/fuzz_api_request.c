@@ -20,11 +20,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_text(const df_api_meta *m, const char *s, const char *const *stops, int n_stops) {
   size_t n;
-  char *ev = df_api_sse_chunk(m, NULL, s, strlen(s), NULL, &n);
+  char *ev = df_api_sse_chunk(m, &(df_api_part){.text = s, .text_len = strlen(s)}, &n);
   if (!ev || n < 8 || memcmp(ev, "data: {", 7) || memcmp(ev + n - 2, "\n\n", 2)) __builtin_trap();
   free(ev);
-  df_api_usage u = {1, 2};
-  ev = df_api_response(m, s, strlen(s), "stop", &u, &n);
+  df_api_usage u = {1, 2, 0};
+  ev = df_api_response(m, &(df_api_part){.text = s, .text_len = strlen(s), .finish = "stop"}, &u, &n);
   if (!ev) __builtin_trap();
   free(ev);
   df_sched_stop st;

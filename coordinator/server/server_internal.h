@@ -1,0 +1,110 @@
+/* coordinator/server/server_internal.h — between the HTTP server (server.c: listening,
+ * connections, routing, auth, the other endpoints) and the generation endpoints (generate.c:
+ * /v1/chat/completions and /v1/completions, tokenizing, submitting, streaming).
+ */
+#ifndef DF_COORD_SERVER_INTERNAL_H
+#define DF_COORD_SERVER_INTERNAL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "coordinator/generate/sched.h"
+#include "coordinator/server/api.h"
+#include "coordinator/server/hosts.h"
+#include "coordinator/server/server.h"
+
+enum route { R_CHAT, R_COMPL, R_MODELS, R_MODEL_ONE, R_HEALTH, R_METRICS, R_OTHER, R_N };
+extern const char *const df_srv_route_name[R_N];
+
+
+#define MAX_CODES 16
+typedef struct code_count {
+  int code;
+  int64_t n;
+} code_count;
+
+struct df_srv {
+  df_srv_opts o;
+  char *model_id, *api_key;
+  df_sched *sched;
+  const df_model *m;
+  const df_tok *tok;
+  size_t max_piece; /* bytes of the tokenizer's longest token (text lower bound, tokenize) */
+  const df_chat_template *tmpl;
+  struct MHD_Daemon *d;
+  int port;
+  int64_t created;
+  pthread_mutex_t mu; /* guards the counters and the id generator */
+  code_count counts[R_N][MAX_CODES];
+  int64_t streams_open, disconnects;
+  uint64_t rng;
+  df_srv_hosts *hosts; /* open connections, per client address, and their request deadlines */
+  int listen_fd;       /* the listening socket (accept thread) */
+  int wake_fd;         /* eventfd: wakes the accept thread (a slot freed, or stop) */
+  pthread_t gate;      /* the accept thread (gate_main) */
+  bool gate_running;
+  atomic_bool stopping;
+};
+
+/* One HTTP request's state (MHD's con_cls). */
+typedef struct conn {
+  df_srv *srv;
+  enum route route;
+  bool post;
+  char *body;
+  size_t len, cap;
+  bool too_big;
+  bool have_err;
+  df_api_error err; /* decided before the body was read (auth, route, size) */
+  int fd;           /* client socket */
+  /* generation */
+  df_sched_job *job;
+  df_api_meta meta;
+  char id[64];
+  int64_t prompt_tokens;
+  df_sched_news news;
+  char *text;       /* taken text not yet sent (stream) or the whole text (non-stream) */
+  size_t text_len, text_off;
+  bool logprobs;    /* the request asked for logprobs */
+  df_sched_logprob *lp; /* taken entries not yet sent */
+  size_t lp_n;
+  int64_t lp_offset; /* completions: text_offset of the next entry (code points) */
+  int stage;        /* stream: 0 role, 1 content, 2 usage, 3 [DONE], 4 end */
+  char *ev;         /* the event being written */
+  size_t ev_len, ev_off;
+  int status;       /* HTTP status answered (0 = none yet) */
+  bool streaming;   /* the answer is a stream (its reader manages the timeout) */
+  struct MHD_Connection *mc; /* valid while the request and its response are in flight */
+  struct timespec t0; /* when the request arrived */
+  atomic_int refs;  /* MHD's request (until on_completed) + a streaming response (until its
+                       free callback, which libmicrohttpd may call after on_completed) */
+} conn;
+
+
+/* A random 64-bit value from the server's splitmix64 stream (ids, default seeds). */
+uint64_t df_srv_rand(df_srv *s);
+/* Count one answer of `code` on route r (/metrics). */
+void df_srv_count(df_srv *s, enum route r, int code);
+/* One log line on stderr ("deltafin serve: ..."); dropped under --quiet unless `always`. */
+void df_srv_log(df_srv *s, bool always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Queue a response of `len` bytes (body is taken: freed by libmicrohttpd) and count it. */
+enum MHD_Result df_srv_send_body(conn *c, struct MHD_Connection *mc, int status,
+                                 const char *ctype, char *body, size_t len);
+/* The OpenAI error body of e, with e->status. */
+enum MHD_Result df_srv_send_error(conn *c, struct MHD_Connection *mc, const df_api_error *e);
+/* A JSON body (taken; NULL = answer 500 out of memory). */
+enum MHD_Result df_srv_send_json(conn *c, struct MHD_Connection *mc, int status, char *json);
+/* Drop one reference to c (frees it at the last). */
+void df_srv_conn_unref(conn *c);
+/* The connection's inactivity timeout: 0 while generating, else --idle-timeout (server.c). */
+void df_srv_conn_timeout(conn *c, bool generating);
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t df_srv_now_ms(void);
+/* POST /v1/chat/completions and /v1/completions once the body is in (generate.c). */
+enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc);
+
+#endif
