@@ -48,6 +48,20 @@ add_test(NAME server_agent COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/server
 set_tests_properties(server_agent PROPERTIES FIXTURES_REQUIRED server_model LABELS server
   TIMEOUT 400)
 
+if(DF_NODE)
+  # Tool calling with the openai client on the demo model: named / required tool_choice
+  # (constrained), streamed deltas, a two-round conversation, a cut call, schema errors.
+  add_test(NAME server_tools COMMAND ${DF_NODE} ${CMAKE_CURRENT_LIST_DIR}/server_tools.js
+    $<TARGET_FILE:deltafin> ${PROJECT_SOURCE_DIR}/models/demo-moe ${PROJECT_SOURCE_DIR}/tools)
+  set_tests_properties(server_tools PROPERTIES LABELS server SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()
+
+# Structured output on the demo model: 50 sampled json_schema generations validate
+# (python3-jsonschema), json_object, batch invariance, unsupported keywords, the mask's cost.
+add_test(NAME server_structured COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/server_structured.py
+  $<TARGET_FILE:deltafin> ${PROJECT_SOURCE_DIR}/models/demo-moe)
+set_tests_properties(server_structured PROPERTIES LABELS server TIMEOUT 300)
+
 # 64 connections; 10 s here to keep the suite short. The full 60 s soak, ideally on a
 # -fsanitize=address build (LeakSanitizer turns a leak into a non-zero exit):
 #   tests/server_soak.py build-asan/coordinator/deltafin MODEL_DIR --seconds 60
@@ -60,8 +74,10 @@ include(${CMAKE_CURRENT_LIST_DIR}/fuzz.cmake)
 df_add_fuzzer(fuzz_api_request
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_api_request.c
           ${PROJECT_SOURCE_DIR}/coordinator/server/api.c
+          ${PROJECT_SOURCE_DIR}/coordinator/server/api_tools.c
           ${PROJECT_SOURCE_DIR}/coordinator/generate/sched_stop.c
   DEPENDS ${PROJECT_SOURCE_DIR}/coordinator/server/api.h
+          ${PROJECT_SOURCE_DIR}/coordinator/server/api_internal.h
           ${PROJECT_SOURCE_DIR}/coordinator/generate/sched_stop.h
   PKGS JANSSON
   CORPUS ${CMAKE_CURRENT_LIST_DIR}/fuzz/corpus_api

@@ -8,7 +8,10 @@
  * only where the template put them (user text containing "<|im_end|>" or "<｜User｜>" stays
  * text) and otherwise the same ids as encoding the whole text; df_chat_min_tokens never above
  * the ids encoded; recognition and its errors; encoding cost about linear in the number of
- * messages (50,000 vs 5,000).
+ * messages (50,000 vs 5,000). Tools: the goldens pass `tools` (Qwen3's tools block, Kimi K2's
+ * tool_declare, DeepSeek-V3 ignoring them as its template does) and tool-call arguments as
+ * dicts, which the C renderer gets as compact JSON text and must print as the template prints
+ * the dict; test_qwen3_arguments pins that re-serialisation.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -120,6 +123,8 @@ static df_chat_template *load_fixture_template(void) { return load_template(&k_q
 typedef struct conv {
   df_chat_msg *msgs;
   df_chat_tool_call *calls;
+  char **owned; /* arguments given as JSON values, serialised (one per call at most) */
+  size_t n_owned;
   size_t n;
   df_chat_opts opts;
   const char *name, *text;
@@ -134,8 +139,11 @@ static void conv_from_json(json_t *c, conv *v) {
   json_t *m;
   json_array_foreach(msgs, i, m) n_calls += json_array_size(json_object_get(m, "tool_calls"));
   v->calls = calloc(n_calls + 1, sizeof *v->calls);
+  v->owned = calloc(n_calls + 1, sizeof *v->owned);
+  v->n_owned = 0;
   assert_non_null(v->msgs);
   assert_non_null(v->calls);
+  assert_non_null(v->owned);
   size_t k = 0;
   json_array_foreach(msgs, i, m) {
     df_chat_msg *d = &v->msgs[i];
@@ -150,7 +158,16 @@ static void conv_from_json(json_t *c, conv *v) {
     json_array_foreach(calls, j, tc) {
       json_t *f = json_object_get(tc, "function");
       v->calls[k].name = json_string_value(json_object_get(f, "name"));
-      v->calls[k].arguments = json_string_value(json_object_get(f, "arguments"));
+      /* arguments given as a dict (the Hugging Face convention): the C renderer gets JSON text,
+       * compact as an OpenAI client would send it */
+      json_t *args = json_object_get(f, "arguments");
+      if (json_is_string(args)) {
+        v->calls[k].arguments = json_string_value(args);
+      } else {
+        v->owned[v->n_owned] = json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY);
+        assert_non_null(v->owned[v->n_owned]);
+        v->calls[k].arguments = v->owned[v->n_owned++];
+      }
       v->calls[k].id = json_string_value(json_object_get(tc, "id"));
       k++;
     }
@@ -168,6 +185,8 @@ static void conv_from_json(json_t *c, conv *v) {
 static void conv_free(conv *v) {
   free(v->msgs);
   free(v->calls);
+  for (size_t i = 0; i < v->n_owned; i++) free(v->owned[i]);
+  free(v->owned);
 }
 
 static json_t *load_golden(const family *fm) {
@@ -363,6 +382,13 @@ static void test_recognition(void **state) {
   assert_int_equal(df_chat_render(t, &hi, 1, NULL, &o2, err, sizeof err), 0);
   assert_string_equal(o2.text, "<" FW "begin" SP "of" SP "sentence" FW "><" FW "User" FW ">hi");
   df_chat_text_free(&o2);
+  /* its template never reads `tools`: accepted, and the prompt is the same (as in jinja2) */
+  assert_false(df_chat_template_has_tools(t));
+  assert_true(df_chat_template_has_tool_calls(t));
+  df_chat_opts ds_tools = {.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]"};
+  assert_int_equal(df_chat_render(t, &hi, 1, &ds_tools, &o2, err, sizeof err), 0);
+  assert_string_equal(o2.text, "<" FW "begin" SP "of" SP "sentence" FW "><" FW "User" FW ">hi");
+  df_chat_text_free(&o2);
   df_chat_template_destroy(&t);
   /* the Kimi K2 tiny folder: tiktoken.model + tokenizer_config.json carrying the template */
   rc = df_chat_template_load(k_kimi.tok_dir, &t, err, sizeof err);
@@ -383,14 +409,17 @@ static void test_recognition(void **state) {
   assert_non_null(strstr(err, "messages[1].tool_calls"));
   assert_non_null(strstr(err, "Kimi K2"));
   assert_null(o2.text);
-  /* tools: a template that does not declare them refuses them, naming itself and the folder */
-  df_chat_opts with_tools = {.tools_json = "[{\"type\": \"function\"}]"};
-  assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), -1);
-  assert_non_null(strstr(err, "tools"));
-  assert_non_null(strstr(err, "Kimi K2"));
-  assert_non_null(strstr(err, "kimi_k2_tiny"));
-  with_tools.tools_json = "[]"; /* an empty list is no tools */
+  /* tools: the template declares them (a tool_declare turn); an empty list is no tools */
+  assert_true(df_chat_template_has_tools(t));
+  assert_false(df_chat_template_has_tool_calls(t));
+  df_chat_opts with_tools = {.tools_json = "[{\"type\":\"function\"}]"};
   assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), 0);
+  assert_non_null(strstr(o2.text, "<|im_system|>tool_declare<|im_middle|>[{\"type\": "
+                                  "\"function\"}]<|im_end|><|im_system|>system"));
+  df_chat_text_free(&o2);
+  with_tools.tools_json = "[]";
+  assert_int_equal(df_chat_render(t, &hi, 1, &with_tools, &o2, err, sizeof err), 0);
+  assert_null(strstr(o2.text, "tool_declare"));
   df_chat_text_free(&o2);
   df_chat_template_destroy(&t);
   /* Kimi K2 Thinking: recognised from its folder; tools that are not a JSON array, or not
@@ -474,6 +503,51 @@ static void test_recognition(void **state) {
   /* nothing at all */
   assert_int_equal(df_chat_template_load("/nonexistent/dir", &t, err, sizeof err), -1);
   assert_non_null(strstr(err, "/nonexistent/dir"));
+}
+
+/* Qwen3 tool-call arguments: rendered as the template renders json.loads(arguments) (a dict by
+ * tojson, a JSON string as its text), text that is not JSON verbatim; the tools block. */
+static void test_qwen3_arguments(void **state) {
+  (void)state;
+  df_chat_template *t = load_fixture_template();
+  assert_true(df_chat_template_has_tools(t));
+  assert_true(df_chat_template_has_tool_calls(t));
+  static const struct {
+    const char *in, *out;
+  } k[] = {
+      {"{\"a\":1,\"b\":[true,null,1.50,-0,1e2]}", "{\"a\": 1, \"b\": [true, null, 1.5, 0, 100.0]}"},
+      {"{\"a\":1,\"b\":2,\"a\":3}", "{\"a\": 3, \"b\": 2}"}, /* Python keeps the last at the first */
+      {"  {\"s\":\"\\u00e9\\/\\u0001\"}  ", "{\"s\": \"\xc3\xa9/\\u0001\"}"},
+      {"\"plain \\\"text\\\"\"", "plain \"text\""},  /* a JSON string: its decoded text */
+      {"[1,2]", "[1, 2]"},
+      {"not json", "not json"},                             /* verbatim, as a str */
+      {"{\"big\":123456789012345678901234567890}", "{\"big\":123456789012345678901234567890}"},
+      {"", ""},
+      {"{\"n\":\"a\\u0000b\"}", "{\"n\": \"a\\u0000b\"}"}, /* NUL inside: escaped */
+      {"\"a\\u0000b\"", "\"a\\u0000b\""},                     /* a string with NUL: verbatim */
+  };
+  char err[256];
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    df_chat_tool_call c = {.name = "f", .arguments = k[i].in};
+    df_chat_msg m[3] = {{.role = "user", .content = "q"},
+                        {.role = "assistant", .content = "", .tool_calls = &c, .n_tool_calls = 1},
+                        {.role = "user", .content = "ok"}};
+    df_chat_text o;
+    assert_int_equal(df_chat_render(t, m, 3, NULL, &o, err, sizeof err), 0);
+    char want[320];
+    snprintf(want, sizeof want, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+             "<tool_call>\n{\"name\": \"f\", \"arguments\": %s}\n</tool_call><|im_end|>\n"
+             "<|im_start|>user\nok<|im_end|>\n", k[i].out);
+    if (strcmp(o.text, want) != 0) fail_msg("arguments %s: got\n%s", k[i].in, o.text);
+    df_chat_text_free(&o);
+  }
+  /* tools that are not a JSON array are refused */
+  df_chat_msg hi = {.role = "user", .content = "hi"};
+  df_chat_opts bad = {.tools_json = "{}"};
+  df_chat_text o;
+  assert_int_equal(df_chat_render(t, &hi, 1, &bad, &o, err, sizeof err), -1);
+  assert_non_null(strstr(err, "expected an array"));
+  df_chat_template_destroy(&t);
 }
 
 static void test_bad_messages(void **state) {
@@ -589,6 +663,7 @@ int main(void) {
       cmocka_unit_test_prestate(test_goldens, (void *)&k_kimi_thinking),
       cmocka_unit_test_prestate(test_encode_control_tokens, (void *)&k_kimi_thinking),
       cmocka_unit_test(test_recognition),
+      cmocka_unit_test(test_qwen3_arguments),
       cmocka_unit_test(test_bad_messages),
       cmocka_unit_test(test_many_messages),
   };

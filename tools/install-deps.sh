@@ -18,6 +18,7 @@ DEBS=(
   libcmocka-dev                            # unit tests
   python3 python3-torch python3-numpy python3-jinja2 python3-matplotlib  # reference + trainer
   python3-regex                            # tiktoken tokenizer oracle (&& class intersection)
+  python3-jsonschema                       # structured-output checker (tests/json_grammar_check.py)
 )
 # Node.js: keep whatever provides node+npm already (e.g. a nodesource build that bundles npm).
 command -v node >/dev/null 2>&1 || DEBS+=(nodejs)

@@ -9,6 +9,7 @@
 #include "coordinator/generate/sched.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,6 +35,14 @@ struct df_sched_job {
   pthread_mutex_t mu;
   int pipe[2];      /* [0] polled by the caller, [1] written by the scheduler */
   bool signalled;   /* a byte is in the pipe */
+  df_jsg_run **runs;  /* [n_runs] live grammar runs (NULL when unconstrained) */
+  int n_runs;
+  df_jsg **grammars;  /* [n_grammars] the request's (owned) */
+  int n_grammars;
+  const df_jsg_vocab *gvocab;
+  float *gscratch;    /* [V] with several runs: one run's mask */
+  uint8_t *gok;       /* [V] with several runs: the union */
+  bool decode_special;
   bool logprobs;    /* record df_sched_logprob entries */
   int top_logprobs;
   df_sched_logprob *lp; /* recorded entries not yet taken (j->mu) */
@@ -97,6 +106,12 @@ static void job_free(df_sched_job *j) {
   for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
   free(j->out);
   free(j->lp);
+  for (int i = 0; i < j->n_runs; i++) df_jsg_run_destroy(&j->runs[i]);
+  free(j->runs);
+  for (int i = 0; i < j->n_grammars; i++) df_jsg_destroy(&j->grammars[i]);
+  free(j->grammars);
+  free(j->gscratch);
+  free(j->gok);
   if (j->pipe[0] >= 0) close(j->pipe[0]);
   if (j->pipe[1] >= 0) close(j->pipe[1]);
   df_sampler_destroy(&j->smp);
@@ -234,11 +249,63 @@ static void retire(df_sched *s, int idx) {
   job_unref(j);
 }
 
+/* Constrained decoding: logits [V] keep only the ids some live grammar run allows. */
+static void grammar_mask(df_sched *s, df_sched_job *j, float *logits) {
+  if (j->n_runs == 1) {
+    df_jsg_mask(j->runs[0], logits, s->V);
+    return;
+  }
+  /* several alternatives: an id stays when any of them allows it */
+  memset(j->gok, 0, (size_t)s->V);
+  for (int r = 0; r < j->n_runs; r++) {
+    for (int64_t i = 0; i < s->V; i++) j->gscratch[i] = 0.0f;
+    df_jsg_mask(j->runs[r], j->gscratch, s->V);
+    for (int64_t i = 0; i < s->V; i++) j->gok[i] |= j->gscratch[i] == 0.0f;
+  }
+  for (int64_t i = 0; i < s->V; i++)
+    if (!j->gok[i]) logits[i] = -INFINITY;
+}
+
+/* The sampled id advances every live run; runs that cannot take it are dropped (one always
+ * can: the id came from the union of their masks). */
+static void grammar_accept(df_sched_job *j, int32_t id) {
+  int w = 0;
+  for (int r = 0; r < j->n_runs; r++) {
+    if (df_jsg_accept(j->runs[r], id) == 0) j->runs[w++] = j->runs[r];
+    else df_jsg_run_destroy(&j->runs[r]);
+  }
+  j->n_runs = w;
+}
+
 /* Set up a job's per-sequence state when it gets a slot. */
 static int activate(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
   if (!(j->smp = df_sampler_new(&j->sp, s->V, err, errlen))) return -1;
-  if (df_tok_stream_new(s->tok, DF_TOK_SKIP_SPECIAL, &j->dec, err, errlen) != 0) return -1;
+  if (df_tok_stream_new(s->tok, j->decode_special ? 0 : DF_TOK_SKIP_SPECIAL, &j->dec, err,
+                        errlen) != 0)
+    return -1;
   df_sched_stop_init(&j->stopper, (const char *const *)j->stop, j->n_stop);
+  if (j->n_grammars) {
+    int n = j->n_grammars;
+    int32_t ends[16];
+    int ne = 0;
+    for (int e = 0; e < s->gcfg->n_eos && ne < 12; e++) ends[ne++] = s->gcfg->eos_token_ids[e];
+    for (int e = 0; e < s->n_chat_stop && ne < 16; e++) ends[ne++] = s->chat_stop[e];
+    if (!(j->runs = calloc((size_t)n, sizeof *j->runs))) {
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    for (int g = 0; g < n; g++) {
+      if (!(j->runs[g] = df_jsg_run_new(j->grammars[g], j->gvocab, ends, ne, err, errlen)))
+        return -1;
+      j->n_runs = g + 1;
+    }
+    if (n > 1 && (!(j->gscratch = malloc((size_t)s->V * sizeof(float))) ||
+                  !(j->gok = malloc((size_t)s->V)))) {
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    j->no_draft = true; /* each drafted position would need its own mask */
+  }
   if (!(j->seq = malloc((size_t)(j->n_prompt + j->max_tokens) * sizeof *j->seq))) {
     snprintf(err, errlen, "out of memory");
     return -1;
@@ -554,8 +621,12 @@ static void step(df_sched *s) {
         if (j->fed == j->n_prompt) df_slot_prompt_done(&s->pool, j->slot);
       }
       if (seqs[b].mode == DF_LOGITS_ALL) accept(s, j, k[b], dtok[b], L[b]);
-      else if (seqs[b].mode == DF_LOGITS_LAST)
-        on_token(s, j, df_sampler_sample(j->smp, seqs[b].logits), seqs[b].logits);
+      else if (seqs[b].mode == DF_LOGITS_LAST) {
+        if (j->n_runs) grammar_mask(s, j, seqs[b].logits);
+        int32_t id = df_sampler_sample(j->smp, seqs[b].logits);
+        if (j->n_runs) grammar_accept(j, id);
+        on_token(s, j, id, seqs[b].logits);
+      }
       gen += j->generated - g0;
     }
   }
@@ -714,13 +785,20 @@ void df_sched_destroy(df_sched **sp) {
 
 int64_t df_sched_ctx(const df_sched *s) { return s->o.ctx; }
 
+/* A job whose submission failed: the grammars stay the caller's. */
+static void job_free_unsubmitted(df_sched_job *j) {
+  j->n_grammars = 0;
+  job_free(j);
+}
+
 int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int *status,
                     char *err, size_t errlen) {
   *out = NULL;
   *status = 400;
-  if (r->n_prompt < 1 || r->max_tokens < 1 || r->n_stop < 0 || r->n_stop > 8) {
+  if (r->n_prompt < 1 || r->max_tokens < 1 || r->n_stop < 0 || r->n_stop > 8 ||
+      r->n_grammars < 0 || r->n_grammars > DF_SCHED_MAX_GRAMMARS) {
     snprintf(err, errlen, "a request needs at least one prompt token, max_tokens >= 1 and at "
-             "most 8 stop strings");
+             "most 8 stop strings and %d grammars", DF_SCHED_MAX_GRAMMARS);
     return -1;
   }
   if (r->n_prompt + r->max_tokens > s->o.ctx) {
@@ -747,6 +825,13 @@ int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int 
   j->sp = r->sp;
   j->ignore_eos = r->ignore_eos;
   j->logprobs = r->logprobs;
+  j->decode_special = r->decode_special;
+  j->gvocab = r->gvocab;
+  if (r->n_grammars > 0 && r->gvocab) {
+    if (!(j->grammars = malloc((size_t)r->n_grammars * sizeof *j->grammars))) goto oom_job;
+    memcpy(j->grammars, r->grammars, (size_t)r->n_grammars * sizeof *j->grammars);
+    j->n_grammars = r->n_grammars; /* taken only when the submission succeeds (below) */
+  }
   j->top_logprobs = r->top_logprobs < 0 ? 0 : r->top_logprobs > DF_SCHED_TOP_MAX ? DF_SCHED_TOP_MAX : r->top_logprobs;
   j->slot = -1;
   j->news.prompt_tokens = r->n_prompt;
@@ -758,13 +843,13 @@ int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int 
   }
   if (pipe2(j->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
     snprintf(err, errlen, "cannot create a pipe: %s", strerror(errno));
-    job_free(j);
+    job_free_unsubmitted(j);
     return -1;
   }
   pthread_mutex_lock(&s->mu);
   if (s->stopping) {
     pthread_mutex_unlock(&s->mu);
-    job_free(j);
+    job_free_unsubmitted(j);
     *status = 503;
     snprintf(err, errlen, "the server is shutting down");
     return -1;
@@ -783,7 +868,7 @@ int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int 
   pthread_mutex_unlock(&s->mu);
   finish_cancelled(s, gone);
   if (full) {
-    job_free(j);
+    job_free_unsubmitted(j);
     *status = 429;
     snprintf(err, errlen, "the server is busy: %d requests running and %lld waiting (--max-queue "
              "%d); retry later", s->o.max_seqs, n_waiting, s->o.max_queue);
@@ -792,7 +877,7 @@ int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int 
   *out = j;
   return 0;
 oom_job:
-  job_free(j);
+  job_free_unsubmitted(j);
 oom:
   snprintf(err, errlen, "out of memory");
   return -1;

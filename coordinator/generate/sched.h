@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordinator/generate/json_grammar.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/text/tokenizer.h"
@@ -110,7 +111,21 @@ typedef struct df_sched_req {
   int n_stop;
   bool logprobs;          /* record a df_sched_logprob per generated id (end ids excluded) */
   int top_logprobs;       /* alternatives per position, 0..DF_SCHED_TOP_MAX */
+  /* Constrained decoding (structured output, forced tool calls): the output must be accepted
+   * by one of grammars[0..n_grammars), then an end id. df_sched_submit takes the grammars when
+   * it succeeds (they are freed with the job; on failure they stay the caller's); gvocab is
+   * borrowed and must outlive the scheduler. Each step masks the logits to the ids some still-live grammar allows
+   * (json_grammar.h df_jsg_mask) before sampling, and the logprobs are those of the masked
+   * logits. Such a sequence never drafts. 0 = unconstrained. */
+  const df_jsg *const *grammars;
+  int n_grammars;
+  const df_jsg_vocab *gvocab;
+  bool decode_special;    /* the text keeps special tokens' text (tool-call markers); end ids
+                             still decode to nothing */
 } df_sched_req;
+
+/* Most grammars one request may give (a forced call of one of up to this many tools). */
+#define DF_SCHED_MAX_GRAMMARS 128
 
 typedef enum df_sched_finish {
   DF_SCHED_RUNNING = 0,   /* not finished */

@@ -3,6 +3,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "coordinator/server/api.h"
+#include "coordinator/server/api_internal.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -26,9 +27,7 @@ int df_api_error_set(df_api_error *e, int status, const char *type, const char *
 
 /* ---- parsing ------------------------------------------------------------------------- */
 
-static int bad(df_api_error *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(df_api_error *e, const char *param, const char *fmt, ...) {
+int df_api_bad(df_api_error *e, const char *param, const char *fmt, ...) {
   char msg[400];
   va_list ap;
   va_start(ap, fmt);
@@ -37,7 +36,7 @@ static int bad(df_api_error *e, const char *param, const char *fmt, ...) {
   return df_api_error_set(e, 400, NULL, param, NULL, "%s", msg);
 }
 
-static const char *type_name(const json_t *v) {
+const char *df_api_type_name(const json_t *v) {
   switch (json_typeof(v)) {
   case JSON_OBJECT: return "an object";
   case JSON_ARRAY: return "an array";
@@ -52,13 +51,13 @@ static const char *type_name(const json_t *v) {
 }
 
 /* A copy of a JSON string without NUL bytes (jansson guarantees valid UTF-8). */
-static int get_str(const json_t *v, const char *param, bool allow_empty, char **out,
+int df_api_get_str(const json_t *v, const char *param, bool allow_empty, char **out,
                    df_api_error *e) {
-  if (!json_is_string(v)) return bad(e, param, "'%s' must be a string, got %s", param, type_name(v));
+  if (!json_is_string(v)) return df_api_bad(e, param, "'%s' must be a string, got %s", param, df_api_type_name(v));
   size_t n = json_string_length(v);
   const char *s = json_string_value(v);
-  if (memchr(s, 0, n)) return bad(e, param, "'%s' must not contain NUL characters", param);
-  if (!n && !allow_empty) return bad(e, param, "'%s' must not be empty", param);
+  if (memchr(s, 0, n)) return df_api_bad(e, param, "'%s' must not contain NUL characters", param);
+  if (!n && !allow_empty) return df_api_bad(e, param, "'%s' must not be empty", param);
   char *c = malloc(n + 1);
   if (!c) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
   memcpy(c, s, n + 1);
@@ -67,8 +66,8 @@ static int get_str(const json_t *v, const char *param, bool allow_empty, char **
   return 0;
 }
 
-static int get_bool(const json_t *v, const char *param, bool *out, df_api_error *e) {
-  if (!json_is_boolean(v)) return bad(e, param, "'%s' must be a boolean, got %s", param, type_name(v));
+int df_api_get_bool(const json_t *v, const char *param, bool *out, df_api_error *e) {
+  if (!json_is_boolean(v)) return df_api_bad(e, param, "'%s' must be a boolean, got %s", param, df_api_type_name(v));
   *out = json_is_true(v);
   return 0;
 }
@@ -76,10 +75,10 @@ static int get_bool(const json_t *v, const char *param, bool *out, df_api_error 
 static int get_int(const json_t *v, const char *param, int64_t lo, int64_t hi, int64_t *out,
                    df_api_error *e) {
   if (!json_is_integer(v))
-    return bad(e, param, "'%s' must be an integer, got %s", param, type_name(v));
+    return df_api_bad(e, param, "'%s' must be an integer, got %s", param, df_api_type_name(v));
   json_int_t x = json_integer_value(v);
   if (x < lo || x > hi)
-    return bad(e, param, "'%s' must be in [%lld, %lld], got %lld", param, (long long)lo,
+    return df_api_bad(e, param, "'%s' must be in [%lld, %lld], got %lld", param, (long long)lo,
                (long long)hi, (long long)x);
   *out = (int64_t)x;
   return 0;
@@ -88,10 +87,10 @@ static int get_int(const json_t *v, const char *param, int64_t lo, int64_t hi, i
 /* A number in [lo, hi] (lo excluded when lo_open). */
 static int get_num(const json_t *v, const char *param, double lo, bool lo_open, double hi,
                    double *out, df_api_error *e) {
-  if (!json_is_number(v)) return bad(e, param, "'%s' must be a number, got %s", param, type_name(v));
+  if (!json_is_number(v)) return df_api_bad(e, param, "'%s' must be a number, got %s", param, df_api_type_name(v));
   double x = json_number_value(v);
   if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi)
-    return bad(e, param, "'%s' must be in %s%g, %g], got %g", param, lo_open ? "(" : "[", lo, hi, x);
+    return df_api_bad(e, param, "'%s' must be in %s%g, %g], got %g", param, lo_open ? "(" : "[", lo, hi, x);
   *out = x;
   return 0;
 }
@@ -100,56 +99,56 @@ static int get_num(const json_t *v, const char *param, double lo, bool lo_open, 
 static int only_value(const json_t *v, const char *param, const json_t *ok, const char *what,
                       df_api_error *e) {
   if (json_equal(v, ok)) return 0;
-  return bad(e, param, "'%s' is not supported: only %s is accepted", param, what);
+  return df_api_bad(e, param, "'%s' is not supported: only %s is accepted", param, what);
 }
 
 static int parse_stop(const json_t *v, df_api_request *r, df_api_error *e) {
   if (json_is_string(v)) {
     r->n_stop = 1;
-    return get_str(v, "stop", false, &r->stop[0], e);
+    return df_api_get_str(v, "stop", false, &r->stop[0], e);
   }
-  if (!json_is_array(v)) return bad(e, "stop", "'stop' must be a string or an array of strings, got %s", type_name(v));
+  if (!json_is_array(v)) return df_api_bad(e, "stop", "'stop' must be a string or an array of strings, got %s", df_api_type_name(v));
   size_t n = json_array_size(v);
-  if (n > DF_API_MAX_STOP) return bad(e, "stop", "'stop' has %zu strings; at most %d are supported", n, DF_API_MAX_STOP);
+  if (n > DF_API_MAX_STOP) return df_api_bad(e, "stop", "'stop' has %zu strings; at most %d are supported", n, DF_API_MAX_STOP);
   for (size_t i = 0; i < n; i++) {
     char p[32];
     snprintf(p, sizeof p, "stop[%zu]", i);
-    if (get_str(json_array_get(v, i), p, false, &r->stop[i], e)) return -1;
+    if (df_api_get_str(json_array_get(v, i), p, false, &r->stop[i], e)) return -1;
     r->n_stop = (int)i + 1;
   }
   return 0;
 }
 
 static int parse_content(const json_t *v, const char *param, char **out, df_api_error *e) {
-  if (json_is_string(v)) return get_str(v, param, true, out, e);
+  if (json_is_string(v)) return df_api_get_str(v, param, true, out, e);
   if (!json_is_array(v))
-    return bad(e, param, "'%s' must be a string or an array of text parts, got %s", param, type_name(v));
+    return df_api_bad(e, param, "'%s' must be a string or an array of text parts, got %s", param, df_api_type_name(v));
   size_t total = 0, n = json_array_size(v);
   for (size_t i = 0; i < n; i++) {
     const json_t *part = json_array_get(v, i);
     char p[160];
     snprintf(p, sizeof p, "%s[%zu]", param, i);
-    if (!json_is_object(part)) return bad(e, p, "'%s' must be an object, got %s", p, type_name(part));
+    if (!json_is_object(part)) return df_api_bad(e, p, "'%s' must be an object, got %s", p, df_api_type_name(part));
     const char *k;
     json_t *x;
     json_object_foreach((json_t *)part, k, x) {
       if (strcmp(k, "type") && strcmp(k, "text")) {
         char q[200];
         snprintf(q, sizeof q, "%s.%s", p, k);
-        return bad(e, q, "Unrecognized content part field: '%s'", q);
+        return df_api_bad(e, q, "Unrecognized content part field: '%s'", q);
       }
     }
     const json_t *t = json_object_get(part, "type");
     char q[200];
     snprintf(q, sizeof q, "%s.type", p);
-    if (!json_is_string(t)) return bad(e, q, "'%s' must be a string", q);
+    if (!json_is_string(t)) return df_api_bad(e, q, "'%s' must be a string", q);
     if (strcmp(json_string_value(t), "text"))
-      return bad(e, q, "'%s' is '%s': only 'text' content parts are supported", q, json_string_value(t));
+      return df_api_bad(e, q, "'%s' is '%s': only 'text' content parts are supported", q, json_string_value(t));
     const json_t *tx = json_object_get(part, "text");
     snprintf(q, sizeof q, "%s.text", p);
-    if (!json_is_string(tx)) return bad(e, q, "'%s' must be a string, got %s", q, tx ? type_name(tx) : "nothing");
+    if (!json_is_string(tx)) return df_api_bad(e, q, "'%s' must be a string, got %s", q, tx ? df_api_type_name(tx) : "nothing");
     if (memchr(json_string_value(tx), 0, json_string_length(tx)))
-      return bad(e, q, "'%s' must not contain NUL characters", q);
+      return df_api_bad(e, q, "'%s' must not contain NUL characters", q);
     total += json_string_length(tx) + 1;
   }
   char *s = malloc(total + 1), *w = s;
@@ -167,9 +166,9 @@ static int parse_content(const json_t *v, const char *param, char **out, df_api_
 }
 
 static int parse_messages(const json_t *v, df_api_request *r, df_api_error *e) {
-  if (!json_is_array(v)) return bad(e, "messages", "'messages' must be an array, got %s", type_name(v));
+  if (!json_is_array(v)) return df_api_bad(e, "messages", "'messages' must be an array, got %s", df_api_type_name(v));
   size_t n = json_array_size(v);
-  if (!n) return bad(e, "messages", "'messages' must contain at least one message");
+  if (!n) return df_api_bad(e, "messages", "'messages' must contain at least one message");
   r->msgs = calloc(n, sizeof *r->msgs);
   if (!r->msgs) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
   r->n_msgs = n;
@@ -178,34 +177,43 @@ static int parse_messages(const json_t *v, df_api_request *r, df_api_error *e) {
     df_api_msg *d = &r->msgs[i];
     char p[64], q[128];
     snprintf(p, sizeof p, "messages[%zu]", i);
-    if (!json_is_object(m)) return bad(e, p, "'%s' must be an object, got %s", p, type_name(m));
+    if (!json_is_object(m)) return df_api_bad(e, p, "'%s' must be an object, got %s", p, df_api_type_name(m));
     const json_t *role = json_object_get(m, "role");
     snprintf(q, sizeof q, "%s.role", p);
-    if (!role) return bad(e, q, "'%s' is required", q);
-    if (get_str(role, q, false, &d->role, e)) return -1;
-    if (strcmp(d->role, "system") && strcmp(d->role, "user") && strcmp(d->role, "assistant"))
-      return bad(e, q, "'%s' is '%s': supported roles are system, user and assistant", q, d->role);
+    if (!role) return df_api_bad(e, q, "'%s' is required", q);
+    if (df_api_get_str(role, q, false, &d->role, e)) return -1;
+    if (strcmp(d->role, "system") && strcmp(d->role, "user") && strcmp(d->role, "assistant") &&
+        strcmp(d->role, "tool"))
+      return df_api_bad(e, q, "'%s' is '%s': supported roles are system, user, assistant and tool",
+                        q, d->role);
+    bool assistant = !strcmp(d->role, "assistant"), tool = !strcmp(d->role, "tool");
     const char *k;
     json_t *x;
     json_object_foreach((json_t *)m, k, x) {
       snprintf(q, sizeof q, "%s.%s", p, k);
       if (!strcmp(k, "role")) continue;
       if (!strcmp(k, "content")) {
-        if (json_is_null(x) && !strcmp(d->role, "assistant")) continue;
+        if (json_is_null(x) && assistant) continue;
         if (parse_content(x, q, &d->content, e)) return -1;
-      } else if (!strcmp(k, "reasoning_content") && !strcmp(d->role, "assistant")) {
-        if (!json_is_null(x) && get_str(x, q, true, &d->reasoning, e)) return -1;
-      } else if (!strcmp(k, "tool_calls") || !strcmp(k, "function_call")) {
-        if (!json_is_null(x) && !(json_is_array(x) && !json_array_size(x)))
-          return bad(e, q, "'%s' is not supported (tools are not implemented)", q);
+      } else if (!strcmp(k, "reasoning_content") && assistant) {
+        if (!json_is_null(x) && df_api_get_str(x, q, true, &d->reasoning, e)) return -1;
+      } else if (!strcmp(k, "tool_calls") && assistant) {
+        if (df_api_parse_tool_calls(x, q, d, e)) return -1;
+      } else if (!strcmp(k, "tool_call_id") && tool) {
+        if (!json_is_null(x) && df_api_get_str(x, q, false, &d->tool_call_id, e)) return -1;
+      } else if (!strcmp(k, "name")) {
+        if (!json_is_null(x) && df_api_get_str(x, q, false, &d->name, e)) return -1;
+      } else if (!strcmp(k, "function_call") || !strcmp(k, "refusal") || !strcmp(k, "audio")) {
+        if (!json_is_null(x)) return df_api_bad(e, q, "'%s' is not supported", q);
       } else {
-        return bad(e, q, "Unrecognized message field: '%s'", q);
+        return df_api_bad(e, q, "Unrecognized message field: '%s'", q);
       }
     }
     if (!d->content) {
       snprintf(q, sizeof q, "%s.content", p);
-      if (strcmp(d->role, "assistant")) return bad(e, q, "'%s' is required", q);
-      if (!(d->content = strdup("")))
+      if (!assistant) return df_api_bad(e, q, "'%s' is required", q);
+      /* an assistant turn of tool calls may have null content; otherwise null is "" */
+      if (!d->n_tool_calls && !(d->content = strdup("")))
         return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     }
   }
@@ -213,17 +221,17 @@ static int parse_messages(const json_t *v, df_api_request *r, df_api_error *e) {
 }
 
 static int parse_prompt(const json_t *v, df_api_request *r, df_api_error *e) {
-  if (json_is_string(v)) return get_str(v, "prompt", true, &r->prompt, e);
+  if (json_is_string(v)) return df_api_get_str(v, "prompt", true, &r->prompt, e);
   if (!json_is_array(v))
-    return bad(e, "prompt", "'prompt' must be a string, an array of one string or an array of "
-               "token ids, got %s", type_name(v));
+    return df_api_bad(e, "prompt", "'prompt' must be a string, an array of one string or an array of "
+               "token ids, got %s", df_api_type_name(v));
   size_t n = json_array_size(v);
-  if (!n) return bad(e, "prompt", "'prompt' must not be empty");
+  if (!n) return df_api_bad(e, "prompt", "'prompt' must not be empty");
   if (json_is_string(json_array_get(v, 0))) {
     if (n != 1)
-      return bad(e, "prompt", "'prompt' has %zu strings: one prompt per request is supported "
+      return df_api_bad(e, "prompt", "'prompt' has %zu strings: one prompt per request is supported "
                  "(batched prompts are not implemented)", n);
-    return get_str(json_array_get(v, 0), "prompt[0]", true, &r->prompt, e);
+    return df_api_get_str(json_array_get(v, 0), "prompt[0]", true, &r->prompt, e);
   }
   r->prompt_ids = malloc(n * sizeof *r->prompt_ids);
   if (!r->prompt_ids) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -232,8 +240,8 @@ static int parse_prompt(const json_t *v, df_api_request *r, df_api_error *e) {
     char p[48];
     snprintf(p, sizeof p, "prompt[%zu]", i);
     if (json_is_array(x))
-      return bad(e, p, "'prompt' as an array of token arrays (several prompts) is not supported");
-    int64_t id;
+      return df_api_bad(e, p, "'prompt' as an array of token arrays (several prompts) is not supported");
+    int64_t id = 0;
     if (get_int(x, p, 0, INT32_MAX, &id, e)) return -1;
     r->prompt_ids[i] = (int32_t)id;
   }
@@ -243,16 +251,16 @@ static int parse_prompt(const json_t *v, df_api_request *r, df_api_error *e) {
 
 static int parse_stream_options(const json_t *v, df_api_request *r, df_api_error *e) {
   if (!json_is_object(v))
-    return bad(e, "stream_options", "'stream_options' must be an object, got %s", type_name(v));
+    return df_api_bad(e, "stream_options", "'stream_options' must be an object, got %s", df_api_type_name(v));
   const char *k;
   json_t *x;
   json_object_foreach((json_t *)v, k, x) {
     if (strcmp(k, "include_usage")) {
       char q[160];
       snprintf(q, sizeof q, "stream_options.%s", k);
-      return bad(e, q, "Unrecognized request argument supplied: '%s'", q);
+      return df_api_bad(e, q, "Unrecognized request argument supplied: '%s'", q);
     }
-    if (!json_is_null(x) && get_bool(x, "stream_options.include_usage", &r->include_usage, e))
+    if (!json_is_null(x) && df_api_get_bool(x, "stream_options.include_usage", &r->include_usage, e))
       return -1;
   }
   return 0;
@@ -269,7 +277,7 @@ static int effort_of(const json_t *x) {
 
 static int parse_template_kwargs(const json_t *v, df_api_request *r, df_api_error *e) {
   if (!json_is_object(v))
-    return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s", type_name(v));
+    return df_api_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s", df_api_type_name(v));
   const char *k;
   json_t *x;
   json_object_foreach((json_t *)v, k, x) {
@@ -282,21 +290,21 @@ static int parse_template_kwargs(const json_t *v, df_api_request *r, df_api_erro
       }
       int eff = effort_of(x);
       if (eff < 0)
-        return bad(e, q, "'%s' must be one of \"low\", \"medium\", \"high\", \"max\" or null", q);
+        return df_api_bad(e, q, "'%s' must be one of \"low\", \"medium\", \"high\", \"max\" or null", q);
       if (r->thinking_effort != DF_API_EFFORT_UNSET && r->thinking_effort != eff)
-        return bad(e, q, "'%s' disagrees with 'reasoning_effort'", q);
+        return df_api_bad(e, q, "'%s' disagrees with 'reasoning_effort'", q);
       r->thinking_effort = eff;
       continue;
     }
     /* enable_thinking (Qwen3) and thinking (Kimi K3) name the same switch */
     if (strcmp(k, "enable_thinking") && strcmp(k, "thinking"))
-      return bad(e, q, "'%s' is not supported: the template options are enable_thinking (or "
+      return df_api_bad(e, q, "'%s' is not supported: the template options are enable_thinking (or "
                  "thinking) and thinking_effort", q);
     if (json_is_null(x)) continue;
     bool b = false;
-    if (get_bool(x, q, &b, e)) return -1;
+    if (df_api_get_bool(x, q, &b, e)) return -1;
     if (r->enable_thinking >= 0 && r->enable_thinking != b)
-      return bad(e, q, "'chat_template_kwargs.enable_thinking' and '.thinking' disagree");
+      return df_api_bad(e, q, "'chat_template_kwargs.enable_thinking' and '.thinking' disagree");
     r->enable_thinking = b;
   }
   return 0;
@@ -321,14 +329,14 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
     goto fail;
   }
   if (!json_is_object(root)) {
-    bad(e, NULL, "The request body must be a JSON object, got %s", type_name(root));
+    df_api_bad(e, NULL, "The request body must be a JSON object, got %s", df_api_type_name(root));
     goto fail;
   }
   json_t *one = json_integer(1), *zero = json_integer(0), *fals = json_false(),
-         *empty_obj = json_object(), *empty_arr = json_array(), *none = json_string("none");
-  json_t *text_fmt = json_pack("{s:s}", "type", "text");
+         *empty_obj = json_object();
   int64_t mct = -1;
-  bool top_given = false;
+  bool top_given = false, choice_given = false;
+  r->parallel_tool_calls = true;
   int rc = 0;
   const char *k;
   json_t *v;
@@ -336,7 +344,7 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
     bool chat = kind == DF_API_CHAT, cmpl = kind == DF_API_COMPLETION;
     if (json_is_null(v) && strcmp(k, "model") && strcmp(k, "messages") && strcmp(k, "prompt"))
       continue; /* null = not given */
-    if (!strcmp(k, "model")) rc = get_str(v, "model", false, &r->model, e);
+    if (!strcmp(k, "model")) rc = df_api_get_str(v, "model", false, &r->model, e);
     else if (chat && !strcmp(k, "messages")) rc = parse_messages(v, r, e);
     else if (cmpl && !strcmp(k, "prompt")) rc = parse_prompt(v, r, e);
     else if (!strcmp(k, "max_tokens")) rc = get_int(v, k, 1, INT32_MAX, &r->max_tokens, e);
@@ -352,33 +360,36 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
       r->seed = (uint64_t)s;
       r->has_seed = !rc;
     } else if (!strcmp(k, "stop")) rc = parse_stop(v, r, e);
-    else if (!strcmp(k, "stream")) rc = get_bool(v, k, &r->stream, e);
+    else if (!strcmp(k, "stream")) rc = df_api_get_bool(v, k, &r->stream, e);
     else if (!strcmp(k, "stream_options")) rc = parse_stream_options(v, r, e);
-    else if (!strcmp(k, "ignore_eos")) rc = get_bool(v, k, &r->ignore_eos, e);
+    else if (!strcmp(k, "ignore_eos")) rc = df_api_get_bool(v, k, &r->ignore_eos, e);
     else if (!strcmp(k, "user")) {
       char *u = NULL;
-      rc = get_str(v, k, true, &u, e);
+      rc = df_api_get_str(v, k, true, &u, e);
       free(u);
     } else if (!strcmp(k, "n")) rc = only_value(v, k, one, "n = 1", e);
     else if (!strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty")) {
       rc = json_is_number(v) && json_number_value(v) == 0 ? 0 : only_value(v, k, zero, "0", e);
     } else if (!strcmp(k, "logit_bias")) rc = only_value(v, k, empty_obj, "{}", e);
-    else if (chat && !strcmp(k, "logprobs")) rc = get_bool(v, k, &r->logprobs, e);
+    else if (chat && !strcmp(k, "logprobs")) rc = df_api_get_bool(v, k, &r->logprobs, e);
     else if (chat && !strcmp(k, "top_logprobs")) {
       int64_t t = 0;
       rc = get_int(v, k, 0, DF_API_TOP_LOGPROBS_MAX, &t, e);
       r->top_logprobs = (int)t;
       top_given = !rc;
     }
-    else if (chat && !strcmp(k, "tools")) rc = only_value(v, k, empty_arr, "[] (tools are not implemented)", e);
-    else if (chat && !strcmp(k, "tool_choice")) rc = only_value(v, k, none, "\"none\" (tools are not implemented)", e);
-    else if (chat && !strcmp(k, "response_format")) rc = only_value(v, k, text_fmt, "{\"type\": \"text\"}", e);
+    else if (chat && !strcmp(k, "tools")) rc = df_api_parse_tools(v, r, e);
+    else if (chat && !strcmp(k, "tool_choice")) {
+      rc = df_api_parse_tool_choice(v, r, e);
+      choice_given = !rc;
+    } else if (chat && !strcmp(k, "parallel_tool_calls")) rc = df_api_get_bool(v, k, &r->parallel_tool_calls, e);
+    else if (chat && !strcmp(k, "response_format")) rc = df_api_parse_response_format(v, r, e);
     else if (chat && !strcmp(k, "chat_template_kwargs")) rc = parse_template_kwargs(v, r, e);
     else if (chat && !strcmp(k, "reasoning_effort")) {
       int eff = effort_of(v);
-      if (eff < 0) rc = bad(e, k, "'reasoning_effort' must be one of \"low\", \"medium\", \"high\", \"max\"");
+      if (eff < 0) rc = df_api_bad(e, k, "'reasoning_effort' must be one of \"low\", \"medium\", \"high\", \"max\"");
       else if (r->thinking_effort != DF_API_EFFORT_UNSET && r->thinking_effort != eff)
-        rc = bad(e, k, "'reasoning_effort' disagrees with 'chat_template_kwargs.thinking_effort'");
+        rc = df_api_bad(e, k, "'reasoning_effort' disagrees with 'chat_template_kwargs.thinking_effort'");
       else r->thinking_effort = eff;
     }
     else if (cmpl && !strcmp(k, "logprobs")) {
@@ -389,44 +400,43 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
     }
     else if (cmpl && !strcmp(k, "echo")) rc = only_value(v, k, fals, "false", e);
     else if (cmpl && !strcmp(k, "best_of")) rc = only_value(v, k, one, "1", e);
-    else if (cmpl && !strcmp(k, "suffix")) rc = bad(e, k, "'suffix' is not supported");
-    else rc = bad(e, k, "Unrecognized request argument supplied: %s", k);
+    else if (cmpl && !strcmp(k, "suffix")) rc = df_api_bad(e, k, "'suffix' is not supported");
+    else rc = df_api_bad(e, k, "Unrecognized request argument supplied: %s", k);
     if (rc) break;
   }
   json_decref(one);
   json_decref(zero);
   json_decref(fals);
   json_decref(empty_obj);
-  json_decref(empty_arr);
-  json_decref(none);
-  json_decref(text_fmt);
   if (rc) goto fail;
   if (!r->model) {
-    bad(e, "model", "you must provide a model parameter");
+    df_api_bad(e, "model", "you must provide a model parameter");
     goto fail;
   }
   if (kind == DF_API_CHAT && !r->msgs) {
-    bad(e, "messages", "'messages' is a required property");
+    df_api_bad(e, "messages", "'messages' is a required property");
     goto fail;
   }
   if (kind == DF_API_COMPLETION && !r->prompt && !r->prompt_ids) {
-    bad(e, "prompt", "'prompt' is a required property");
+    df_api_bad(e, "prompt", "'prompt' is a required property");
     goto fail;
   }
   if (mct >= 0) {
     if (r->max_tokens >= 0 && r->max_tokens != mct) {
-      bad(e, "max_completion_tokens", "'max_tokens' (%lld) and 'max_completion_tokens' (%lld) "
+      df_api_bad(e, "max_completion_tokens", "'max_tokens' (%lld) and 'max_completion_tokens' (%lld) "
           "disagree; give one of them", (long long)r->max_tokens, (long long)mct);
       goto fail;
     }
     r->max_tokens = mct;
   }
+  if (!choice_given) r->tool_choice = r->n_tools ? DF_API_TOOLS_AUTO : DF_API_TOOLS_NONE;
+  if (df_api_check_tools(r, e)) goto fail;
   if (top_given && !r->logprobs) {
-    bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    df_api_bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     goto fail;
   }
   if (r->include_usage && !r->stream) {
-    bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+    df_api_bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
     goto fail;
   }
   json_decref(root);
@@ -441,6 +451,7 @@ fail:
 void df_api_request_free(df_api_request *r) {
   if (!r) return;
   free(r->model);
+  df_api_free_tools(r);
   for (size_t i = 0; i < r->n_msgs; i++) {
     free(r->msgs[i].role);
     free(r->msgs[i].content);

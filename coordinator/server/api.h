@@ -52,11 +52,40 @@ typedef struct df_api_error {
 /* Most stop strings a request may give (OpenAI's limit). */
 #define DF_API_MAX_STOP 4
 
+/* One tool call of an assistant message (OpenAI {id, type: "function", function: {name,
+ * arguments}}). */
+typedef struct df_api_tool_call {
+  char *id;        /* the call's id, or NULL when not given */
+  char *name;      /* the function's name */
+  char *arguments; /* the arguments as JSON text (OpenAI sends a string; an object is accepted
+                      and kept as its compact JSON text); a JSON object */
+} df_api_tool_call;
+
 typedef struct df_api_msg {
-  char *role;      /* "system", "user" or "assistant" */
-  char *content;   /* UTF-8 without NUL; text parts joined with "\n" */
+  char *role;      /* "system", "user", "assistant" or "tool" */
+  char *content;   /* UTF-8 without NUL; text parts joined with "\n"; NULL only for an
+                      assistant message with tool calls whose content was null or absent */
   char *reasoning; /* assistant reasoning_content, or NULL */
+  char *name;      /* the message's name, or NULL */
+  char *tool_call_id; /* tool messages: the call answered, or NULL */
+  df_api_tool_call *tool_calls; /* assistant: [n_tool_calls] */
+  size_t n_tool_calls;
 } df_api_msg;
+
+/* tool_choice */
+typedef enum df_api_tool_choice {
+  DF_API_TOOLS_AUTO = 0,     /* "auto" (the default when tools are given) */
+  DF_API_TOOLS_NONE = 1,     /* "none" (the default without tools) */
+  DF_API_TOOLS_REQUIRED = 2, /* "required": at least one call */
+  DF_API_TOOLS_NAMED = 3,    /* {"type": "function", "function": {"name": N}}: a call of N */
+} df_api_tool_choice;
+
+/* response_format.type */
+typedef enum df_api_format {
+  DF_API_FORMAT_TEXT = 0,
+  DF_API_FORMAT_JSON_OBJECT = 1,
+  DF_API_FORMAT_JSON_SCHEMA = 2,
+} df_api_format;
 
 /* A validated request. Strings are malloc'd, NUL-terminated, valid UTF-8 without NUL bytes;
  * freed by df_api_request_free. "Not given" values are as documented per field. */
@@ -83,6 +112,17 @@ typedef struct df_api_request {
                            0, 1 */
   int thinking_effort;  /* chat_template_kwargs.thinking_effort or reasoning_effort: a
                            df_api_effort */
+  char *tools_json;     /* chat: the `tools` array as compact JSON text (key order kept), or
+                           NULL when absent or empty */
+  size_t n_tools;
+  char **tool_names;    /* [n_tools] each function's name */
+  char **tool_params;   /* [n_tools] each function's `parameters` as JSON text, or NULL */
+  int tool_choice;      /* a df_api_tool_choice */
+  char *tool_choice_name; /* DF_API_TOOLS_NAMED: the function */
+  bool parallel_tool_calls; /* default true */
+  int format;           /* response_format.type: a df_api_format */
+  char *format_json;    /* the whole response_format object as JSON text, or NULL (text) */
+  char *schema_json;    /* DF_API_FORMAT_JSON_SCHEMA: json_schema.schema as JSON text */
   bool logprobs;        /* chat: logprobs; completions: logprobs given (an integer) */
   int top_logprobs;     /* chat: top_logprobs (0..DF_API_TOP_LOGPROBS_MAX, needs logprobs);
                            completions: the logprobs integer (0..DF_API_CMPL_LOGPROBS_MAX) */

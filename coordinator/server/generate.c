@@ -181,6 +181,201 @@ static int take_news(conn *c) {
   return got;
 }
 
+/* ---- tools and structured output ----------------------------------------------------- */
+
+/* The server's vocabulary trie for constrained decoding, built on first use. NULL + 500 when
+ * out of memory. */
+static const df_jsg_vocab *grammar_vocab(df_srv *s, df_api_error *e) {
+  pthread_mutex_lock(&s->mu);
+  char err[256] = "";
+  if (!s->gvocab) s->gvocab = df_jsg_vocab_new(s->tok, err, sizeof err);
+  const df_jsg_vocab *v = s->gvocab;
+  pthread_mutex_unlock(&s->mu);
+  if (!v) df_api_error_set(e, 500, "server_error", NULL, NULL, "constrained decoding: %s", err);
+  return v;
+}
+
+/* Compile one grammar; a schema the recogniser does not support is a 400 naming `param` and
+ * the keyword. */
+static int compile(const char *schema, const char *prefix, const char *suffix, const char *param,
+                   df_jsg **out, df_api_error *e) {
+  char err[400];
+  if (df_jsg_compile(schema, schema ? strlen(schema) : 0, prefix, suffix, out, NULL, 0, err,
+                     sizeof err) == 0)
+    return 0;
+  return df_api_error_set(e, 400, NULL, param, NULL, "%s: %s", param, err);
+}
+
+/* The grammars a request's output must follow (*n = 0: none): response_format json_object /
+ * json_schema, or a forced tool call (tool_choice named: that tool's frame around its
+ * parameters; "required": one alternative per tool). Each alternative is malloc'd into g[].
+ * A forced call's frame text that every alternative starts with goes to *forced (malloc'd, or
+ * NULL): the caller appends its tokens to the prompt (the model would spend a token per byte
+ * spelling the fixed text out under the mask) and the grammars start after it. Kimi K3's
+ * frame belongs inside its response element: its template's tool_choice message asks for the
+ * call instead, and nothing is forced. */
+static int plan_grammars(conn *c, const df_api_request *rq, df_jsg **g, int *n, char **forced,
+                         df_api_error *e) {
+  *n = 0;
+  *forced = NULL;
+  if (rq->kind != DF_API_CHAT) return 0;
+  if (rq->format == DF_API_FORMAT_JSON_OBJECT || rq->format == DF_API_FORMAT_JSON_SCHEMA) {
+    if (compile(rq->format == DF_API_FORMAT_JSON_SCHEMA ? rq->schema_json : NULL, NULL, NULL,
+                "response_format.json_schema.schema", &g[0], e))
+      return -1;
+    *n = 1;
+    return 0;
+  }
+  df_chat_family fam = df_chat_template_family(c->srv->tmpl);
+  if ((rq->tool_choice != DF_API_TOOLS_REQUIRED && rq->tool_choice != DF_API_TOOLS_NAMED) ||
+      fam == DF_CHAT_KIMI_K3)
+    return 0;
+  size_t earlier = 0; /* Kimi K2 numbers calls across the conversation */
+  for (size_t i = 0; i < rq->n_msgs; i++) earlier += rq->msgs[i].n_tool_calls;
+  char *pre[DF_SCHED_MAX_GRAMMARS], *suf[DF_SCHED_MAX_GRAMMARS];
+  size_t tool[DF_SCHED_MAX_GRAMMARS], np = 0, common = 0;
+  int rc = 0;
+  for (size_t t = 0; t < rq->n_tools && np < DF_SCHED_MAX_GRAMMARS; t++) {
+    if (rq->tool_choice == DF_API_TOOLS_NAMED && strcmp(rq->tool_names[t], rq->tool_choice_name))
+      continue;
+    if (df_tool_call_frame(fam, rq->tool_names[t], earlier, &pre[np], &suf[np]) != 0) {
+      rc = df_api_error_set(e, 400, NULL, "tool_choice", NULL, "tool_choice: this model's chat "
+                            "format cannot write a call of '%s'", rq->tool_names[t]);
+      break;
+    }
+    tool[np] = t;
+    /* the text every frame starts with */
+    if (np == 0) common = strlen(pre[0]);
+    else
+      for (size_t k = 0; k < common; k++)
+        if (pre[np][k] != pre[0][k]) {
+          common = k;
+          break;
+        }
+    np++;
+  }
+  while (rc == 0 && common > 0 && ((unsigned char)pre[0][common] & 0xC0) == 0x80) common--;
+  for (size_t i = 0; rc == 0 && i < np; i++) {
+    char param[96];
+    snprintf(param, sizeof param, "tools[%zu].function.parameters", tool[i]);
+    const char *schema = rq->tool_params[tool[i]] ? rq->tool_params[tool[i]] : "{\"type\": \"object\"}";
+    if (compile(schema, pre[i] + common, suf[i], param, &g[*n], e) != 0) rc = -1;
+    else (*n)++;
+  }
+  if (rc == 0 && common && !(*forced = strndup(pre[0], common)))
+    rc = df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  for (size_t i = 0; i < np; i++) {
+    free(pre[i]);
+    free(suf[i]);
+  }
+  return rc;
+}
+
+/* The prompt ids followed by those of `text` (its added tokens matched as the model writes
+ * them). */
+static int append_forced(const df_srv *s, int32_t **ids, size_t *n, const char *text,
+                         df_api_error *e) {
+  int32_t *more = NULL;
+  size_t m = 0;
+  char err[256];
+  if (df_tok_encode(s->tok, text, strlen(text), 0, &more, &m, err, sizeof err) != 0)
+    return df_api_error_set(e, 500, "server_error", NULL, NULL, "tool call frame: %s", err);
+  int32_t *b = realloc(*ids, (*n + m) * sizeof *b);
+  if (!b) {
+    free(more);
+    return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  }
+  memcpy(b + *n, more, m * sizeof *b);
+  *ids = b;
+  *n += m;
+  free(more);
+  return 0;
+}
+
+static int evq_push(conn *c, char *ev) {
+  if (!ev) return -1;
+  if (c->evq_n == c->evq_cap) {
+    size_t cap = c->evq_cap ? 2 * c->evq_cap : 16;
+    char **q = realloc(c->evq, cap * sizeof *q);
+    if (!q) {
+      free(ev);
+      return -1;
+    }
+    c->evq = q;
+    c->evq_cap = cap;
+  }
+  c->evq[c->evq_n++] = ev;
+  return 0;
+}
+
+/* Stream: tool-parser events as chunks (consecutive content merged; a call's begin as
+ * delta.tool_calls [{index, id, type, function: {name, arguments: ""}}], its argument pieces
+ * as [{index, function: {arguments}}]), queued in c->evq; the pending logprobs ride on the
+ * first. Returns 0, or -1 when out of memory. */
+static int queue_tool_events(conn *c, const df_tool_ev *ev, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    df_api_part p = {0};
+    char *buf = NULL;
+    if (ev[i].kind == DF_TOOL_EV_CONTENT) {
+      size_t len = 0, k = i;
+      for (; k < n && ev[k].kind == DF_TOOL_EV_CONTENT; k++) len += ev[k].len;
+      if (!(buf = malloc(len + 1))) return -1;
+      len = 0;
+      for (; i < k; i++) {
+        memcpy(buf + len, ev[i].text, ev[i].len);
+        len += ev[i].len;
+      }
+      i--;
+      if (!len) {
+        free(buf);
+        continue;
+      }
+      p.text = buf;
+      p.text_len = len;
+    } else if ((ev[i].kind == DF_TOOL_EV_CALL_BEGIN || ev[i].kind == DF_TOOL_EV_ARGS) &&
+               !(c->one_call && ev[i].index > 0)) {
+      json_t *fn = ev[i].kind == DF_TOOL_EV_CALL_BEGIN
+                       ? json_pack("{s:s, s:s}", "name", ev[i].name, "arguments", "")
+                       : json_pack("{s:s%}", "arguments", ev[i].text, ev[i].len);
+      json_t *call = ev[i].kind == DF_TOOL_EV_CALL_BEGIN
+                         ? json_pack("{s:I, s:s, s:s, s:o}", "index", (json_int_t)ev[i].index, "id",
+                                     ev[i].id, "type", "function", "function", fn)
+                         : json_pack("{s:I, s:o}", "index", (json_int_t)ev[i].index, "function", fn);
+      if (!call || !(p.tool_calls = json_pack("[o]", call))) return -1;
+    } else {
+      continue;
+    }
+    p.logprobs = c->lp_n ? pending_logprobs(c) : NULL;
+    size_t elen;
+    char *e = df_api_sse_chunk(&c->meta, &p, &elen);
+    free(buf);
+    if (evq_push(c, e) != 0) return -1;
+  }
+  return 0;
+}
+
+/* The final answer's tool calls ([{id, type, function: {name, arguments}}], NULL when none). */
+static json_t *final_calls(conn *c) {
+  size_t n = df_tool_parser_n_calls(c->tp);
+  if (!n) return NULL;
+  if (c->one_call) n = 1;
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++) {
+    const df_tool_call_out *t = df_tool_parser_call(c->tp, i);
+    json_array_append_new(a, json_pack("{s:s, s:s, s:{s:s, s:s%}}", "id", t->id, "type",
+                                       "function", "function", "name", t->name, "arguments",
+                                       t->arguments, t->arguments_len));
+  }
+  return a;
+}
+
+/* finish_reason: "tool_calls" when the model ended its turn after complete calls. */
+static const char *finish_of(conn *c) {
+  if (c->tp && c->news.finish == DF_SCHED_STOP && df_tool_parser_n_calls(c->tp) > 0)
+    return "tool_calls";
+  return finish_name(c->news.finish);
+}
+
 /* The next event of the stream into c->ev; returns 1 when one was made, 0 at the end, -1 on
  * a client disconnect or out of memory. */
 static int next_event(conn *c) {
@@ -199,6 +394,31 @@ static int next_event(conn *c) {
       }
       continue;
     case 1:
+      if (c->evq_head < c->evq_n) {
+        c->ev = c->evq[c->evq_head];
+        c->evq[c->evq_head++] = NULL;
+        c->ev_len = strlen(c->ev);
+        return 1;
+      }
+      if (c->tp && c->forced) {
+        const df_tool_ev *ev;
+        size_t nev;
+        int rc = df_tool_parser_feed(c->tp, c->forced, strlen(c->forced), &ev, &nev);
+        free(c->forced);
+        c->forced = NULL;
+        if (rc != 0 || queue_tool_events(c, ev, nev) != 0) return -1;
+        continue;
+      }
+      if (c->tp && c->text_off < c->text_len) {
+        const df_tool_ev *ev;
+        size_t nev;
+        if (df_tool_parser_feed(c->tp, c->text + c->text_off, c->text_len - c->text_off, &ev,
+                                &nev) != 0 ||
+            queue_tool_events(c, ev, nev) != 0)
+          return -1;
+        c->text_off = c->text_len;
+        continue;
+      }
       if (c->text_off < c->text_len) {
         size_t n = utf8_cut(c->text + c->text_off, c->text_len - c->text_off, TEXT_PER_EVENT);
         df_api_part p = {.text = c->text + c->text_off, .text_len = n,
@@ -220,8 +440,17 @@ static int next_event(conn *c) {
           c->stage = 4;
           return c->ev ? 1 : -1;
         }
+        if (c->tp && !c->tp_done) { /* what the parser held back: content, or a cut call */
+          const df_tool_ev *ev;
+          size_t nev;
+          c->tp_done = true;
+          if (df_tool_parser_finish(c->tp, c->news.finish == DF_SCHED_LENGTH, &ev, &nev) != 0 ||
+              queue_tool_events(c, ev, nev) != 0)
+            return -1;
+          continue;
+        }
         df_api_part p = {.text = c->meta.kind == DF_API_CHAT ? NULL : "",
-                         .finish = finish_name(c->news.finish),
+                         .finish = finish_of(c),
                          .logprobs = c->lp_n ? pending_logprobs(c) : NULL};
         c->ev = df_api_sse_chunk(&c->meta, &p, &c->ev_len);
         c->stage = c->meta.include_usage ? 2 : 3;
@@ -302,23 +531,44 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
     if (!s->tmpl)
       return df_api_error_set(e, 400, NULL, "messages", NULL,
                               "this model has no chat template; use /v1/completions");
+    df_chat_family fam = df_chat_template_family(s->tmpl);
+    size_t n_calls = 0;
+    for (size_t i = 0; i < rq->n_msgs; i++) n_calls += rq->msgs[i].n_tool_calls;
     df_chat_msg *msgs = calloc(rq->n_msgs, sizeof *msgs);
-    if (!msgs) return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < rq->n_msgs; i++) {
-      msgs[i].role = rq->msgs[i].role;
-      msgs[i].content = rq->msgs[i].content;
-      msgs[i].reasoning_content = rq->msgs[i].reasoning;
+    df_chat_tool_call *calls = calloc(n_calls ? n_calls : 1, sizeof *calls);
+    if (!msgs || !calls) {
+      free(msgs);
+      free(calls);
+      return df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
     }
-    size_t text = 0;
-    for (size_t i = 0; i < rq->n_msgs; i++)
-      text += (msgs[i].content ? strlen(msgs[i].content) : 0) +
-              (msgs[i].reasoning_content ? strlen(msgs[i].reasoning_content) : 0);
+    size_t text = rq->tools_json ? strlen(rq->tools_json) : 0;
+    for (size_t i = 0, k = 0; i < rq->n_msgs; i++) {
+      const df_api_msg *m = &rq->msgs[i];
+      msgs[i].role = m->role;
+      /* null content (an assistant turn of calls) is JSON null where the template tells it
+       * from "" (DeepSeek-V3 prints calls only then; Kimi K3), else "" */
+      msgs[i].content = m->content ? m->content
+                        : (fam == DF_CHAT_DEEPSEEK_V3 || fam == DF_CHAT_KIMI_K3) ? NULL : "";
+      msgs[i].reasoning_content = m->reasoning;
+      msgs[i].name = m->name;
+      msgs[i].tool_call_id = m->tool_call_id;
+      msgs[i].tool_calls = m->n_tool_calls ? &calls[k] : NULL;
+      msgs[i].n_tool_calls = m->n_tool_calls;
+      for (size_t t = 0; t < m->n_tool_calls; t++, k++) {
+        calls[k] = (df_chat_tool_call){.name = m->tool_calls[t].name,
+                                       .arguments = m->tool_calls[t].arguments,
+                                       .id = m->tool_calls[t].id};
+        text += strlen(calls[k].arguments);
+      }
+      text += (m->content ? strlen(m->content) : 0) + (m->reasoning ? strlen(m->reasoning) : 0);
+    }
     /* each message's text is encoded apart (one token per message lost to rounding), and a
      * non-control token the template minimum counts may merge with it (one more) */
     size_t tl = text_min_tokens(s, text), per = tl > 2 * rq->n_msgs ? tl - 2 * rq->n_msgs : 0;
     size_t lb = df_chat_min_tokens(s->tmpl, s->tok, msgs, rq->n_msgs) + per;
     if ((int64_t)lb > max_prompt) {
       free(msgs);
+      free(calls);
       return df_api_error_set(e, 400, NULL, "messages", "context_length_exceeded",
                               "The %zu messages encode to at least %zu tokens, more than the "
                               "%lld this server accepts (context of %lld tokens).", rq->n_msgs,
@@ -327,6 +577,7 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
     static const char *const effort[] = {NULL, "low", "medium", "high", "max", ""};
     if (rq->enable_thinking >= 0 && !df_chat_template_has_thinking(s->tmpl)) {
       free(msgs);
+      free(calls);
       return df_api_error_set(e, 400, NULL, "chat_template_kwargs.enable_thinking", NULL,
                               "enable_thinking / thinking is not an option of this model's chat "
                               "template (it renders the same prompt either way)");
@@ -334,14 +585,20 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
     if (rq->thinking_effort != DF_API_EFFORT_UNSET &&
         df_chat_template_family(s->tmpl) != DF_CHAT_KIMI_K3) {
       free(msgs);
+      free(calls);
       return df_api_error_set(e, 400, NULL, "chat_template_kwargs.thinking_effort", NULL,
                               "thinking_effort is not an option of this model's chat template "
                               "(only Kimi K3's XTML has it)");
     }
+    static const char *const choice[] = {"auto", "none", "required", "required"};
     df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = rq->enable_thinking,
-                       .thinking_effort = effort[rq->thinking_effort]};
+                       .thinking_effort = effort[rq->thinking_effort],
+                       .tools_json = rq->tools_json,
+                       .tool_choice = rq->n_tools ? choice[rq->tool_choice] : NULL,
+                       .response_format_json = rq->format_json};
     int rc = df_chat_encode(s->tmpl, s->tok, msgs, rq->n_msgs, &co, ids, n, err, sizeof err);
     free(msgs);
+    free(calls);
     if (rc != 0) return df_api_error_set(e, 400, NULL, "messages", NULL, "messages: %s", err);
     return 0;
   }
@@ -411,6 +668,37 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
                      (long long)np, (long long)max_tokens);
     goto fail;
   }
+  df_jsg *grammars[DF_SCHED_MAX_GRAMMARS];
+  int n_grammars = 0;
+  char *forced = NULL;
+  if (plan_grammars(c, &rq, grammars, &n_grammars, &forced, &e) != 0) goto fail_grammars;
+  if (forced) {
+    if (append_forced(s, &ids, &n_ids, forced, &e) != 0) goto fail_grammars;
+    np = (int64_t)n_ids;
+    if (np + max_tokens > ctx) max_tokens = ctx - np;
+    if (max_tokens < 1) {
+      df_api_error_set(&e, 400, NULL, "messages", "context_length_exceeded", "The prompt and "
+                       "the forced tool call's frame take the whole context of %lld tokens",
+                       (long long)ctx);
+      goto fail_grammars;
+    }
+  }
+  const df_jsg_vocab *gvocab = n_grammars ? grammar_vocab(s, &e) : NULL;
+  if (n_grammars && !gvocab) goto fail_grammars;
+  /* tools on: the output is parsed into content and calls (the markers are special tokens in
+   * some formats, so their text is kept) */
+  bool tools = kind == DF_API_CHAT && rq.n_tools && rq.tool_choice != DF_API_TOOLS_NONE;
+  if (tools && !(c->tp = df_tool_parser_new(df_chat_template_family(s->tmpl), df_srv_rand(s)))) {
+    df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+    goto fail_grammars;
+  }
+  if (c->tp) { /* the frame is part of the model's answer: the parser reads it first */
+    c->forced = forced;
+    forced = NULL;
+  }
+  free(forced);
+  forced = NULL;
+  c->one_call = tools && (!rq.parallel_tool_calls || n_grammars);
   const df_gen_config *g = df_model_gen_cfg(s->m);
   df_sched_req sr = {
       .prompt = ids,
@@ -424,7 +712,11 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
       .stop = (const char *const *)rq.stop,
       .n_stop = rq.n_stop,
       .logprobs = rq.logprobs,
-      .top_logprobs = rq.top_logprobs};
+      .top_logprobs = rq.top_logprobs,
+      .grammars = (const df_jsg *const *)grammars,
+      .n_grammars = n_grammars,
+      .gvocab = gvocab,
+      .decode_special = tools};
   c->logprobs = rq.logprobs;
   int status;
   char err[512];
@@ -432,8 +724,9 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
     df_api_error_set(&e, status, status == 429 ? "requests" : status >= 500 ? "server_error" : NULL,
                      status == 400 ? "prompt" : NULL,
                      status == 429 ? "rate_limit_exceeded" : NULL, "%s", err);
-    goto fail;
+    goto fail_grammars;
   }
+  n_grammars = 0; /* the job owns them */
   free(ids);
   ids = NULL;
   c->prompt_tokens = np;
@@ -483,9 +776,28 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
   df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens, c->news.cached_tokens};
   size_t len = 0;
   df_api_part p = {.text = c->text ? c->text : "", .text_len = c->text_len,
-                   .finish = finish_name(c->news.finish), .logprobs = pending_logprobs(c)};
+                   .finish = finish_of(c), .logprobs = pending_logprobs(c)};
+  if (c->tp) { /* content and calls */
+    const df_tool_ev *ev;
+    size_t nev;
+    if ((c->forced && df_tool_parser_feed(c->tp, c->forced, strlen(c->forced), &ev, &nev) != 0) ||
+        (c->text_len && df_tool_parser_feed(c->tp, c->text, c->text_len, &ev, &nev) != 0) ||
+        df_tool_parser_finish(c->tp, c->news.finish == DF_SCHED_LENGTH, &ev, &nev) != 0) {
+      json_decref(p.logprobs);
+      df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+      return df_srv_send_error(c, mc, &e);
+    }
+    c->tp_done = true;
+    p.text = df_tool_parser_content(c->tp, &p.text_len);
+    p.tool_calls = final_calls(c);
+    p.finish = finish_of(c);
+    if (p.tool_calls && !p.text_len) p.text = NULL; /* OpenAI: "content": null beside calls */
+  }
   char *body = df_api_response(&c->meta, &p, &u, &len);
   return df_srv_send_json(c, mc, 200, body);
+fail_grammars:
+  free(forced);
+  for (int i = 0; i < n_grammars; i++) df_jsg_destroy(&grammars[i]);
 fail:
   free(ids);
   df_api_request_free(&rq);

@@ -66,6 +66,10 @@ void df_srv_conn_unref(conn *c) {
   free(c->body);
   free(c->text);
   free(c->lp);
+  df_tool_parser_destroy(&c->tp);
+  free(c->forced);
+  for (size_t i = c->evq_head; i < c->evq_n; i++) free(c->evq[i]);
+  free(c->evq);
   free(c->ev);
   free(c);
 }
@@ -590,6 +594,7 @@ static void srv_free(df_srv *s) {
   df_srv_hosts_free(&s->hosts);
   if (s->wake_fd >= 0) close(s->wake_fd);
   pthread_mutex_destroy(&s->mu);
+  df_jsg_vocab_destroy(&s->gvocab);
   free(s->model_id);
   free(s->api_key);
   free(s);

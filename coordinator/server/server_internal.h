@@ -12,10 +12,12 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "coordinator/generate/json_grammar.h"
 #include "coordinator/generate/sched.h"
 #include "coordinator/server/api.h"
 #include "coordinator/server/hosts.h"
 #include "coordinator/server/server.h"
+#include "engine/text/tool_calls.h"
 
 enum route { R_CHAT, R_COMPL, R_MODELS, R_MODEL_ONE, R_HEALTH, R_METRICS, R_OTHER, R_N };
 extern const char *const df_srv_route_name[R_N];
@@ -29,6 +31,8 @@ typedef struct code_count {
 
 struct df_srv {
   df_srv_opts o;
+  df_jsg_vocab *gvocab; /* the tokenizer's byte trie for constrained decoding, built on first
+                           use (under mu) */
   char *model_id, *api_key;
   df_sched *sched;
   const df_model *m;
@@ -69,6 +73,12 @@ typedef struct conn {
   df_sched_news news;
   char *text;       /* taken text not yet sent (stream) or the whole text (non-stream) */
   size_t text_len, text_off;
+  df_tool_parser *tp; /* chat with tools: the model's output parsed into content + calls */
+  bool tp_done;     /* the parser has seen the end */
+  char *forced;     /* a forced call's frame text appended to the prompt, not yet parsed */
+  bool one_call;    /* parallel_tool_calls false: only the first call is reported */
+  char **evq;       /* stream: events made ahead (tool-call chunks), sent in order */
+  size_t evq_n, evq_head, evq_cap;
   bool logprobs;    /* the request asked for logprobs */
   df_sched_logprob *lp; /* taken entries not yet sent */
   size_t lp_n;

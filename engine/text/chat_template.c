@@ -205,6 +205,14 @@ bool df_chat_template_has_thinking(const df_chat_template *t) {
   return t->family == DF_CHAT_QWEN3 || t->family == DF_CHAT_KIMI_K3;
 }
 
+bool df_chat_template_has_tools(const df_chat_template *t) {
+  return t->family != DF_CHAT_DEEPSEEK_V3;
+}
+
+bool df_chat_template_has_tool_calls(const df_chat_template *t) {
+  return t->family != DF_CHAT_KIMI_K2;
+}
+
 /* ---- rendering helpers ------------------------------------------------------------------ */
 
 typedef struct out_t {
@@ -291,11 +299,53 @@ static bool ends_with(view v, const char *s) {
 static bool role_is(const df_chat_msg *m, const char *r) { return strcmp(m->role, r) == 0; }
 
 /* ---- Qwen3 -----------------------------------------------------------------------------------
- * A transcription of the Qwen3 template (tools branch excluded: `tools` is not an input here).
+ * A transcription of the Qwen3 template (tests/tokenizer/qwen3_chat_template.jinja).
  * Jinja line -> C line; comments quote the template. */
-static void render_qwen3(const df_chat_msg *msgs, size_t n, const df_chat_opts *opt, out_t *o) {
-  /* {%- if messages[0].role == 'system' %} '<|im_start|>system\n' + content + '<|im_end|>\n' */
-  if (role_is(&msgs[0], "system")) {
+
+/* Append the tojson of v (json.dumps(v, ensure_ascii=False)) as message bytes. */
+static void data_json(out_t *o, const json_t *v) {
+  df_tok_buf b = {0};
+  if (df_pyjson_dump(&b, v, (df_pyjson_style){0}) != 0) o->oom = 1;
+  else data(o, b.p, b.n);
+  df_tok__buf_free(&b);
+}
+
+/* A tool call's arguments as the template prints the value json.loads(arguments) gives:
+ * {%- if tool_call.arguments is string %} verbatim {%- else %} tojson. A JSON string prints its
+ * decoded text, any other JSON value json.dumps(ensure_ascii=False) (", " / ": ", key order
+ * kept, a repeated key's last value at its first place as Python keeps it); text that jansson
+ * cannot read (not JSON, integers beyond 64 bits, reals that overflow, NUL in a key) and a
+ * JSON string holding U+0000 print verbatim, as a string would. */
+static void qwen3_arguments(out_t *o, const char *a) {
+  json_t *v = json_loads(a, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+  bool nul = json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v);
+  if (!v || nul) data(o, a, strlen(a)); /* (a NUL would go into the prompt raw) */
+  else if (json_is_string(v)) data(o, json_string_value(v), json_string_length(v));
+  else data_json(o, v); /* NUL inside prints as \u0000 */
+  json_decref(v);
+}
+
+static void render_qwen3(const df_chat_msg *msgs, size_t n, const df_chat_opts *opt,
+                         const json_t *tools, out_t *o) {
+  if (tools && json_array_size(tools) > 0) {
+    /* {%- if tools %} '<|im_start|>system\n' [messages[0].content + '\n\n'] "# Tools..." */
+    lit(o, "<|im_start|>system\n");
+    if (role_is(&msgs[0], "system")) {
+      data(o, msgs[0].content, strlen(msgs[0].content));
+      lit(o, "\n\n");
+    }
+    lit(o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+           "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+    /* {%- for tool in tools %} "\n" + tool | tojson */
+    for (size_t k = 0; k < json_array_size(tools); k++) {
+      lit(o, "\n");
+      data_json(o, json_array_get(tools, k));
+    }
+    lit(o, "\n</tools>\n\nFor each function call, return a json object with function name and "
+           "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+           "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+  } else if (role_is(&msgs[0], "system")) {
+    /* {%- if messages[0].role == 'system' %} '<|im_start|>system\n' + content + '<|im_end|>\n' */
     lit(o, "<|im_start|>system\n");
     data(o, msgs[0].content, strlen(msgs[0].content));
     lit(o, "<|im_end|>\n");
@@ -357,7 +407,7 @@ static void render_qwen3(const df_chat_msg *msgs, size_t n, const df_chat_opts *
         lit(o, "<tool_call>\n{\"name\": \"");
         data(o, m->tool_calls[k].name, strlen(m->tool_calls[k].name));
         lit(o, "\", \"arguments\": ");
-        data(o, m->tool_calls[k].arguments, strlen(m->tool_calls[k].arguments));
+        qwen3_arguments(o, m->tool_calls[k].arguments);
         lit(o, "}\n</tool_call>");
       }
       lit(o, "<|im_end|>\n");
@@ -473,17 +523,24 @@ static void render_deepseek_v3(const df_chat_template *t, const df_chat_msg *msg
 
 /* ---- Kimi K2 --------------------------------------------------------------------------------
  * A transcription of the Kimi K2 template (tests/tokenizer/kimi_k2_chat_template.jinja). Its
- * `tools` branch is excluded (`tools` is not an input here) and so is its list-content branch
- * (content is always a string here); tool calls of assistant messages are refused by
- * df_chat_render, since the template would drop them silently. Every tag of the template is
- * written with {%- -%}, so no whitespace of its own reaches the output. */
+ * list-content branch is excluded (content is always a string here); tool calls of assistant
+ * messages are refused by df_chat_render, since the template would drop them silently. Every
+ * tag of the template is written with {%- -%}, so no whitespace of its own reaches the
+ * output. */
 #define K2_SYSTEM "<|im_system|>system<|im_middle|>"
 #define K2_USER "<|im_user|>user<|im_middle|>"
 #define K2_ASSISTANT "<|im_assistant|>assistant<|im_middle|>"
 #define K2_TOOL "<|im_system|>tool<|im_middle|>"
 #define K2_END "<|im_end|>"
 
-static void render_kimi_k2(const df_chat_msg *msgs, size_t n, const df_chat_opts *opt, out_t *o) {
+static void render_kimi_k2(const df_chat_msg *msgs, size_t n, const df_chat_opts *opt,
+                           const char *tools, out_t *o) {
+  /* {% if tools -%} '<|im_system|>tool_declare<|im_middle|>' + tools | tojson + '<|im_end|>' */
+  if (tools) {
+    lit(o, "<|im_system|>tool_declare<|im_middle|>");
+    data(o, tools, strlen(tools));
+    lit(o, K2_END);
+  }
   for (size_t i = 0; i < n; i++) {
     const df_chat_msg *m = &msgs[i];
     /* {%- if loop.first and messages[0]['role'] != 'system' -%} */
@@ -618,8 +675,9 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
       return -1;
     }
     if (m->n_tool_calls && t->family == DF_CHAT_KIMI_K2) {
-      df_tok__seterr(err, errlen, "chat: messages[%zu].tool_calls: the Kimi K2 chat template "
-                     "does not render tool calls (it would drop them); not supported", i);
+      df_tok__seterr(err, errlen, "chat: messages[%zu].tool_calls: the %s chat template "
+                     "does not render tool calls (it would drop them); not supported", i,
+                     family_name(t->family));
       return -1;
     }
     for (size_t k = 0; k < m->n_tool_calls; k++) {
@@ -632,28 +690,26 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
       }
     }
   }
-  /* tools: printed by the templates that declare them, refused by the others (they would
-   * drop them silently) */
+  /* tools: printed by the templates that declare them (Qwen3 one tool per line, Kimi K2 and
+   * K2 Thinking the list whole); DeepSeek-V3's template never reads `tools`, so jinja2 renders
+   * the same prompt with or without them and so does this (df_chat_template_has_tools says
+   * which) */
   df_tok_buf tools = {0};
+  json_t *tv = NULL;
   if (opts->tools_json) {
-    json_t *tv = df_pyjson_parse(opts->tools_json, "chat: tools", err, errlen);
+    tv = df_pyjson_parse(opts->tools_json, "chat: tools", err, errlen);
     if (!tv) return -1;
     if (!json_is_array(tv)) {
       json_decref(tv);
       df_tok__seterr(err, errlen, "chat: tools: expected an array of tool objects");
       return -1;
     }
-    bool any = json_array_size(tv) > 0;
-    if (any && t->family != DF_CHAT_KIMI_K2_THINKING) {
-      json_decref(tv);
-      df_tok__seterr(err, errlen, "chat: tools: the %s chat template of %s does not declare "
-                     "tools; not supported", family_name(t->family), t->origin);
-      return -1;
-    }
-    /* Kimi K2 Thinking: tools|tojson = json.dumps(tools, ensure_ascii=False) */
-    int rc = any ? df_pyjson_dump(&tools, tv, (df_pyjson_style){0}) : 0;
-    json_decref(tv);
+    /* Kimi K2 / K2 Thinking: tools|tojson = json.dumps(tools, ensure_ascii=False) */
+    bool whole = t->family == DF_CHAT_KIMI_K2 || t->family == DF_CHAT_KIMI_K2_THINKING;
+    int rc = whole && json_array_size(tv) > 0 ? df_pyjson_dump(&tools, tv, (df_pyjson_style){0})
+                                              : 0;
     if (rc != 0) {
+      json_decref(tv);
       df_tok__buf_free(&tools);
       df_tok__seterr(err, errlen, "chat: out of memory");
       return -1;
@@ -663,13 +719,13 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
   if (df_tok__buf_put(&o.b, "", 0) != 0) o.oom = 1;
   switch (t->family) {
   case DF_CHAT_QWEN3:
-    if (!o.oom) render_qwen3(msgs, n, opts, &o);
+    if (!o.oom) render_qwen3(msgs, n, opts, tv, &o);
     break;
   case DF_CHAT_DEEPSEEK_V3:
     if (!o.oom) render_deepseek_v3(t, msgs, n, opts, &o);
     break;
   case DF_CHAT_KIMI_K2:
-    if (!o.oom) render_kimi_k2(msgs, n, opts, &o);
+    if (!o.oom) render_kimi_k2(msgs, n, opts, tools.p, &o);
     break;
   case DF_CHAT_KIMI_K2_THINKING:
     if (!o.oom) render_kimi_k2_thinking(msgs, n, opts, tools.p, &o);
@@ -678,6 +734,7 @@ int df_chat_render(const df_chat_template *t, const df_chat_msg *msgs, size_t n,
     break;
   }
   df_tok__buf_free(&tools);
+  json_decref(tv);
   if (o.oom) {
     df_tok__buf_free(&o.b);
     free(o.sp);

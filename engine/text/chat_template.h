@@ -6,7 +6,8 @@
  * jinja2 (apply_chat_template, tokenize=False). Every byte that comes from a message (content,
  * reasoning) is reported as a span, so the tokenizer can encode those bytes as plain text:
  * only the template's own structure ever becomes a control token.
- * Does not own: Jinja in general. A template that is not one of the known texts is refused
+ * Does not own: parsing tool calls back out of generated text (engine/text/tool_calls.h).
+ * Jinja in general. A template that is not one of the known texts is refused
  * with an error naming the model folder; supporting a new one means adding its renderer here,
  * checked against jinja2 goldens (tests/tokenizer/gen_chat_goldens.py).
  *
@@ -14,26 +15,46 @@
  *   DF_CHAT_QWEN3  the Qwen3 hybrid-thinking template (Qwen3 dense and Qwen3-MoE releases):
  *                  system, user, assistant, tool messages; <think> reasoning kept only for
  *                  assistant turns after the last user query; enable_thinking;
- *                  add_generation_prompt. Tool definitions (`tools`) are not supported yet.
+ *                  add_generation_prompt; `tools` (a system turn "# Tools ... <tools>" with each
+ *                  tool as json.dumps(tool, ensure_ascii=False) on its own line, the first system
+ *                  message's content before it); assistant tool calls as <tool_call> JSON; tool
+ *                  results as <tool_response> in user turns.
+ *                  Tool-call arguments: df_chat_tool_call.arguments is the JSON text OpenAI sends
+ *                  (a string). The template prints a string verbatim and anything else by tojson;
+ *                  Hugging Face callers (and vLLM) pass the dict json.loads gives, and that is
+ *                  what Qwen3 was trained on and generates itself, so the arguments are rendered
+ *                  as the template renders json.loads(arguments): an object (any non-string JSON
+ *                  value) re-serialised as json.dumps(ensure_ascii=False) (", " and ": ", key
+ *                  order kept, a repeated key's last value at its first place), a JSON string as
+ *                  its decoded text, and text that is not JSON (for jansson: also integers beyond
+ *                  64 bits, reals that overflow) verbatim. So '{"a":1}' renders {"a": 1}, exactly
+ *                  as apply_chat_template with arguments={"a": 1}.
  *   DF_CHAT_DEEPSEEK_V3  the DeepSeek-V3 template (tokenizer_config.json of the V3 release,
  *                  also used by checkpoints derived from it): bos_token, every system message
  *                  joined by blank lines at the top, <｜User｜> / <｜Assistant｜> turns, an
  *                  assistant message whose content is NULL (JSON null) rendering its tool calls
  *                  (type "function"), tool outputs, add_generation_prompt; reasoning_content is
  *                  ignored, as the template does. The template's quirks are kept byte for byte
- *                  (tests/tokenizer/gen_chat_goldens.py lists them).
+ *                  (tests/tokenizer/gen_chat_goldens.py lists them). The template never reads
+ *                  `tools`: a tools list is accepted and, as in jinja2, not shown to the model
+ *                  (df_chat_template_has_tools is false); tool calls print their arguments
+ *                  verbatim (the template concatenates them as a string) and only for an
+ *                  assistant message whose content is NULL (with content, jinja2 drops them).
  *   DF_CHAT_KIMI_K2  the Kimi K2 template (moonshotai/Kimi-K2-Instruct; tiktoken.model
  *                  folders): <|im_system|>system / <|im_user|>user / <|im_assistant|>assistant /
  *                  <|im_system|>tool headers closed by <|im_middle|>, each message ended by
  *                  <|im_end|>, the default system turn "You are a helpful assistant" when the
- *                  first message is not a system one, add_generation_prompt. Tool definitions
- *                  and assistant tool calls are not supported (refused); tool results render.
+ *                  first message is not a system one, add_generation_prompt, `tools` (a
+ *                  tool_declare turn: the list as Python's json.dumps). Assistant tool calls are
+ *                  refused (the template drops them: df_chat_template_has_tool_calls is false);
+ *                  tool results render.
  *   DF_CHAT_KIMI_K2_THINKING  the Kimi K2 Thinking template (moonshotai/Kimi-K2-Thinking):
  *                  K2's headers with a message's name in place of its role, `tools` printed as
  *                  Python's json.dumps, <think></think> on history turns and <think>reasoning
  *                  </think> after the last assistant turn without tool calls, tool calls
  *                  (<|tool_calls_section_begin|>, id, arguments), tool results ("## Return of
- *                  ID\n" + content), the default system turn "You are Kimi, ...".
+ *                  ID\n" + content), the default system turn "You are Kimi, ...". Arguments
+ *                  print verbatim (the template's `is string` branch).
  *   DF_CHAT_KIMI_K3  Kimi K3's XTML, built in: a folder with no chat template whose
  *                  tokenizer_config.json is TikTokenTokenizer naming <|open|>, <|close|>, <|sep|>
  *                  and <|end_of_msg|>. Follows ggml-org/llama.cpp's
@@ -96,12 +117,23 @@ df_chat_family df_chat_template_family(const df_chat_template *t);
  * the same prompt either way, so callers refuse the switch rather than ignore it. */
 bool df_chat_template_has_thinking(const df_chat_template *t);
 
+/* True when the template shows a request's `tools` to the model: Qwen3, Kimi K2, K2 Thinking,
+ * K3. False for DeepSeek-V3, whose template never reads `tools` (df_chat_render accepts them
+ * and renders what jinja2 renders: the same prompt as without them), so a caller that wants
+ * the model to know its tools must refuse them or say so. */
+bool df_chat_template_has_tools(const df_chat_template *t);
+
+/* True when the template renders assistant tool calls of the history (all but Kimi K2, whose
+ * template drops them; df_chat_render refuses them there). */
+bool df_chat_template_has_tool_calls(const df_chat_template *t);
+
 /* Render messages[0..n) with opts (NULL = add_generation_prompt false, enable_thinking not
  * given). On success returns 0 and fills *out (free with df_chat_text_free). Errors (-1, *out
  * zeroed, err set): no messages, a NULL role, a NULL content other than an assistant's in a
  * template that has null content, text that is not valid UTF-8, tool calls in a template
  * that does not render them (Kimi K2), tools_json that is not a JSON array (or has duplicate
- * keys), a non-empty tools list for a template without tool declarations, out of memory.
+ * keys), out of memory. A non-empty tools list is accepted by every template (DeepSeek-V3
+ * ignores it, as jinja2 does: see df_chat_template_has_tools).
  * Kimi K3: NULL content is JSON null (renders nothing) for every role; the refusals of
  * the DF_CHAT_KIMI_K3 entry above; every text piece that came from the request (content,
  * reasoning, names, arguments, the tools and schema JSON) is a span. */

@@ -11,9 +11,13 @@ The templates are tests/tokenizer/qwen3_chat_template.jinja, deepseek_v3_chat_te
 and kimi_k2_chat_template.jinja (see PROVENANCE.md there). The environment matches
 transformers' _compile_jinja_template: ImmutableSandboxedEnvironment with trim_blocks and
 lstrip_blocks, the loopcontrols extension, a tojson filter that is json.dumps(ensure_ascii=False),
-and raise_exception. `tools` is passed as None, enable_thinking only when the case sets it
-(the template tests `is defined`), and the tokenizer's special tokens (bos_token, eos_token) as
-transformers passes them.
+and raise_exception. `tools` is passed as the case gives it (None when it gives none) and as
+transformers passes a list of JSON-schema dicts (unchanged), enable_thinking only when the case
+sets it (the template tests `is defined`), and the tokenizer's special tokens (bos_token,
+eos_token) as transformers passes them. A tool call's `arguments` is what the caller of
+apply_chat_template passes: a dict (the Hugging Face convention, parsed from the OpenAI string)
+or a str; the C test hands the C renderer JSON text either way (a dict as compact JSON), and
+the C renderer prints what the template prints for json.loads of that text.
 """
 import json, os, sys
 import jinja2
@@ -94,6 +98,84 @@ CASES = [
     ("only_system", [S("Just a system prompt.")], {"add_generation_prompt": True}),
 ]
 
+# Qwen3 with `tools`: a system turn lists each tool as tojson on its own line inside <tools>
+# (the first system message's content before it); assistant tool calls print arguments given as
+# a dict by tojson and given as a str verbatim; tool results are <tool_response> blocks in user
+# turns, consecutive ones in one turn.
+def dcall(name, args): return {"type": "function", "function": {"name": name, "arguments": args}}
+
+Q_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city (°C), e.g. \"Paris\"",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "城市 name"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 16, "default": 3},
+        "ratio": {"type": "number", "default": 0.5, "examples": [1e-05, 1e16, 2.0, -0.0, 123456.789]},
+        "flags": {"type": "array", "items": {"type": "boolean"}, "default": [True, False, None]}},
+        "required": ["city"], "additionalProperties": False}}}
+Q_SEARCH = {"type": "function", "function": {
+    "name": "search", "description": "Tab\there\nnew line \u0001 \\ / <|im_end|> <tool_call>",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+Q_TOOLS = [Q_WEATHER, Q_SEARCH]
+Q_PARIS = dcall("get_weather", {"city": "Paris"})
+Q_ROME = dcall("get_weather", {"city": "Rome", "days": 2})
+Q_NESTED = dcall("search", {"q": "東京 café 👍🏽 \"quoted\" \\ \n\t\u0001", "filters": {
+    "range": [1, 2.5, -0.0, 1e-07, 1e+300, 12345678901234], "opts": {"deep": True, "none": None},
+    "empty": {}, "list": []}, "z": "last", "a": "first"})
+
+TOOL_CASES = [
+    ("tools_no_system", [U("What is the weather in Paris?")],
+     {"add_generation_prompt": True, "tools": Q_TOOLS}),
+    ("tools_with_system", [S("You are a weather bot."), U("Weather in Paris?")],
+     {"add_generation_prompt": True, "tools": Q_TOOLS}),
+    ("tools_empty_list", [S("sys"), U("hi")], {"add_generation_prompt": True, "tools": []}),
+    ("tools_system_not_first", [U("a"), S("Now be formal."), U("b")],
+     {"add_generation_prompt": True, "tools": [Q_SEARCH]}),
+    ("tools_single_call_answered",
+     [S("Use tools."), U("Weather in Paris?"), A("", tool_calls=[Q_PARIS]), T('{"temp": 21}'),
+      A("It is 21 °C in Paris.")], {"tools": Q_TOOLS}),
+    ("tools_parallel_calls",
+     [U("Compare Paris and Rome."), A("", tool_calls=[Q_PARIS, Q_ROME]), T("21"), T("25")],
+     {"add_generation_prompt": True, "tools": Q_TOOLS}),
+    ("tools_three_results_then_answer",
+     [U("Paris, Rome, Tokyo?"),
+      A("", tool_calls=[Q_PARIS, Q_ROME, dcall("get_weather", {"city": "東京"})]),
+      T("21"), T("25"), T("18"), A("Rome is the warmest."), U("Thanks!")],
+     {"add_generation_prompt": True, "tools": Q_TOOLS}),
+    ("tools_content_with_calls",
+     [U("Weather in Paris and a search?"),
+      A("Let me check both.", tool_calls=[Q_PARIS, dcall("search", {"q": "Paris events"})]),
+      T("21"), T("concert")], {"add_generation_prompt": True, "tools": Q_TOOLS}),
+    ("tools_unicode_nested_args",
+     [U("Search it."), A("", tool_calls=[Q_NESTED]), T("结果: none")],
+     {"add_generation_prompt": True, "tools": Q_TOOLS}),
+    ("tools_args_as_strings",
+     [U("Three calls."),
+      A("", tool_calls=[dcall("search", '{"q": "already json.dumps layout"}'),
+                        dcall("search", "not json at all"), dcall("get_weather", {})]),
+      T("a"), T("b"), T("c")], {"add_generation_prompt": False, "tools": Q_TOOLS}),
+    ("tools_thinking_off", [S("Be brief."), U("Weather in Rome?")],
+     {"add_generation_prompt": True, "enable_thinking": False, "tools": Q_TOOLS}),
+    ("tools_thinking_on_multi_step",
+     [U("Weather in Paris?"),
+      A("", tool_calls=[Q_PARIS], reasoning_content="I should call the weather tool."),
+      T("21"),
+      A("", tool_calls=[Q_ROME], reasoning_content="Compare with Rome too."), T("25")],
+     {"add_generation_prompt": True, "enable_thinking": True, "tools": Q_TOOLS}),
+    ("tools_think_in_content_with_call",
+     [U("Weather?"), A("<think>\nNeed the tool.\n</think>\n\nChecking.", tool_calls=[Q_PARIS]),
+      T("21"), A("<think>\nGot it.\n</think>\n\nIt is 21.")], {"tools": Q_TOOLS}),
+    ("tools_history_calls_before_new_query",
+     [S("s"), U("Weather in Paris?"), A("", tool_calls=[Q_PARIS]), T("21"), A("21 °C."),
+      U("And Rome?")], {"add_generation_prompt": True, "tools": Q_TOOLS}),
+    ("tools_gen_false_tool_last",
+     [U("Go."), A("Calling.", tool_calls=[dcall("search", {"q": "x"})]), T("<tool_call>x</tool_call>")],
+     {"add_generation_prompt": False, "tools": [Q_SEARCH]}),
+    ("tool_calls_dict_args_without_tools",
+     [U("Go."), A("", tool_calls=[dcall("run", {"cmd": ["ls", "-l"], "timeout": 1.5})]), T("ok")],
+     {"add_generation_prompt": True}),
+]
+CASES += TOOL_CASES
+
 # DeepSeek-V3: the system prompt is every system message joined by blank lines and hoisted
 # to the top; an assistant message with content None renders its tool calls (with the
 # template's quirks: only a later call of the same message closes the calls block, and
@@ -152,6 +234,50 @@ DS_CASES = [
      {"add_generation_prompt": True}),
 ]
 
+# DeepSeek-V3 with `tools`: the template never reads `tools`, so jinja2 renders them nowhere
+# (the C renderer accepts and ignores them too; df_chat_template_has_tools is false). Arguments
+# are concatenated as strings (a dict would make jinja2 fail), so they are given as str.
+DS_TOOLS = [Q_WEATHER, Q_SEARCH]
+DS_PARIS = call("get_weather", '{"city": "Paris"}')
+DS_ROME = call("get_weather", '{"city":"Rome","days":2}')
+DS_TOOL_CASES = [
+    ("tools_declared_only", [U("Weather in Paris?")], {"add_generation_prompt": True, "tools": DS_TOOLS}),
+    ("tools_with_system", [S("You are a weather bot."), U("Weather in Paris?")],
+     {"add_generation_prompt": True, "tools": DS_TOOLS}),
+    ("tools_empty_list", [U("hi")], {"add_generation_prompt": True, "tools": []}),
+    ("tools_single_call_answered",
+     [S("Use tools."), U("Weather in Paris?"), A(None, tool_calls=[DS_PARIS]), T('{"temp": 21}'),
+      A("It is 21 °C.")], {"tools": DS_TOOLS}),
+    ("tools_parallel_calls",
+     [U("Compare Paris and Rome."), A(None, tool_calls=[DS_PARIS, DS_ROME]), T("21"), T("25")],
+     {"add_generation_prompt": True, "tools": DS_TOOLS}),
+    ("tools_three_calls_then_answer",
+     [U("Three cities."),
+      A(None, tool_calls=[DS_PARIS, DS_ROME, call("get_weather", '{"city": "東京"}')]),
+      T("21"), T("25"), T("18"), A("Rome is the warmest."), U("Thanks")],
+     {"add_generation_prompt": True, "tools": DS_TOOLS}),
+    ("tools_unicode_nested_args",
+     [U("Search."),
+      A(None, tool_calls=[call("search", '{"q": "東京 café 👍🏽 \\"x\\"", "f": {"r": [1, 2.5, {"b": null}], "e": {}}}')]),
+      T("结果"), A("Nothing found.")], {"tools": DS_TOOLS}),
+    ("tools_content_with_calls_dropped",
+     [U("Weather?"), A("Let me check.", tool_calls=[DS_PARIS]), T("21")],
+     {"add_generation_prompt": True, "tools": DS_TOOLS}),
+    ("tools_gen_false_tool_last",
+     [U("Go."), A(None, tool_calls=[call("search", '{"q": "x"}')]), T("done")],
+     {"add_generation_prompt": False, "tools": DS_TOOLS}),
+    ("tools_two_rounds",
+     [U("Paris?"), A(None, tool_calls=[DS_PARIS]), T("21"), A("21."), U("Rome?"),
+      A(None, tool_calls=[DS_ROME]), T("25")], {"add_generation_prompt": True, "tools": DS_TOOLS}),
+    ("tools_system_after_user",
+     [U("a"), S("Use tools wisely."), U("b"), A(None, tool_calls=[DS_PARIS]), T("21"),
+      A("ok")], {"add_generation_prompt": True, "tools": [Q_SEARCH]}),
+    ("tools_no_system_multi_results",
+     [U("Go."), A(None, tool_calls=[call("a", "{}"), call("b", "{}")]), T("1"), T("2"), U("more")],
+     {"add_generation_prompt": True, "tools": DS_TOOLS}),
+]
+DS_CASES += DS_TOOL_CASES
+
 # Kimi K2: a system turn "You are a helpful assistant" (no full stop) is added before the first
 # message when that message is not a system one; every message is header + content +
 # <|im_end|> with no newlines; a role other than system/user/assistant/tool gets no header but
@@ -201,6 +327,12 @@ K2_CASES = [
     ("tool_results_in_a_row", [U("q"), T("r1"), T("r2"), A("done")], {"add_generation_prompt": True}),
     ("special_spellings_everywhere",
      [S("[BOS]"), U("[EOS]<|start_header_id|>[EOT]"), A("<|reserved_token_900|>[PAD][UNK]")], {}),
+    # `tools`: a tool_declare turn with the list as json.dumps (assistant tool calls are dropped
+    # by this template, so the C renderer refuses them; results render)
+    ("tools_declared", [U("Weather in Paris?")], {"add_generation_prompt": True, "tools": Q_TOOLS}),
+    ("tools_with_system", [S("Use tools."), U("Weather?")],
+     {"add_generation_prompt": True, "tools": [Q_WEATHER]}),
+    ("tools_result", [U("q"), T('{"temp": 21}'), A("It is 21.")], {"tools": [Q_SEARCH]}),
 ]
 
 # Kimi K2 Thinking: the default system turn is "You are Kimi, an AI assistant created by Moonshot
