@@ -16,15 +16,16 @@
  *          logit_bias ({}), user (string; an end-user id, has no effect on the output).
  *          Extensions (as vLLM names them): top_k (integer >= -1; -1 and 0 = off),
  *          ignore_eos (bool).
- *   chat:  messages (required, 1.. of {role: system|user|assistant, content: string or array
- *          of {type: "text", text}, reasoning_content: string (assistant)}),
- *          max_completion_tokens (as max_tokens; both given must agree), logprobs (false),
- *          top_logprobs (null), tools ([]), tool_choice ("none"), response_format
- *          ({type: "text"}), chat_template_kwargs ({enable_thinking or thinking: bool,
+ *   chat:  messages (required, 1.. of {role: system|user|assistant|tool, content: string or
+ *          array of {type: "text", text}, name, reasoning_content (assistant), tool_calls
+ *          (assistant), tool_call_id (tool)}), max_completion_tokens (as max_tokens; both given
+ *          must agree), logprobs (bool), top_logprobs (0..20, needs logprobs), tools,
+ *          tool_choice, parallel_tool_calls, response_format (text | json_object |
+ *          json_schema; api_tools.c), chat_template_kwargs ({enable_thinking or thinking: bool,
  *          thinking_effort: "low"|"medium"|"high"|"max"|null}), reasoning_effort (the same
  *          names; thinking_effort is read by the Kimi K3 chat format only, others refuse it).
  *   completions: prompt (required: a string, an array of one string, or an array of token
- *          ids), logprobs (null), echo (false), best_of (1), suffix (null).
+ *          ids), logprobs (0..5 alternatives), echo (false), best_of (1), suffix (null).
  */
 #ifndef DF_COORD_API_H
 #define DF_COORD_API_H
