@@ -968,9 +968,10 @@ def scen_shutdown():
         m = re.search(r"listening on http://[^ ]*:(\d+) ", read(se))
         return q, se, int(m.group(1)) if m else 0
 
-    def complete(hport, n):
+    def complete(hport, n, extra=()):
         c = http.client.HTTPConnection("127.0.0.1", hport, timeout=DEADLINE)
-        body = json.dumps({"model": "serve-model", "prompt": [int(x) for x in PROMPT.split(",")],
+        body = json.dumps({"model": "serve-model",
+                           "prompt": [int(x) for x in PROMPT.split(",")] + list(extra),
                            "max_tokens": n, "temperature": 0, "ignore_eos": True})
         try:
             c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -993,6 +994,13 @@ def scen_shutdown():
     q, se, hport = serve("serve1")
     status, _ = complete(hport, max_new)
     check(status == 200, "serve --cluster answered a completion (HTTP %s)" % status)
+    # the prefix cache lives on the coordinator: a prompt that extends the last one starts
+    # from its cached positions
+    status, b = complete(hport, 4, extra=(7, 8, 9))
+    cached = json.loads(b)["usage"]["prompt_tokens_details"]["cached_tokens"] if status == 200 else -1
+    check(cached == len(PROMPT.split(",")),
+          "serve --cluster: an extended prompt takes the previous one from the prefix cache "
+          "(%d cached)" % cached)
     stopped(q, signal.SIGTERM, "SIGTERM when idle")
     q, se, hport = serve("serve2")
     os.kill(nodes[1].pid, signal.SIGSTOP)
