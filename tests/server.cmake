@@ -75,9 +75,11 @@ df_add_fuzzer(fuzz_api_request
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_api_request.c
           ${PROJECT_SOURCE_DIR}/coordinator/server/api.c
           ${PROJECT_SOURCE_DIR}/coordinator/server/api_tools.c
+          ${PROJECT_SOURCE_DIR}/coordinator/server/api_request.c
           ${PROJECT_SOURCE_DIR}/coordinator/generate/sched_stop.c
   DEPENDS ${PROJECT_SOURCE_DIR}/coordinator/server/api.h
           ${PROJECT_SOURCE_DIR}/coordinator/server/api_internal.h
+          ${PROJECT_SOURCE_DIR}/coordinator/server/api_request.h
           ${PROJECT_SOURCE_DIR}/coordinator/generate/sched_stop.h
   PKGS JANSSON
   CORPUS ${CMAKE_CURRENT_LIST_DIR}/fuzz/corpus_api

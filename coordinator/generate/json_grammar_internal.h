@@ -92,6 +92,9 @@ struct df_jsg {
   uint32_t n_bytes;
   uint32_t cap_nodes, cap_props, cap_kids, cap_tn, cap_tidx, cap_aux, cap_bytes; /* compiling */
 };
+/* The compiled grammar under its internal name (json_grammar_step.c walks it). */
+typedef struct df_jsg jsg_grammar;
+
 
 /* ---- building (json_grammar_compile.c, json_grammar_graph.c) ---- */
 

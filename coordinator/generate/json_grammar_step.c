@@ -59,7 +59,7 @@ void jsg_set_add(jsg_set *s, const jsg_br *b) {
   if (s->n < JSG_BRANCH_MAX) s->b[s->n++] = *b;
 }
 
-void jsg_initial(const df_jsg *g, jsg_br *out) {
+void jsg_initial(const jsg_grammar *g, jsg_br *out) {
   memset(out, 0, sizeof *out);
   out->top.node = g->root;
   out->top.st = g->nodes[g->root].pre_len ? W_PRE : W_VAL;
@@ -68,7 +68,7 @@ void jsg_initial(const df_jsg *g, jsg_br *out) {
 }
 
 /* A child value of `node` may start under a frame at parent_depth: it fits the nesting. */
-static bool enter_ok(const df_jsg *g, uint32_t node, uint32_t parent_depth) {
+static bool enter_ok(const jsg_grammar *g, uint32_t node, uint32_t parent_depth) {
   return node != JSG_NIL && parent_depth + g->nodes[node].h <= JSG_DEPTH_MAX;
 }
 
@@ -146,7 +146,7 @@ static int hexval(int c) {
   return -1;
 }
 
-static uint32_t tchild(const df_jsg *g, uint32_t t, int c) {
+static uint32_t tchild(const jsg_grammar *g, uint32_t t, int c) {
   const jsg_tnode *p = &g->tn[t];
   uint32_t lo = 0, hi = p->nchild;
   while (lo < hi) {
@@ -163,7 +163,7 @@ static void run(jsg_ctx *x, jsg_br *br, int c, jsg_set *out);
 
 /* Start a value of `node` as the child of ch's parent (ch->parent / depth set) with byte c. */
 static void start(jsg_ctx *x, jsg_br *ch, uint32_t node, int c, jsg_set *out) {
-  const df_jsg *g = x->g;
+  const jsg_grammar *g = x->g;
   const jsg_node *n = &g->nodes[node];
   if (n->kind == K_UNION) {
     for (uint32_t i = 0; i < n->count; i++) {
@@ -411,7 +411,7 @@ uint64_t jsg_num_min_len(const jsg_node *n) {
 
 /* ---- literals (enum / const / true / false / null) ------------------------------------- */
 
-static int step_lit(const df_jsg *g, jsg_frame *f, int c) {
+static int step_lit(const jsg_grammar *g, jsg_frame *f, int c) {
   uint32_t ch = c < 256 ? tchild(g, f->a, c) : JSG_NIL;
   if (ch != JSG_NIL) {
     if (g->tn[ch].term >= 0 && g->tn[ch].nchild == 0) return R_DONE;
@@ -423,17 +423,17 @@ static int step_lit(const df_jsg *g, jsg_frame *f, int c) {
 
 /* ---- objects ---------------------------------------------------------------------------- */
 
-static uint32_t next_req(const df_jsg *g, const jsg_node *n, uint32_t i) {
+static uint32_t next_req(const jsg_grammar *g, const jsg_node *n, uint32_t i) {
   return g->u32[n->aux + i];
 }
 
-static uint64_t rest(const df_jsg *g, const jsg_node *n, uint32_t i) {
+static uint64_t rest(const jsg_grammar *g, const jsg_node *n, uint32_t i) {
   return g->u64[n->aux + i];
 }
 
 /* Some property in [next, first required at or after next] whose key passes through trie node
  * t can start here (it is not forbidden and its value fits the nesting). */
-static bool key_cands(const df_jsg *g, const jsg_node *n, uint32_t t, uint32_t next,
+static bool key_cands(const jsg_grammar *g, const jsg_node *n, uint32_t t, uint32_t next,
                       uint32_t depth) {
   if (next >= n->count) return false;
   uint32_t lim = next_req(g, n, next);
@@ -451,12 +451,12 @@ static bool key_cands(const df_jsg *g, const jsg_node *n, uint32_t t, uint32_t n
   return false;
 }
 
-static bool extra_ok(const df_jsg *g, const jsg_node *n, uint32_t next, uint32_t depth) {
+static bool extra_ok(const jsg_grammar *g, const jsg_node *n, uint32_t next, uint32_t depth) {
   return n->extra != JSG_NIL && next_req(g, n, next) >= n->count &&
          enter_ok(g, n->extra, depth);
 }
 
-static bool more_keys(const df_jsg *g, const jsg_node *n, uint32_t next, uint32_t depth) {
+static bool more_keys(const jsg_grammar *g, const jsg_node *n, uint32_t next, uint32_t depth) {
   return (n->root != JSG_NIL && key_cands(g, n, n->root, next, depth)) ||
          extra_ok(g, n, next, depth);
 }
@@ -465,7 +465,7 @@ static bool more_keys(const df_jsg *g, const jsg_node *n, uint32_t next, uint32_
  * reading a key (O_KEY; O_XKEY: the declared key it still equals a prefix of, or JSG_NIL), then
  * the chosen property (JSG_NIL: an extra key) until its value starts. */
 static int step_obj(jsg_ctx *x, jsg_br *br, const jsg_node *n, int c, jsg_set *out) {
-  const df_jsg *g = x->g;
+  const jsg_grammar *g = x->g;
   jsg_frame *f = &br->top;
   int w;
   switch (f->st) {
@@ -555,17 +555,17 @@ static int step_obj(jsg_ctx *x, jsg_br *br, const jsg_node *n, int c, jsg_set *o
 
 /* ---- arrays ----------------------------------------------------------------------------- */
 
-static uint32_t item(const df_jsg *g, const jsg_node *n, uint32_t i) {
+static uint32_t item(const jsg_grammar *g, const jsg_node *n, uint32_t i) {
   return i < n->count ? g->kids[n->first + i] : n->extra;
 }
 
-static bool item_ok(const df_jsg *g, const jsg_node *n, uint32_t i, uint32_t depth) {
+static bool item_ok(const jsg_grammar *g, const jsg_node *n, uint32_t i, uint32_t depth) {
   return i < n->max_items && enter_ok(g, item(g, n, i), depth);
 }
 
 /* Array frame: a = items begun. */
 static int step_arr(jsg_ctx *x, jsg_br *br, const jsg_node *n, int c, jsg_set *out) {
-  const df_jsg *g = x->g;
+  const jsg_grammar *g = x->g;
   jsg_frame *f = &br->top;
   int w;
   switch (f->st) {
@@ -605,7 +605,7 @@ static int step_arr(jsg_ctx *x, jsg_br *br, const jsg_node *n, int c, jsg_set *o
 /* ---- the wrapper: prefix, value, suffix ------------------------------------------------- */
 
 static int step_wrap(jsg_ctx *x, jsg_br *br, const jsg_node *n, int c, jsg_set *out) {
-  const df_jsg *g = x->g;
+  const jsg_grammar *g = x->g;
   jsg_frame *f = &br->top;
   switch (f->st) {
   case W_PRE:
@@ -670,7 +670,7 @@ void jsg_feed(jsg_ctx *x, const jsg_br *in, int c, jsg_set *out) {
   run(x, &b, c, out);
 }
 
-bool jsg_can_end(const df_jsg *g, const jsg_link *links, const jsg_br *br) {
+bool jsg_can_end(const jsg_grammar *g, const jsg_link *links, const jsg_br *br) {
   jsg_br b = *br;
   for (;;) {
     const jsg_node *n = &g->nodes[b.top.node];
@@ -691,7 +691,7 @@ bool jsg_can_end(const df_jsg *g, const jsg_link *links, const jsg_br *br) {
   }
 }
 
-bool jsg_text_state(const df_jsg *g, const jsg_set *s, uint32_t *room) {
+bool jsg_text_state(const jsg_grammar *g, const jsg_set *s, uint32_t *room) {
   /* Every branch must be in text; a token is allowed when one branch takes it, so the branch
    * with the most room decides. */
   uint32_t most = 0;
@@ -716,7 +716,7 @@ bool jsg_text_state(const df_jsg *g, const jsg_set *s, uint32_t *room) {
 /* ---- fewest bytes left ------------------------------------------------------------------ */
 
 /* Items min_items needs from index c on, each with its comma. */
-static uint64_t items_needed(const df_jsg *g, const jsg_node *n, uint32_t c) {
+static uint64_t items_needed(const jsg_grammar *g, const jsg_node *n, uint32_t c) {
   uint64_t s = 0;
   for (uint32_t i = c; i < n->min_items && i < n->count; i++)
     s = sat_add(s, 1 + g->nodes[g->kids[n->first + i]].mlen);
@@ -729,7 +729,7 @@ static uint64_t items_needed(const df_jsg *g, const jsg_node *n, uint32_t c) {
   return s;
 }
 
-static uint64_t key_rem(const df_jsg *g, const jsg_node *n, uint32_t t, uint32_t next) {
+static uint64_t key_rem(const jsg_grammar *g, const jsg_node *n, uint32_t t, uint32_t next) {
   uint64_t best = JSG_INF;
   if (next >= n->count) return best;
   uint32_t lim = next_req(g, n, next);
@@ -746,7 +746,7 @@ static uint64_t key_rem(const df_jsg *g, const jsg_node *n, uint32_t t, uint32_t
   return best;
 }
 
-static uint64_t frame_rem(const df_jsg *g, const jsg_frame *f) {
+static uint64_t frame_rem(const jsg_grammar *g, const jsg_frame *f) {
   const jsg_node *n = &g->nodes[f->node];
   switch (n->kind) {
   case K_STR: {
@@ -826,7 +826,7 @@ static uint64_t frame_rem(const df_jsg *g, const jsg_frame *f) {
   }
 }
 
-uint64_t jsg_rem(const df_jsg *g, const jsg_link *links, const jsg_br *br) {
+uint64_t jsg_rem(const jsg_grammar *g, const jsg_link *links, const jsg_br *br) {
   uint64_t r = frame_rem(g, &br->top);
   for (uint32_t p = br->parent; p != JSG_NIL; p = links[p].up)
     r = sat_add(r, frame_rem(g, &links[p].f));

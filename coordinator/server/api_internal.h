@@ -1,7 +1,6 @@
-/* coordinator/server/api_internal.h — request-parsing helpers shared by api.c (the request
- * and its sampling fields) and api_tools.c (tools, tool_choice, response_format, tool calls in
- * messages). Every one returns 0, or -1 with *e set to a 400 naming `param` (500 when out of
- * memory).
+/* coordinator/server/api_internal.h — what api.c (the request and its sampling fields) calls in
+ * api_tools.c (tools, tool_choice, response_format, tool calls in messages). Every one returns
+ * 0, or -1 with *e set to a 400 naming `param` (500 when out of memory).
  */
 #ifndef DF_COORD_API_INTERNAL_H
 #define DF_COORD_API_INTERNAL_H
@@ -10,17 +9,7 @@
 #include <stdbool.h>
 
 #include "coordinator/server/api.h"
-
-/* A 400 with the printf-style message and param (NULL = null). Returns -1. */
-int df_api_bad(df_api_error *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* "an object", "a string", ... for messages. */
-const char *df_api_type_name(const json_t *v);
-/* *out = a malloc'd copy of string v (no NUL bytes; empty only when allow_empty); frees the
- * previous *out. */
-int df_api_get_str(const json_t *v, const char *param, bool allow_empty, char **out,
-                   df_api_error *e);
-int df_api_get_bool(const json_t *v, const char *param, bool *out, df_api_error *e);
+#include "coordinator/server/api_request.h"
 
 /* api_tools.c: `tools` (the array of function tools), `tool_choice`, `response_format`, and an
  * assistant message's `tool_calls` (messages[i].tool_calls as param). */

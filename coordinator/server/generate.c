@@ -185,7 +185,7 @@ static int take_news(conn *c) {
 
 /* The server's vocabulary trie for constrained decoding, built on first use. NULL + 500 when
  * out of memory. */
-static const df_jsg_vocab *grammar_vocab(df_srv *s, df_api_error *e) {
+static const df_jsg_vocab *grammar_vocab(srv_ctx *s, df_api_error *e) {
   pthread_mutex_lock(&s->mu);
   char err[256] = "";
   if (!s->gvocab) s->gvocab = df_jsg_vocab_new(s->tok, err, sizeof err);
@@ -273,7 +273,7 @@ static int plan_grammars(conn *c, const df_api_request *rq, df_jsg **g, int *n, 
 
 /* The prompt ids followed by those of `text` (its added tokens matched as the model writes
  * them). */
-static int append_forced(const df_srv *s, int32_t **ids, size_t *n, const char *text,
+static int append_forced(const srv_ctx *s, int32_t **ids, size_t *n, const char *text,
                          df_api_error *e) {
   int32_t *more = NULL;
   size_t m = 0;
@@ -512,7 +512,7 @@ static void stream_free(void *cls) {
 /* A lower bound on the tokens `bytes` bytes of text encode to: no token stands for more than
  * max_piece bytes, and normalisation (NFC) shrinks UTF-8 text by at most a factor 3 (three
  * Hangul jamo into one syllable, UAX #15), so at least bytes / (3 * max_piece) tokens. */
-static size_t text_min_tokens(const df_srv *s, size_t bytes) {
+static size_t text_min_tokens(const srv_ctx *s, size_t bytes) {
   return s->max_piece ? bytes / (3 * s->max_piece) : 0;
 }
 
@@ -522,7 +522,7 @@ static size_t text_min_tokens(const df_srv *s, size_t bytes) {
  * thousand messages, or megabytes of text, costs seconds. */
 static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32_t **ids,
                     size_t *n, df_api_error *e) {
-  df_srv *s = c->srv;
+  srv_ctx *s = c->srv;
   char err[512];
   int64_t ctx = df_sched_ctx(s->sched);
   *ids = NULL;
@@ -627,7 +627,7 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
 }
 
 enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
-  df_srv *s = c->srv;
+  srv_ctx *s = c->srv;
   df_api_request rq;
   df_api_error e;
   int32_t *ids = NULL;

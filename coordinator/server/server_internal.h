@@ -1,6 +1,7 @@
 /* coordinator/server/server_internal.h — between the HTTP server (server.c: listening,
- * connections, routing, auth, the other endpoints) and the generation endpoints (generate.c:
- * /v1/chat/completions and /v1/completions, tokenizing, submitting, streaming).
+ * connections, routing, auth, the other endpoints), the generation endpoints (generate.c:
+ * /v1/chat/completions and /v1/completions, tokenizing, submitting, streaming) and what both
+ * do with a connection (server_conn.c: answers, counts, logs, timeouts).
  */
 #ifndef DF_COORD_SERVER_INTERNAL_H
 #define DF_COORD_SERVER_INTERNAL_H
@@ -95,12 +96,16 @@ typedef struct conn {
 } conn;
 
 
+/* The server's state as the generation endpoints and server_conn.c see it (the struct above;
+ * df_srv is the public name, server.h). */
+typedef struct df_srv srv_ctx;
+
 /* A random 64-bit value from the server's splitmix64 stream (ids, default seeds). */
-uint64_t df_srv_rand(df_srv *s);
+uint64_t df_srv_rand(srv_ctx *s);
 /* Count one answer of `code` on route r (/metrics). */
-void df_srv_count(df_srv *s, enum route r, int code);
+void df_srv_count(srv_ctx *s, enum route r, int code);
 /* One log line on stderr ("deltafin serve: ..."); dropped under --quiet unless `always`. */
-void df_srv_log(df_srv *s, bool always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void df_srv_log(srv_ctx *s, bool always, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Queue a response of `len` bytes (body is taken: freed by libmicrohttpd) and count it. */
 enum MHD_Result df_srv_send_body(conn *c, struct MHD_Connection *mc, int status,
                                  const char *ctype, char *body, size_t len);
