@@ -8,26 +8,15 @@
 // Exits 77 (ctest: skipped) when the openai package is not installed (tools/install-deps.sh).
 'use strict';
 const path = require('path');
-const { spawn, execFile } = require('child_process');
+const { openaiClass, check, finish, startServer } = require('./server_util.js');
+const { execFile } = require('child_process');
 
 const [EXE, MODEL, TOOLS] = process.argv.slice(2);
 const NAME = path.basename(MODEL.replace(/\/+$/, ''));
 const KEY = 'test-key-123';
 
-let mod;
-try {
-  mod = require(path.resolve(TOOLS, 'node_modules', 'openai'));
-} catch (e) {
-  console.log(`SKIP: the openai npm package is not installed in ${TOOLS} (run tools/install-deps.sh)`);
-  process.exit(77);
-}
-const OpenAI = mod.OpenAI || mod.default || mod;
+const OpenAI = openaiClass(TOOLS);
 
-const failures = [];
-function check(cond, what) {
-  console.log((cond ? 'ok    ' : 'FAIL  ') + what);
-  if (!cond) failures.push(what);
-}
 
 // `deltafin run` prints the text and a newline.
 function run(prompt, { chat = false, maxNew = 16, temperature = 0, topP = 1, topK = 0, seed = 0,
@@ -45,26 +34,6 @@ function run(prompt, { chat = false, maxNew = 16, temperature = 0, topP = 1, top
   });
 }
 
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const env = { ...process.env };
-    delete env.DELTAFIN_API_KEY;
-    const p = spawn(EXE, ['serve', '--model', MODEL, '--port', '0', '--quiet', '--api-key', KEY],
-                    { stdio: ['ignore', 'ignore', 'pipe'], env });
-    let buf = '';
-    const timer = setTimeout(() => { p.kill(); reject(new Error('server did not start: ' + buf)); }, 120000);
-    p.stderr.on('data', (d) => {
-      buf += d.toString();
-      const m = buf.match(/listening on http:\/\/[^ ]*:(\d+) /);
-      if (m && !p.port) {
-        p.port = Number(m[1]);
-        clearTimeout(timer);
-        resolve(p);
-      }
-    });
-    p.on('exit', (code) => { if (!p.port) reject(new Error(`server exited (${code}): ${buf}`)); });
-  });
-}
 
 async function collect(stream) {
   const chunks = [];
@@ -81,7 +50,7 @@ async function main() {
     cmplSampled: run('Once upon a time', { maxNew: 18, temperature: 0.8, topP: 0.95, seed: 7 }),
     cmplGreedy: run('In the beginning', { maxNew: 30, ignoreEos: true }),
   };
-  const srv = await startServer();
+  const srv = await startServer(EXE, ['--model', MODEL, '--quiet', '--api-key', KEY]);
   const client = new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${srv.port}/v1`, maxRetries: 0,
                               timeout: 120000 });
   try {
@@ -185,11 +154,7 @@ async function main() {
   }
   const code = await new Promise((resolve) => srv.on('exit', (c) => resolve(c)));
   check(code === 0, `server exits cleanly on SIGTERM (${code})`);
-  if (failures.length) {
-    console.log(`${failures.length} check(s) failed`);
-    process.exit(1);
-  }
-  console.log('all checks passed');
+  finish();
 }
 
 main().catch((e) => {

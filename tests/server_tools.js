@@ -10,46 +10,13 @@
 // usage: node server_tools.js DELTAFIN MODEL_DIR TOOLS_DIR
 // Exits 77 (ctest: skipped) when the openai package is not installed (tools/install-deps.sh).
 'use strict';
-const path = require('path');
-const { spawn } = require('child_process');
+const { openaiClass, check, finish, startServer } = require('./server_util.js');
 
 const [EXE, MODEL, TOOLS] = process.argv.slice(2);
 
-let mod;
-try {
-  mod = require(path.resolve(TOOLS, 'node_modules', 'openai'));
-} catch (e) {
-  console.log(`SKIP: the openai npm package is not installed in ${TOOLS} (run tools/install-deps.sh)`);
-  process.exit(77);
-}
-const OpenAI = mod.OpenAI || mod.default || mod;
+const OpenAI = openaiClass(TOOLS);
 
-const failures = [];
-function check(cond, what) {
-  console.log((cond ? 'ok    ' : 'FAIL  ') + what);
-  if (!cond) failures.push(what);
-}
 
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const env = { ...process.env };
-    delete env.DELTAFIN_API_KEY;
-    const p = spawn(EXE, ['serve', '--model', MODEL, '--model-name', 'demo', '--port', '0',
-                          '--quiet', '--no-draft'], { stdio: ['ignore', 'ignore', 'pipe'], env });
-    let buf = '';
-    const timer = setTimeout(() => { p.kill(); reject(new Error('server did not start: ' + buf)); }, 120000);
-    p.stderr.on('data', (d) => {
-      buf += d.toString();
-      const m = buf.match(/listening on http:\/\/[^ ]*:(\d+) /);
-      if (m && !p.port) {
-        p.port = Number(m[1]);
-        clearTimeout(timer);
-        resolve(p);
-      }
-    });
-    p.on('exit', (code) => { if (!p.port) reject(new Error(`server exited (${code}): ${buf}`)); });
-  });
-}
 
 const WEATHER = {
   type: 'function',
@@ -87,7 +54,7 @@ function weatherArgsOk(s) {
 }
 
 async function main() {
-  const srv = await startServer();
+  const srv = await startServer(EXE, ['--model', MODEL, '--model-name', 'demo', '--quiet', '--no-draft']);
   const client = new OpenAI({ apiKey: 'none', baseURL: `http://127.0.0.1:${srv.port}/v1`, maxRetries: 0 });
   try {
     const messages = [{ role: 'user', content: 'What is the weather like in Paris today?' }];
@@ -199,11 +166,7 @@ async function main() {
   } finally {
     srv.kill('SIGTERM');
   }
-  if (failures.length) {
-    console.log(`${failures.length} check(s) failed`);
-    process.exit(1);
-  }
-  console.log('all checks passed');
+  finish();
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });
