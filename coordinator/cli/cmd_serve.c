@@ -59,7 +59,8 @@ static void serve_usage(FILE *f) {
           "  --prefix-cache SIZE  memory for finished sequences' KV caches kept beyond the\n"
           "                       --parallel working slots, so a request that extends an earlier\n"
           "                       prompt (the next turn of a chat) prefills only its new tokens\n"
-          "                       (e.g. 512M, 4G; default 1G; 0 = the working slots only)\n"
+          "                       (e.g. 512M, 4G; default 1G, at most a quarter of the free\n"
+          "                       memory; 0 = the working slots only)\n"
           "  --no-prefix-cache    every request prefills its whole prompt\n"
           "  --threads N          compute threads (default: every online CPU)\n"
           "  --draft DIR          draft model for speculative decoding of greedy requests\n"
@@ -129,7 +130,7 @@ int df_cmd_serve(int argc, char **argv) {
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
           threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10,
           per_host = DF_SRV_DEFAULT_PER_HOST, request_s = DF_SRV_DEFAULT_REQUEST_TIMEOUT;
-  bool quiet = false, no_pcache = false;
+  bool quiet = false, no_pcache = false, pcache_given = false;
   int64_t pcache = DF_SCHED_CACHE_DEFAULT;
   int c;
   optind = 1;
@@ -149,6 +150,7 @@ int df_cmd_serve(int argc, char **argv) {
         return 2;
       }
       pcache = b ? (int64_t)b : -1;
+      pcache_given = true;
       break;
     }
     case O_NOPCACHE: no_pcache = true; break;
@@ -317,6 +319,15 @@ int df_cmd_serve(int argc, char **argv) {
               "available\n", (long long)par, (long long)fit, per_slot / 1048576.0,
               (long long)df_model_max_ctx(m), avail / 1048576.0);
       par = fit;
+    }
+  }
+  if (!pcache_given) {
+    /* the default prefix cache takes at most a quarter of what is free after the slots */
+    uint64_t slots = df_model_seq_state_bytes(m, df_model_max_ctx(m)) * (uint64_t)par;
+    int64_t avail = df_host_mem_available();
+    if (avail > 0) {
+      int64_t quarter = ((int64_t)slots < avail ? avail - (int64_t)slots : 0) / 4;
+      if (quarter < pcache) pcache = quarter > 0 ? quarter : -1;
     }
   }
   df_sched_opts so = {.max_seqs = (int)par, .max_queue = (int)queue, .ctx = df_model_max_ctx(m),

@@ -140,7 +140,11 @@ int df_slot_take(df_slot_pool *p, const int32_t *prompt, int64_t n, int64_t *reu
     if (src->kv->len - best_r > DF_SLOTS_KEEP_TAIL && copyable && cold >= 0) {
       /* keep the other conversation: copy the shared prefix into the cold slot */
       df_slot *dst = &p->slots[cold];
-      if (slot_alloc(p, dst, err, errlen) != 0) return -1;
+      if (slot_alloc(p, dst, err, errlen) != 0) {
+        /* no memory for one more cache: cut the best slot instead */
+        slot_free(dst);
+        goto take_best;
+      }
       df_kv_snap_destroy(&dst->snap);
       copy_prefix(dst->kv, src->kv, best_r);
       if (best_restore && df_kv_snap_restore(dst->kv, src->snap, err, errlen) != 0) {
@@ -161,7 +165,13 @@ int df_slot_take(df_slot_pool *p, const int32_t *prompt, int64_t n, int64_t *reu
     }
   } else {
     best = cold;
+    if (best >= 0 && !p->slots[best].kv && lru >= 0 &&
+        slot_alloc(p, &p->slots[best], err, errlen) != 0) {
+      slot_free(&p->slots[best]); /* no memory for one more cache: reuse an idle one */
+      best = lru;
+    }
   }
+take_best:
   if (best < 0) {
     snprintf(err, errlen, "no free slot");
     return -1;
