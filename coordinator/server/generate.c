@@ -685,8 +685,7 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
   }
   const df_jsg_vocab *gvocab = n_grammars ? grammar_vocab(s, &e) : NULL;
   if (n_grammars && !gvocab) goto fail_grammars;
-  /* tools on: the output is parsed into content and calls (the markers are special tokens in
-   * some formats, so their text is kept) */
+  /* tools on: the output is parsed into content and calls */
   bool tools = kind == DF_API_CHAT && rq.n_tools && rq.tool_choice != DF_API_TOOLS_NONE;
   if (tools && !(c->tp = df_tool_parser_new(df_chat_template_family(s->tmpl), df_srv_rand(s)))) {
     df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -716,7 +715,10 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
       .grammars = (const df_jsg *const *)grammars,
       .n_grammars = n_grammars,
       .gvocab = gvocab,
-      .decode_special = tools};
+      /* Kimi's call markers are special tokens (Qwen3's and DeepSeek-V3's are not) */
+      .decode_special = tools && (df_chat_template_family(s->tmpl) == DF_CHAT_KIMI_K2 ||
+                                  df_chat_template_family(s->tmpl) == DF_CHAT_KIMI_K2_THINKING ||
+                                  df_chat_template_family(s->tmpl) == DF_CHAT_KIMI_K3)};
   c->logprobs = rq.logprobs;
   int status;
   char err[512];
