@@ -6,8 +6,9 @@ enum array, optional keys and a number, anyOf, $ref) all finish by
 themselves (finish_reason "stop") and validate (python3-jsonschema's Draft 2020-12 validator),
 and json_object ones that stop are objects;
 the same seed gives the same document alone and with 7 other requests in the batch;
-unsupported keywords are a 400 naming them; the mask's cost per token is printed (the
-scheduler's busy time per generated token, with and without a schema, same requests).
+unsupported keywords are a 400 naming them; hostile shapes (deep nesting, long names, a stop
+string, tool parameters that are not an object); the scheduler's busy time per generated token
+with and without a schema is printed (the mask alone is timed by test_json_grammar).
 
 usage: server_structured.py DELTAFIN MODEL_DIR
 """
@@ -109,25 +110,70 @@ def main():
                   r["error"]["param"] == "response_format.json_schema.schema",
                   f"unsupported keyword '{kw}': 400 naming it ({r['error']['message'] if st == 400 else st})")
 
-        # the mask's cost: busy seconds per generated token, free text vs. a schema
+        # hostile shapes: deep nesting and long names (their JSON pointers outgrow any fixed
+        # buffer), nesting past the limit, a stop string that would cut the document
+        def rf(schema, **kw):
+            b = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 40,
+                 "temperature": 0, "response_format": {"type": "json_schema",
+                                                       "json_schema": {"name": "t", "schema": schema}}}
+            b.update(kw)
+            return post(srv.port, "/v1/chat/completions", b)
+
+        def nest(depth, name="a", leaf=None):
+            d = leaf or {"type": "integer", "minimum": 0, "maximum": 9}
+            for _ in range(depth):
+                d = {"type": "object", "properties": {name: d}, "required": [name]}
+            return d
+        st63 = rf(nest(60), max_tokens=400)[0]
+        st_long = rf(nest(6, "k" * 1000), max_tokens=1)[0]
+        st70, _, r70 = rf(nest(70))
+        check(st63 == 200 and st_long == 200 and st70 == 400 and "deeper than 64" in r70["error"]["message"],
+              f"60 nested objects and 1000-character names at 6 levels are served ({st63}, {st_long}); "
+              f"70 levels are a 400 ({st70})")
+        st, _, r = rf({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5}},
+                       "required": ["a"]}, stop=":")
+        doc = r["choices"][0]["message"]["content"] if st == 200 else ""
+        try:
+            ok = json.loads(doc).keys() == {"a"}
+        except ValueError:
+            ok = False
+        check(ok, f"a stop string does not cut a constrained document ({doc!r})")
+        tool = {"type": "function", "function": {"name": "get", "parameters": {}}}
+        st, _, r = post(srv.port, "/v1/chat/completions",
+                        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60,
+                         "temperature": 0, "tools": [tool], "tool_choice": "required"})
+        calls = r["choices"][0]["message"].get("tool_calls") if st == 200 else None
+        check(calls and json.loads(calls[0]["function"]["arguments"]) == {},
+              f"a forced call of a tool with parameters {{}} has an object of arguments ({calls})")
+        tool["function"]["parameters"] = {"type": "string"}
+        st, _, r = post(srv.port, "/v1/chat/completions",
+                        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60,
+                         "tools": [tool], "tool_choice": "required"})
+        check(st == 400 and r["error"]["param"] == "tools[0].function.parameters",
+              "forcing a call of a tool whose parameters are not an object: 400")
+
+        # the mask's cost: the scheduler's busy seconds per generated token, free text vs. a
+        # schema (the same prompt; prefill is the same small part of both)
         def cost(schema):
             m0 = metrics(srv.port)
-            t0 = time.time()
             for k in range(4):
+                body = {"model": "m", "messages": [{"role": "user", "content": PROMPTS[2]}],
+                        "temperature": 1.0, "seed": k, "max_tokens": 60}
                 if schema is None:
-                    post(srv.port, "/v1/chat/completions",
-                         {"model": "m", "messages": [{"role": "user", "content": "Tell a story."}],
-                          "temperature": 1.0, "seed": k, "max_tokens": 40, "ignore_eos": True})
+                    body["ignore_eos"] = True
                 else:
-                    ask(srv.port, 2, k, schema)
+                    body["response_format"] = {"type": "json_schema",
+                                               "json_schema": {"name": "c", "schema": schema}}
+                post(srv.port, "/v1/chat/completions", body)
             m1 = metrics(srv.port)
             toks = m1["deltafin_completion_tokens_total"] - m0["deltafin_completion_tokens_total"]
-            return (time.time() - t0) / max(toks, 1) * 1000, toks
+            busy = m1["deltafin_step_seconds_total"] - m0["deltafin_step_seconds_total"]
+            return busy / max(toks, 1) * 1000, toks
         free_ms, nf = cost(None)
         mask_ms, nm = cost(SCHEMAS[2])
-        print(f"info  ms per generated token (wall, one at a time): free text {free_ms:.2f} "
-              f"({nf:.0f} tokens), json_schema {mask_ms:.2f} ({nm:.0f} tokens): the mask costs "
-              f"about {mask_ms - free_ms:.2f} ms per token on a {len(open(os.path.join(MODEL, 'tokenizer.json'), 'rb').read()) // 1000} kB tokenizer")
+        print(f"info  scheduler busy ms per generated token: free text {free_ms:.2f} ({nf:.0f} "
+              f"tokens), json_schema {mask_ms:.2f} ({nm:.0f} tokens), one run each on whatever "
+              f"else this machine runs; the mask alone: test_json_grammar's timing lines")
     finally:
         srv.stop()
     finish()

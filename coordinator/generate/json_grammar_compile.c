@@ -136,10 +136,13 @@ static uint32_t alloc_aux(cc *c, uint32_t count) {
   return off;
 }
 
-/* base + "/" + key, the key escaped per RFC 6901 (~0, ~1), truncated with "..." if long. */
+/* base + "/" + key, the key escaped per RFC 6901 (~0, ~1), truncated with "..." if long: out
+ * [PTR_MAX] gets at most PTR_MAX - 1 bytes and its NUL whatever the lengths (a base already
+ * near the limit is cut first). out and base may be the same buffer. */
 static void ptr_join(char *out, const char *base, const char *key) {
   size_t n = strlen(base);
-  memcpy(out, base, n);
+  if (n > PTR_MAX - 8) n = PTR_MAX - 8;
+  memmove(out, base, n);
   out[n++] = '/';
   for (const char *k = key; *k; k++) {
     if (n + 6 >= PTR_MAX) {
@@ -552,7 +555,8 @@ static uint32_t ref_node(cc *c, const char *ref, const char *ptr) {
   char key[PTR_MAX];
   if (name) {
     size_t o = 0;
-    for (const char *q = name; *q && o + 1 < sizeof key; q++) {
+    for (const char *q = name; *q; q++) {
+      if (o + 1 >= sizeof key) return fail(c, "$ref", ptr, "$ref '%.64s...' is too long", ref);
       if (q[0] == '~' && q[1] == '0') key[o++] = '~', q++;
       else if (q[0] == '~' && q[1] == '1') key[o++] = '/', q++;
       else key[o++] = *q;

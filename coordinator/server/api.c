@@ -333,7 +333,10 @@ int df_api_parse(df_api_kind kind, const char *body, size_t len, df_api_request 
       if (eff < 0) rc = df_api_bad(e, k, "'reasoning_effort' must be one of \"low\", \"medium\", \"high\", \"max\"");
       else if (r->thinking_effort != DF_API_EFFORT_UNSET && r->thinking_effort != eff)
         rc = df_api_bad(e, k, "'reasoning_effort' disagrees with 'chat_template_kwargs.thinking_effort'");
-      else r->thinking_effort = eff;
+      else {
+        r->thinking_effort = eff;
+        r->effort_field = "reasoning_effort";
+      }
     }
     else if (cmpl && !strcmp(k, "logprobs")) {
       int64_t t = 0;

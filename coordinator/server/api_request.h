@@ -87,6 +87,7 @@ typedef struct df_api_request {
                            0, 1 */
   int thinking_effort;  /* chat_template_kwargs.thinking_effort or reasoning_effort: a
                            df_api_effort */
+  const char *effort_field; /* static: the field that gave thinking_effort, for messages */
   char *tools_json;     /* chat: the `tools` array as compact JSON text (key order kept), or
                            NULL when absent or empty */
   size_t n_tools;

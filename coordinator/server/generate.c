@@ -206,6 +206,35 @@ static int compile(const char *schema, const char *prefix, const char *suffix, c
   return df_api_error_set(e, 400, NULL, param, NULL, "%s: %s", param, err);
 }
 
+/* A tool's `parameters` as the schema of its arguments, which are always a JSON object: no
+ * parameters or a schema without "type" get "type": "object" (clients send {} for "no
+ * parameters"), a type list keeps "object" alone; a schema whose type excludes objects is a 400
+ * naming param. Returns malloc'd JSON text, or NULL with *e set. */
+static char *object_schema(const char *params, const char *param, df_api_error *e) {
+  json_t *o = params ? json_loads(params, 0, NULL) : json_object();
+  if (!o || !json_is_object(o)) {
+    json_decref(o);
+    df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return NULL;
+  }
+  json_t *t = json_object_get(o, "type");
+  bool has_obj = !t || (json_is_string(t) && !strcmp(json_string_value(t), "object"));
+  for (size_t i = 0; json_is_array(t) && i < json_array_size(t); i++)
+    has_obj |= json_is_string(json_array_get(t, i)) &&
+               !strcmp(json_string_value(json_array_get(t, i)), "object");
+  if (!has_obj) {
+    json_decref(o);
+    df_api_error_set(e, 400, NULL, param, NULL, "%s: a function's arguments are a JSON object, "
+                     "but this schema's \"type\" does not allow one", param);
+    return NULL;
+  }
+  json_object_set_new(o, "type", json_string("object"));
+  char *text = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (!text) df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+  return text;
+}
+
 /* The grammars a request's output must follow (*n = 0: none): response_format json_object /
  * json_schema, or a forced tool call (tool_choice named: that tool's frame around its
  * parameters; "required": one alternative per tool). Each alternative is malloc'd into g[].
@@ -258,9 +287,11 @@ static int plan_grammars(conn *c, const df_api_request *rq, df_jsg **g, int *n, 
   for (size_t i = 0; rc == 0 && i < np; i++) {
     char param[96];
     snprintf(param, sizeof param, "tools[%zu].function.parameters", tool[i]);
-    const char *schema = rq->tool_params[tool[i]] ? rq->tool_params[tool[i]] : "{\"type\": \"object\"}";
-    if (compile(schema, pre[i] + common, suf[i], param, &g[*n], e) != 0) rc = -1;
+    char *schema = object_schema(rq->tool_params[tool[i]], param, e);
+    if (!schema) rc = -1;
+    else if (compile(schema, pre[i] + common, suf[i], param, &g[*n], e) != 0) rc = -1;
     else (*n)++;
+    free(schema);
   }
   if (rc == 0 && common && !(*forced = strndup(pre[0], common)))
     rc = df_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -586,9 +617,10 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
         df_chat_template_family(s->tmpl) != DF_CHAT_KIMI_K3) {
       free(msgs);
       free(calls);
-      return df_api_error_set(e, 400, NULL, "chat_template_kwargs.thinking_effort", NULL,
-                              "thinking_effort is not an option of this model's chat template "
-                              "(only Kimi K3's XTML has it)");
+      const char *f = rq->effort_field ? rq->effort_field : "chat_template_kwargs.thinking_effort";
+      return df_api_error_set(e, 400, NULL, f, NULL,
+                              "%s is not an option of this model's chat template "
+                              "(only Kimi K3's XTML has it)", f);
     }
     static const char *const choice[] = {"auto", "none", "required", "required"};
     df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = rq->enable_thinking,
@@ -708,8 +740,10 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
              .top_k = rq.top_k >= 0 ? rq.top_k : (g->do_sample ? g->top_k : 0),
              .seed = rq.has_seed ? rq.seed : df_srv_rand(s) >> 1},
       .ignore_eos = rq.ignore_eos,
+      /* a grammar decides where constrained output ends: a stop string would cut a document
+       * (or a forced call) short and still say "stop" */
       .stop = (const char *const *)rq.stop,
-      .n_stop = rq.n_stop,
+      .n_stop = n_grammars ? 0 : rq.n_stop,
       .logprobs = rq.logprobs,
       .top_logprobs = rq.top_logprobs,
       .grammars = (const df_jsg *const *)grammars,
