@@ -30,8 +30,19 @@ EXE, MODEL = sys.argv[1:3]
 PROMPT = [785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13, 576, 5562]
 
 
+RUN_LOGITS = {}
+
+
 def run_logits(ids, temperature=0.0):
-    """log-softmax(logits / T) of the last position of `ids`, from deltafin run --logits-out."""
+    """log-softmax(logits / T) of the last position of `ids`, from deltafin run --logits-out
+    (each prompt run once)."""
+    key = (tuple(ids), temperature)
+    if key not in RUN_LOGITS:
+        RUN_LOGITS[key] = _run_logits(ids, temperature)
+    return RUN_LOGITS[key]
+
+
+def _run_logits(ids, temperature):
     with tempfile.NamedTemporaryFile(suffix=".f32") as f:
         subprocess.run([EXE, "run", "--model", MODEL, "--prompt-ids", ",".join(map(str, ids)),
                         "--max-new", "1", "--no-draft", "--logits-out", f.name],
