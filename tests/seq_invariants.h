@@ -1,7 +1,7 @@
 /* tests/seq_invariants.h — the sequence-state invariants every recurrent family's test
  * asserts (test_kimi_linear.c, test_kimi_k3.c): the helpers to run a model, and the checks
  * that a sequence's logits do not depend on the ISA or on another sequence in its batch.
- * Header-only (static functions) for cmocka tests that include tests/golden.h first. */
+ * Header-only (static inline functions, so a test may use some of them) for cmocka tests. */
 #ifndef DF_TESTS_SEQ_INVARIANTS_H
 #define DF_TESTS_SEQ_INVARIANTS_H
 
@@ -12,14 +12,14 @@
 #include "engine/model.h"
 #include "tests/golden.h"
 
-static df_kv_cache *kv_new(df_model *m) {
+static inline df_kv_cache *kv_new(df_model *m) {
   char err[1024];
   df_kv_cache *kv = df_model_kv_new(m, 0, err, sizeof err);
   if (!kv) fail_msg("kv: %s", err);
   return kv;
 }
 
-static void fwd(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n, df_logits_mode mode,
+static inline void fwd(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n, df_logits_mode mode,
                 float *out) {
   char err[1024];
   if (df_model_forward(m, kv, ids, n, mode, out, err, sizeof err) != 0)
@@ -27,13 +27,13 @@ static void fwd(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n, df_
 }
 
 /* The deterministic prompt of n tokens the reference setup tests use as well. */
-static void make_prompt(int32_t *ids, int64_t n, int64_t V) {
+static inline void make_prompt(int32_t *ids, int64_t n, int64_t V) {
   for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
 }
 
 /* A 40-token prompt's logits on every lower ISA (scalar, AVX2 below AVX-512) equal the CPU's
  * best ISA's bit for bit (the caller skips where the CPU has no AVX2). */
-static void inv_isa_agreement(df_model *m, const char *name) {
+static inline void inv_isa_agreement(df_model *m, const char *name) {
   int64_t V = df_model_cfg(m)->vocab_size;
   int32_t ids[40];
   make_prompt(ids, 40, V);
@@ -53,7 +53,7 @@ static void inv_isa_agreement(df_model *m, const char *name) {
 /* Two sequences in one forward (m loaded with max_rows 7: a chunk boundary inside a
  * sequence) get their solo logits, and a sequence's decode step next to another's prefill is
  * its solo step, bit for bit. */
-static void inv_alone_equals_batched(df_model *m, const char *name) {
+static inline void inv_alone_equals_batched(df_model *m, const char *name) {
   char err[1024];
   int64_t V = df_model_cfg(m)->vocab_size;
   int32_t ids[40];

@@ -17,11 +17,13 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "engine/kv_cache.h"
 #include "engine/layers/kda.h"
 #include "engine/layers/workspace.h"
 #include "engine/model.h"
+#include "tests/seq_invariants.h" /* kv_new, fwd */
 
 enum { NA = 37, NB = 80, NC = 12, NB1 = 40 /* of B fed one row per forward */ };
 
@@ -32,20 +34,6 @@ static df_model *load_model(const char *name, int64_t max_rows) {
   df_model_opts o = {.max_ctx = 256, .max_rows = max_rows};
   if (df_model_load(dir, &o, &m, err, sizeof err) != 0) fail_msg("load %s: %s", dir, err);
   return m;
-}
-
-static df_kv_cache *kv_new(df_model *m) {
-  char err[1024];
-  df_kv_cache *kv = df_model_kv_new(m, 0, err, sizeof err);
-  if (!kv) fail_msg("kv: %s", err);
-  return kv;
-}
-
-static void fwd(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n, df_logits_mode mode,
-                float *out) {
-  char err[1024];
-  if (df_model_forward(m, kv, ids, n, mode, out, err, sizeof err) != 0)
-    fail_msg("forward: %s", err);
 }
 
 static df_kv_snap *take(const df_kv_cache *kv) {
