@@ -3,7 +3,8 @@
  * One state machine serves every family; a family is its markers (the text each template
  * writes around an assistant's calls: tests/tokenizer/qwen3_chat_template.jinja,
  * deepseek_v3_chat_template.jinja, kimi_k2_thinking_chat_template.jinja, and
- * engine/text/chat_xtml.c for Kimi K3) plus a function that reads a call's header.
+ * engine/text/chat_xtml.c for Kimi K3) plus a function that reads a call's header; those are
+ * in tool_calls_fmt.c (tool_calls_internal.h).
  *
  *   TEXT    content; looks for a call start: [pre] [section begin, whitespace] call begin
  *   HEADER  the start is in `in`; the family reads the name (and id) after it
@@ -17,6 +18,7 @@
  * held-back suffixes are capped), so hostile text costs linear time.
  */
 #include "engine/text/tool_calls.h"
+#include "engine/text/tool_calls_internal.h"
 #include "engine/text/chat_json.h"
 #include "engine/text/tokenizer_utf8.h"
 #include "engine/text/tokenizer_util.h"
@@ -24,454 +26,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- families -------------------------------------------------------------------------------- */
-
-enum { NEED = 0, OK = 1, FAIL = -1 };
-
-typedef struct hdr {
-  size_t len;   /* bytes of header after the call-begin marker */
-  char *name;   /* malloc'd */
-  char *id;     /* malloc'd, the model's own; NULL = generate one */
-  bool no_args; /* Kimi K3: the call closed without a json element: arguments {} */
-} hdr;
-
-typedef int (*header_fn)(const char *s, size_t n, hdr *h);
-
-typedef struct fam {
-  const char *pre;        /* text before the markers that belongs to the call, optional */
-  const char *sec_begin;  /* section markers (NULL: none) */
-  const char *sec_end;
-  const char *call_begin; /* starts one call */
-  header_fn header;
-  const char *args_end;   /* ends the arguments */
-  const char *args_tail;  /* structure between the arguments and args_end (whitespace around) */
-  const char *post;       /* must follow args_end (whitespace before it) */
-} fam;
-
-#define FW "\xef\xbd\x9c" /* ｜ */
-#define SP "\xe2\x96\x81" /* ▁ */
-#define DS_CALLS_BEGIN "<" FW "tool" SP "calls" SP "begin" FW ">"
-#define DS_CALLS_END "<" FW "tool" SP "calls" SP "end" FW ">"
-#define DS_CALL_BEGIN "<" FW "tool" SP "call" SP "begin" FW ">"
-#define DS_CALL_END "<" FW "tool" SP "call" SP "end" FW ">"
-#define DS_SEP "<" FW "tool" SP "sep" FW ">"
-#define K2_CALLS_BEGIN "<|tool_calls_section_begin|>"
-#define K2_CALLS_END "<|tool_calls_section_end|>"
-#define K2_CALL_BEGIN "<|tool_call_begin|>"
-#define K2_CALL_ARGS "<|tool_call_argument_begin|>"
-#define K2_CALL_END "<|tool_call_end|>"
-
-#define WS_CAP 256      /* whitespace run between markers */
-#define HOLD_CAP 4096   /* trailing whitespace of arguments held back */
-#define HDR_CAP 1024    /* a call header (name, id, attributes) still incomplete: not a call */
-
-static bool ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-/* lit at s[j..n): OK (all there), NEED (s[j..n) is a proper prefix, possibly empty), FAIL */
-static int lit_at(const char *s, size_t n, size_t j, const char *lit) {
-  size_t l = strlen(lit), have = n - j;
-  if (have >= l) return memcmp(s + j, lit, l) == 0 ? OK : FAIL;
-  return memcmp(s + j, lit, have) == 0 ? NEED : FAIL;
-}
-
-static const char *find(const char *s, size_t n, const char *needle) {
-  size_t k = strlen(needle);
-  if (n < k) return NULL;
-  for (const char *p = s, *end = s + n - k; p <= end; p++) {
-    p = memchr(p, needle[0], (size_t)(end - p) + 1);
-    if (!p) return NULL;
-    if (memcmp(p, needle, k) == 0) return p;
-  }
-  return NULL;
-}
-
-static char *dupn(const char *s, size_t n) {
-  char *d = malloc(n + 1);
-  if (d) {
-    memcpy(d, s, n);
-    d[n] = 0;
-  }
-  return d;
-}
-
-static size_t skip_ws(const char *s, size_t n, size_t i) {
-  while (i < n && ws(s[i])) i++;
-  return i;
-}
-
-/* A JSON string at s[i] ('"'), decoded into *out (malloc'd) when out != NULL. OK with *end
- * after the closing quote, NEED (cut off), FAIL (not a string, a bad escape, a control
- * character, \u0000 or a lone surrogate). */
-static int json_string_at(const char *s, size_t n, size_t i, size_t *end, char **out) {
-  if (i >= n) return NEED;
-  if (s[i] != '"') return FAIL;
-  df_tok_buf b = {0};
-  int rc = NEED;
-  size_t k = i + 1;
-  while (k < n) {
-    unsigned char c = (unsigned char)s[k];
-    if (c == '"') {
-      *end = k + 1;
-      rc = OK;
-      break;
-    }
-    if (c < 0x20) {
-      rc = FAIL;
-      break;
-    }
-    if (c != '\\') {
-      if (out && df_tok__buf_put(&b, s + k, 1) != 0) goto oom;
-      k++;
-      continue;
-    }
-    if (k + 1 >= n) break; /* NEED */
-    char e = s[k + 1];
-    static const char k_esc[] = "\"\\/bfnrt", k_map[] = "\"\\/\b\f\n\r\t";
-    const char *simple = e ? strchr(k_esc, e) : NULL;
-    if (simple) {
-      if (out && df_tok__buf_put(&b, &k_map[simple - k_esc], 1) != 0) goto oom;
-      k += 2;
-      continue;
-    }
-    if (e != 'u') {
-      rc = FAIL;
-      break;
-    }
-    uint32_t cp = 0;
-    size_t need = 6, got = 0;
-    for (size_t q = 0; q < 4; q++) {
-      if (k + 2 + q >= n) break;
-      char h = s[k + 2 + q];
-      int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-              : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-      if (v < 0) {
-        rc = FAIL;
-        goto done;
-      }
-      cp = cp * 16 + (uint32_t)v;
-      got++;
-    }
-    if (got < 4) break; /* NEED */
-    if (cp >= 0xDC00 && cp <= 0xDFFF) {
-      rc = FAIL;
-      break;
-    }
-    if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: \uDC00-\uDFFF must follow */
-      need = 12;
-      uint32_t lo = 0;
-      const char *t = s + k + 6;
-      size_t have = n - (k + 6);
-      if (have < 2) break;
-      if (t[0] != '\\' || t[1] != 'u') {
-        rc = FAIL;
-        break;
-      }
-      got = 0;
-      for (size_t q = 0; q < 4 && q + 2 < have; q++) {
-        char h = t[2 + q];
-        int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-        if (v < 0) {
-          rc = FAIL;
-          goto done;
-        }
-        lo = lo * 16 + (uint32_t)v;
-        got++;
-      }
-      if (got < 4) break; /* NEED */
-      if (lo < 0xDC00 || lo > 0xDFFF) {
-        rc = FAIL;
-        break;
-      }
-      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-    }
-    if (cp == 0) {
-      rc = FAIL;
-      break;
-    }
-    char u[4];
-    size_t ul = df_tok__cp_to_utf8(cp, u);
-    if (out && df_tok__buf_put(&b, u, ul) != 0) goto oom;
-    k += need;
-  }
-done:
-  if (rc == OK && out) {
-    if (!b.p && df_tok__buf_put(&b, "", 0) != 0) goto oom;
-    *out = b.p;
-    return OK;
-  }
-  df_tok__buf_free(&b);
-  return rc;
-oom:
-  df_tok__buf_free(&b);
-  return FAIL;
-}
-
-/* RFC 8259 JSON text whose value is an object (whitespace around allowed). */
-static bool json_object_text(const char *s, size_t n) {
-  size_t i = skip_ws(s, n, 0);
-  if (i >= n || s[i] != '{') return false;
-  char *stack = NULL;
-  size_t depth = 0, cap = 0;
-  bool ok = false;
-  for (;;) {
-    /* a value at s[i] */
-    i = skip_ws(s, n, i);
-    if (i >= n) goto out;
-    char c = s[i];
-    if (c == '{' || c == '[') {
-      if (df_tok__grow((void **)&stack, &cap, depth + 1, 1) != 0) goto out;
-      stack[depth++] = c;
-      i = skip_ws(s, n, i + 1);
-      if (i < n && s[i] == (c == '{' ? '}' : ']')) {
-        depth--;
-        i++;
-        goto after;
-      }
-      if (c == '{') goto key;
-      continue;
-    } else if (c == '"') {
-      size_t e;
-      if (json_string_at(s, n, i, &e, NULL) != OK) goto out;
-      i = e;
-    } else if (c == 't' || c == 'f' || c == 'n') {
-      const char *w = c == 't' ? "true" : c == 'f' ? "false" : "null";
-      if (lit_at(s, n, i, w) != OK) goto out;
-      i += strlen(w);
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      if (s[i] == '-') i++;
-      if (i >= n) goto out;
-      if (s[i] == '0') i++;
-      else if (s[i] >= '1' && s[i] <= '9') while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-      else goto out;
-      if (i < n && s[i] == '.') {
-        i++;
-        if (i >= n || s[i] < '0' || s[i] > '9') goto out;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-      }
-      if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        i++;
-        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
-        if (i >= n || s[i] < '0' || s[i] > '9') goto out;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-      }
-    } else {
-      goto out;
-    }
-  after:
-    for (;;) {
-      i = skip_ws(s, n, i);
-      if (depth == 0) {
-        ok = i == n;
-        goto out;
-      }
-      if (i >= n) goto out;
-      char top = stack[depth - 1];
-      if (s[i] == (top == '{' ? '}' : ']')) {
-        depth--;
-        i++;
-        continue;
-      }
-      if (s[i] != ',') goto out;
-      i++;
-      if (top == '{') goto key;
-      break; /* the next array element */
-    }
-    continue;
-  key: {
-    size_t e;
-    i = skip_ws(s, n, i);
-    if (json_string_at(s, n, i, &e, NULL) != OK) goto out;
-    i = skip_ws(s, n, e);
-    if (i >= n || s[i] != ':') goto out;
-    i++;
-  }
-  }
-out:
-  free(stack);
-  return ok;
-}
-
-/* Qwen3: ws { ws "name" ws : ws STRING ws , ws "arguments" ws : */
-static int header_qwen3(const char *s, size_t n, hdr *h) {
-  static const char *const k_seq[] = {"{", "\"name\"", ":", NULL, ",", "\"arguments\"", ":"};
-  size_t i = 0;
-  char *name = NULL;
-  int rc = NEED;
-  for (size_t q = 0; q < sizeof k_seq / sizeof k_seq[0]; q++) {
-    i = skip_ws(s, n, i);
-    if (i >= n) goto need;
-    if (!k_seq[q]) {
-      size_t e;
-      int r = json_string_at(s, n, i, &e, &name);
-      if (r != OK) {
-        rc = r;
-        goto need;
-      }
-      i = e;
-      continue;
-    }
-    int r = lit_at(s, n, i, k_seq[q]);
-    if (r != OK) {
-      rc = r;
-      goto need;
-    }
-    i += strlen(k_seq[q]);
-  }
-  if (!*name) {
-    free(name);
-    return FAIL;
-  }
-  h->len = i;
-  h->name = name;
-  return OK;
-need:
-  free(name);
-  if (rc == NEED && n > HDR_CAP) rc = FAIL;
-  return rc;
-}
-
-/* DeepSeek-V3: function<｜tool▁sep｜>NAME\n```json\n */
-static int header_deepseek(const char *s, size_t n, hdr *h) {
-  static const char head[] = "function" DS_SEP;
-  int r = lit_at(s, n, 0, head);
-  if (r != OK) return r;
-  size_t a = sizeof head - 1;
-  const char *nl = memchr(s + a, '\n', n - a);
-  size_t end = nl ? (size_t)(nl - s) : n;
-  if (find(s + a, end - a, "<" FW) || memchr(s + a, 0, end - a)) return FAIL; /* NUL: no name */
-  if (!nl) return end - a > HDR_CAP ? FAIL : NEED;
-  if (end == a) return FAIL;
-  r = lit_at(s, n, end, "\n```json\n");
-  if (r != OK) return r;
-  if (!(h->name = dupn(s + a, end - a))) return FAIL;
-  h->len = end + 9;
-  return OK;
-}
-
-/* Kimi K2: ID<|tool_call_argument_begin|>, ID = functions.NAME:IDX */
-static int header_kimi(const char *s, size_t n, hdr *h) {
-  const char *e = find(s, n, K2_CALL_ARGS);
-  size_t end = e ? (size_t)(e - s) : n;
-  /* another marker inside the id (a "<|" that is not the start of the argument marker) */
-  for (const char *p = s; (p = find(p, (size_t)(s + end - p), "<|")); p++)
-    if (e || lit_at(s, n, (size_t)(p - s), K2_CALL_ARGS) != NEED) return FAIL;
-  if (!e) return n > 512 + sizeof K2_CALL_ARGS ? FAIL : NEED;
-  size_t a = skip_ws(s, end, 0), b = end;
-  while (b > a && ws(s[b - 1])) b--;
-  const char *id = s + a;
-  size_t idl = b - a, na = 0, nb = idl;
-  if (idl >= 10 && memcmp(id, "functions.", 10) == 0) na = 10;
-  size_t k = nb;
-  while (k > na && id[k - 1] >= '0' && id[k - 1] <= '9') k--;
-  if (k < nb && k > na && id[k - 1] == ':') nb = k - 1;
-  if (nb == na || idl > 512 || memchr(id, 0, idl)) return FAIL;
-  h->name = dupn(id + na, nb - na);
-  h->id = dupn(id, idl);
-  if (!h->name || !h->id) {
-    free(h->name);
-    free(h->id);
-    h->name = h->id = NULL;
-    return FAIL;
-  }
-  h->len = end + sizeof K2_CALL_ARGS - 1;
-  return OK;
-}
-
-/* XTML attributes at s[i]: ( ' ' KEY '="' VALUE '"' )* '<|sep|>'; the "tool" value (escaped)
- * in *tool_at / *tool_len. */
-static int xtml_attrs(const char *s, size_t n, size_t *i, const char **tool_at, size_t *tool_len) {
-  size_t k = *i;
-  for (;;) {
-    if (k >= n) return NEED;
-    int r = lit_at(s, n, k, "<|sep|>");
-    if (r == OK) {
-      *i = k + 7;
-      return OK;
-    }
-    if (r == NEED) return NEED;
-    if (s[k] != ' ') return FAIL;
-    size_t key = ++k;
-    while (k < n && ((s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z') || s[k] == '_' ||
-                     s[k] == '-'))
-      k++;
-    if (k >= n) return NEED;
-    if (k == key || s[k] != '=') return FAIL;
-    if (++k >= n) return NEED;
-    if (s[k] != '"') return FAIL;
-    const char *q = memchr(s + k + 1, '"', n - k - 1);
-    if (!q) return NEED;
-    if (tool_at && k - 1 - key == 4 && memcmp(s + key, "tool", 4) == 0) {
-      *tool_at = s + k + 1;
-      *tool_len = (size_t)(q - (s + k + 1));
-    }
-    k = (size_t)(q - s) + 1;
-  }
-}
-
-/* Kimi K3:  ATTRS<|sep|> ws (<|open|>json ATTRS<|sep|> | <|close|>call<|sep|>) */
-static int header_k3_(const char *s, size_t n, hdr *h) {
-  size_t i = 0, tl = 0;
-  const char *t = NULL;
-  int r = xtml_attrs(s, n, &i, &t, &tl);
-  if (r != OK) return r;
-  size_t j = skip_ws(s, n, i);
-  if (j >= n) return j - i > WS_CAP ? FAIL : NEED;
-  r = lit_at(s, n, j, "<|close|>call<|sep|>");
-  if (r == OK) {
-    h->no_args = true;
-    h->len = j + 20;
-  } else {
-    if (r == NEED) return NEED;
-    r = lit_at(s, n, j, "<|open|>json");
-    if (r != OK) return r;
-    j += 12;
-    if (j < n && s[j] != ' ' && s[j] != '<') return FAIL;
-    r = xtml_attrs(s, n, &j, NULL, NULL);
-    if (r != OK) return r;
-    h->len = j;
-  }
-  if (!t || tl == 0 || memchr(t, 0, tl)) return FAIL;
-  df_tok_buf b = {0}; /* undo escape_attr: &quot; then &amp; */
-  for (size_t k = 0; k < tl;) {
-    bool quot = tl - k >= 6 && memcmp(t + k, "&quot;", 6) == 0;
-    bool amp = !quot && tl - k >= 5 && memcmp(t + k, "&amp;", 5) == 0;
-    int rc = df_tok__buf_put(&b, quot ? "\"" : amp ? "&" : t + k, 1);
-    k += quot ? 6 : amp ? 5 : 1;
-    if (rc != 0) {
-      df_tok__buf_free(&b);
-      return FAIL;
-    }
-  }
-  h->name = b.p;
-  return OK;
-}
-
-static int header_k3(const char *s, size_t n, hdr *h) {
-  int r = header_k3_(s, n, h);
-  return r == NEED && n > HDR_CAP ? FAIL : r;
-}
-
-static const fam k_qwen3 = {"\n", NULL, NULL, "<tool_call>", header_qwen3, "</tool_call>", "}",
-                            NULL};
-static const fam k_deepseek = {NULL, DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, header_deepseek,
-                               DS_CALL_END, "```", NULL};
-static const fam k_kimi = {NULL, K2_CALLS_BEGIN, K2_CALLS_END, K2_CALL_BEGIN, header_kimi,
-                           K2_CALL_END, NULL, NULL};
-static const fam k_k3 = {NULL, "<|open|>tools<|sep|>", "<|close|>tools<|sep|>", "<|open|>call",
-                         header_k3, "<|close|>json<|sep|>", NULL, "<|close|>call<|sep|>"};
-
-static const fam *fam_of(df_chat_family f) {
-  switch (f) {
-  case DF_CHAT_QWEN3: return &k_qwen3;
-  case DF_CHAT_DEEPSEEK_V3: return &k_deepseek;
-  case DF_CHAT_KIMI_K2:
-  case DF_CHAT_KIMI_K2_THINKING: return &k_kimi;
-  case DF_CHAT_KIMI_K3: return &k_k3;
-  }
-  return NULL;
-}
 
 /* ---- the parser ------------------------------------------------------------------------------ */
 
@@ -511,7 +65,7 @@ struct df_tool_parser {
 };
 
 df_tool_parser *df_tool_parser_new(df_chat_family family, uint64_t id_seed) {
-  const fam *f = fam_of(family);
+  const fam *f = df_tc_fam_of(family);
   if (!f) return NULL;
   df_tool_parser *p = calloc(1, sizeof *p);
   if (!p) return NULL;
@@ -642,7 +196,7 @@ static void complete(df_tool_parser *p, size_t end) {
     p->dead = true;
     return;
   }
-  char *raw = dupn(p->in.p, end);
+  char *raw = df_tc_dupn(p->in.p, end);
   if (!raw) {
     p->dead = true;
     return;
@@ -675,22 +229,22 @@ static void attach(df_tool_parser *p, size_t end) {
 static int start_at(const fam *f, const char *s, size_t n, size_t i, size_t *len) {
   size_t j = i;
   if (f->pre) {
-    int r = lit_at(s, n, j, f->pre);
+    int r = df_tc_lit_at(s, n, j, f->pre);
     if (r == NEED) return NEED;
     if (r == OK) j += strlen(f->pre);
   }
   if (f->sec_begin) {
-    int r = lit_at(s, n, j, f->sec_begin);
+    int r = df_tc_lit_at(s, n, j, f->sec_begin);
     if (r == NEED) return NEED;
     if (r == OK) {
-      size_t k = skip_ws(s, n, j + strlen(f->sec_begin));
+      size_t k = df_tc_skip_ws(s, n, j + strlen(f->sec_begin));
       if (k - (j + strlen(f->sec_begin)) > WS_CAP) return FAIL;
-      r = lit_at(s, n, k, f->call_begin);
+      r = df_tc_lit_at(s, n, k, f->call_begin);
       if (r == OK) *len = k + strlen(f->call_begin) - i;
       return r;
     }
   }
-  int r = lit_at(s, n, j, f->call_begin);
+  int r = df_tc_lit_at(s, n, j, f->call_begin);
   if (r == OK) *len = j + strlen(f->call_begin) - i;
   return r;
 }
@@ -742,7 +296,7 @@ static int step_header(df_tool_parser *p, bool final) {
   ev_push(p, DF_TOOL_EV_CALL_BEGIN, p->index, NULL, 0, p->id, p->name);
   p->hdr_end = m + h.len;
   if (h.no_args) {
-    p->args = dupn("{}", 2);
+    p->args = df_tc_dupn("{}", 2);
     p->args_len = 2;
     if (!p->args) {
       p->dead = true;
@@ -810,7 +364,7 @@ static int step_args(df_tool_parser *p, bool final) {
       continue;
     }
     if (c != f->args_end[0]) continue;
-    int r = lit_at(s, n, i, f->args_end);
+    int r = df_tc_lit_at(s, n, i, f->args_end);
     if (r == OK) q = s + i;
     if (r != FAIL) break;
   }
@@ -820,7 +374,7 @@ static int step_args(df_tool_parser *p, bool final) {
       drop(p, n);
       return 1;
     }
-    size_t a = skip_ws(s, n, p->hdr_end);
+    size_t a = df_tc_skip_ws(s, n, p->hdr_end);
     if (a == n) return 0;
     size_t rel = n - a - holdback(f, s + a, n - a);
     if (rel > p->args_sent) {
@@ -830,7 +384,7 @@ static int step_args(df_tool_parser *p, bool final) {
     return 0;
   }
   size_t qe = (size_t)(q - s), end = qe + L;
-  size_t a = skip_ws(s, qe, p->hdr_end), e = qe;
+  size_t a = df_tc_skip_ws(s, qe, p->hdr_end), e = qe;
   while (e > a && ws(s[e - 1])) e--;
   bool ok = true;
   if (f->args_tail) {
@@ -839,7 +393,7 @@ static int step_args(df_tool_parser *p, bool final) {
     if (ok) e -= TL;
     while (e > a && ws(s[e - 1])) e--;
   }
-  ok = ok && p->args_sent <= e - a && json_object_text(s + a, e - a);
+  ok = ok && p->args_sent <= e - a && df_tc_json_object_text(s + a, e - a);
   if (!ok) {
     drop(p, end);
     return 1;
@@ -847,7 +401,7 @@ static int step_args(df_tool_parser *p, bool final) {
   if (e - a > p->args_sent)
     ev_push(p, DF_TOOL_EV_ARGS, p->index, s + a + p->args_sent, e - a - p->args_sent, NULL, NULL);
   p->args_sent = e - a;
-  if (!(p->args = dupn(s + a, e - a))) {
+  if (!(p->args = df_tc_dupn(s + a, e - a))) {
     p->dead = true;
     return 0;
   }
@@ -863,8 +417,8 @@ static int step_args(df_tool_parser *p, bool final) {
 
 static int step_post(df_tool_parser *p, bool final) {
   const char *s = p->in.p;
-  size_t n = p->in.n, j = skip_ws(s, n, p->post_at);
-  int r = j - p->post_at > WS_CAP ? FAIL : j >= n ? NEED : lit_at(s, n, j, p->f->post);
+  size_t n = p->in.n, j = df_tc_skip_ws(s, n, p->post_at);
+  int r = j - p->post_at > WS_CAP ? FAIL : j >= n ? NEED : df_tc_lit_at(s, n, j, p->f->post);
   if (r == NEED && !final) return 0;
   if (r == OK) complete(p, j + strlen(p->f->post));
   else drop(p, p->post_at);
@@ -874,7 +428,7 @@ static int step_post(df_tool_parser *p, bool final) {
 static int step_after(df_tool_parser *p, bool final) {
   const fam *f = p->f;
   const char *s = p->in.p;
-  size_t n = p->in.n, i = skip_ws(s, n, 0);
+  size_t n = p->in.n, i = df_tc_skip_ws(s, n, 0);
   if (i > WS_CAP) {
     p->st = S_TEXT;
     return 1;
@@ -886,7 +440,7 @@ static int step_after(df_tool_parser *p, bool final) {
     return 1;
   }
   if (f->sec_end) {
-    int r = lit_at(s, n, i, f->sec_end);
+    int r = df_tc_lit_at(s, n, i, f->sec_end);
     if (r == OK) {
       attach(p, i + strlen(f->sec_end));
       p->st = S_TEXT;
@@ -894,7 +448,7 @@ static int step_after(df_tool_parser *p, bool final) {
     }
     if (r == NEED && !final) return 0;
   }
-  int r = lit_at(s, n, i, f->call_begin);
+  int r = df_tc_lit_at(s, n, i, f->call_begin);
   if (r == OK) {
     p->st = S_HEADER;
     p->mark_len = i + strlen(f->call_begin);
