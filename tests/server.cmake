@@ -85,3 +85,11 @@ df_add_fuzzer(fuzz_api_request
   CORPUS ${CMAKE_CURRENT_LIST_DIR}/fuzz/corpus_api
   DICT ${CMAKE_CURRENT_LIST_DIR}/fuzz/api.dict
   SECONDS 15)
+
+# Reasoning: chat answers split into reasoning_content and content (Kimi K3's think / response
+# elements, Qwen3's <think>) against the model's raw text and the test's own reading of each
+# format, whole and streamed; run --chat prints the same split.
+add_test(NAME server_reasoning COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/server_reasoning.py
+  $<TARGET_FILE:deltafin> ${DF_SERVER_MODEL} ${PROJECT_BINARY_DIR}/server)
+set_tests_properties(server_reasoning PROPERTIES FIXTURES_REQUIRED server_model LABELS server
+  TIMEOUT 300)

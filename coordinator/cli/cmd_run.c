@@ -23,6 +23,7 @@
 #include "config/fsutil.h"
 #include "coordinator/hub/stream.h"
 #include "engine/text/chat_template.h"
+#include "engine/text/reasoning.h"
 #include "engine/text/tokenizer.h"
 
 static void run_usage(FILE *f) {
@@ -107,6 +108,32 @@ static int write_logits(const char *path, const void *data, size_t len, char *er
   char real[PATH_MAX];
   if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) && realpath(path, real)) path = real;
   return df_fs_write_atomic(path, data, len, 0644, err, errlen);
+}
+
+/* Print generated text. Without rp (no --chat, or a family without reasoning) as it comes;
+ * with it, split: the reasoning between a "<think>\n" line and "\n</think>\n\n" (Qwen3's own
+ * layout, so a Qwen3 answer prints as the model wrote it; Kimi K3's think element the same
+ * way), then the content. at_end: the text has ended (what rp held back is printed). Returns
+ * 0, or -1 when out of memory. */
+static int put_text(df_reasoning_parser *rp, bool *thinking, const char *text, size_t len,
+                    bool at_end) {
+  if (!rp) {
+    fwrite(text, 1, len, stdout);
+    return 0;
+  }
+  const df_reasoning_ev *ev;
+  size_t n;
+  if (df_reasoning_parser_feed(rp, text, len, &ev, &n) != 0) return -1;
+  for (int pass = 0; pass < 1 + at_end; pass++) {
+    if (pass && df_reasoning_parser_finish(rp, &ev, &n) != 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+      bool r = ev[i].kind == DF_REASONING_EV_REASONING;
+      if (r != *thinking) fputs(r ? "<think>\n" : "\n</think>\n\n", stdout);
+      *thinking = r;
+      fwrite(ev[i].text, 1, ev[i].len, stdout);
+    }
+  }
+  return 0;
 }
 
 int df_cmd_run(int argc, char **argv) {
@@ -211,6 +238,8 @@ int df_cmd_run(int argc, char **argv) {
   df_tok *tok = NULL;
   df_tok_stream *stream = NULL;
   df_chat_template *tmpl = NULL;
+  df_reasoning_parser *rp = NULL; /* --chat: the answer's reasoning and content */
+  bool thinking = false;          /* "<think>" printed, "</think>" not yet */
   /* Kimi K3 folders (a tokenizer with the XTML structural tokens): a turn ends with
    * <|end_of_msg|> (the config's eos) and [EOS] is a stop id too (docs/K3.md §5.1), whatever
    * config.json / generation_config.json list */
@@ -266,9 +295,28 @@ int df_cmd_run(int argc, char **argv) {
       free(prompt);
       return 1;
     }
+    df_chat_family fam = tmpl ? df_chat_template_family(tmpl) : DF_CHAT_QWEN3;
+    if (tmpl && df_reasoning_family(fam)) {
+      /* the prompt opens Kimi K3's think element unless --no-think; Qwen3 --no-think renders
+       * an empty think block; otherwise the model opens its reasoning itself */
+      df_reasoning_start st = fam == DF_CHAT_KIMI_K3 ? (no_think ? DF_REASONING_OUT : DF_REASONING_IN)
+                              : no_think ? DF_REASONING_OUT : DF_REASONING_AUTO;
+      int32_t keep[DF_TOK_STREAM_KEEP_MAX];
+      size_t nk = df_tok_special_ids(tok, df_reasoning_markers(fam), keep, DF_TOK_STREAM_KEEP_MAX);
+      if (!(rp = df_reasoning_parser_new(fam, st)) || df_tok_stream_keep(stream, keep, nk) != 0) {
+        fprintf(stderr, "deltafin: out of memory\n");
+        df_reasoning_parser_destroy(&rp);
+        df_tok_stream_destroy(&stream);
+        df_chat_template_destroy(&tmpl);
+        df_tok_destroy(&tok);
+        free(prompt);
+        return 1;
+      }
+    }
     n_prompt = (int64_t)n;
     if (n_prompt == 0) {
       fprintf(stderr, "deltafin: --prompt: the text encodes to no tokens\n");
+      df_reasoning_parser_destroy(&rp);
       df_tok_stream_destroy(&stream);
       df_tok_destroy(&tok);
       return 2;
@@ -381,7 +429,7 @@ int df_cmd_run(int argc, char **argv) {
           fprintf(stderr, "\ndeltafin: decode: %s\n", err);
           goto done;
         }
-        fwrite(piece, 1, plen, stdout);
+        if (put_text(rp, &thinking, piece, plen, false) != 0) goto oom;
       } else {
         printf("%s%d", n_out ? " " : "", toks[i]);
       }
@@ -396,8 +444,9 @@ int df_cmd_run(int argc, char **argv) {
   if (stream) {
     const char *piece;
     size_t plen;
-    if (df_tok_stream_flush(stream, &piece, &plen, err, sizeof err) == 0)
-      fwrite(piece, 1, plen, stdout);
+    if (df_tok_stream_flush(stream, &piece, &plen, err, sizeof err) != 0 ||
+        put_text(rp, &thinking, piece, plen, true) != 0)
+      goto oom;
   }
   printf("\n");
   fflush(stdout); /* the text ends before --stats lines on stderr, also through a pipe */
@@ -436,7 +485,11 @@ int df_cmd_run(int argc, char **argv) {
     if (heat_note[0]) fprintf(stderr, "deltafin: %s\n", heat_note); /* found at the save */
   }
   rc = 0;
+  goto done;
+oom:
+  fprintf(stderr, "\ndeltafin: out of memory\n");
 done:
+  df_reasoning_parser_destroy(&rp);
   free(heat);
   df_tok_stream_destroy(&stream);
   df_chat_template_destroy(&tmpl);

@@ -62,6 +62,10 @@ static void serve_usage(FILE *f) {
           "                       (e.g. 512M, 4G; default 1G, at most a quarter of the free\n"
           "                       memory; 0 = the working slots only)\n"
           "  --no-prefix-cache    every request prefills its whole prompt\n"
+          "  --reasoning-format F split: a chat answer's reasoning (Qwen3 and Kimi K2 Thinking\n"
+          "                       <think>, Kimi K3's think element) goes to reasoning_content,\n"
+          "                       the rest to content (default); none: content is the model's\n"
+          "                       text as written\n"
           "  --threads N          compute threads (default: every online CPU)\n"
           "  --draft DIR          draft model for speculative decoding of greedy requests\n"
           "                       (default without --model: the bundled demo draft)\n"
@@ -87,7 +91,7 @@ static void serve_usage(FILE *f) {
 enum { O_MODEL = 1, O_NAME, O_HOST, O_PORT, O_KEY, O_KEYFILE, O_PAR, O_QUEUE, O_CTX, O_MAXP, O_BODY,
        O_CHUNK, O_THREADS, O_QUIET, O_HELP, O_DRAFT, O_NODRAFT, O_DRAFTK, O_DRAFTSEQS,
        O_CLUSTER, O_CPORT, O_CBIND, O_CWAIT, O_CNODES, O_CTIMEOUT, O_STATE, O_MAXCONN, O_PERHOST, O_IDLE,
-       O_REQTIMEOUT, O_DEVICE, O_PCACHE, O_NOPCACHE };
+       O_REQTIMEOUT, O_DEVICE, O_PCACHE, O_NOPCACHE, O_REASONING };
 
 static bool is_loopback(const char *h) {
   return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
@@ -118,6 +122,7 @@ int df_cmd_serve(int argc, char **argv) {
       {"device", required_argument, 0, O_DEVICE},
       {"prefix-cache", required_argument, 0, O_PCACHE},
       {"no-prefix-cache", no_argument, 0, O_NOPCACHE},
+      {"reasoning-format", required_argument, 0, O_REASONING},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
   const char *key_file = NULL;
@@ -130,7 +135,7 @@ int df_cmd_serve(int argc, char **argv) {
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
           threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10,
           per_host = DF_SRV_DEFAULT_PER_HOST, request_s = DF_SRV_DEFAULT_REQUEST_TIMEOUT;
-  bool quiet = false, no_pcache = false, pcache_given = false;
+  bool quiet = false, no_pcache = false, pcache_given = false, reasoning_raw = false;
   int64_t pcache = DF_SCHED_CACHE_DEFAULT;
   int c;
   optind = 1;
@@ -163,6 +168,14 @@ int df_cmd_serve(int argc, char **argv) {
     case O_CHUNK: if (df_cli_int("chunk", optarg, 1, 1 << 16, &chunk)) return 2; break;
     case O_THREADS: if (df_cli_int("threads", optarg, 1, 4096, &threads)) return 2; break;
     case O_QUIET: quiet = true; break;
+    case O_REASONING:
+      if (strcmp(optarg, "split") && strcmp(optarg, "none")) {
+        fprintf(stderr, "deltafin serve: --reasoning-format: expected split or none, got '%s'\n",
+                optarg);
+        return 2;
+      }
+      reasoning_raw = !strcmp(optarg, "none");
+      break;
     case O_DRAFT: draft_dir = optarg; break;
     case O_NODRAFT: no_draft = true; break;
     case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SCHED_K_MAX, &draft_k)) return 2; break;
@@ -342,7 +355,8 @@ int df_cmd_serve(int argc, char **argv) {
                     .max_body = (size_t)body, .max_prompt = maxp, .max_conns = (unsigned)max_conns,
                     .max_per_host = (int)per_host,
                     .idle_timeout_s = (unsigned)idle_s,
-                    .request_timeout_s = (unsigned)request_s, .quiet = quiet, .cluster = cluster};
+                    .request_timeout_s = (unsigned)request_s, .quiet = quiet, .cluster = cluster,
+                    .reasoning_raw = reasoning_raw};
   if (df_srv_start(&sv, sched, m, tok, tmpl, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;

@@ -42,7 +42,8 @@ struct df_sched_job {
   const df_jsg_vocab *gvocab;
   float *gscratch;    /* [V] with several runs: one run's mask */
   uint8_t *gok;       /* [V] with several runs: the union */
-  bool decode_special;
+  int32_t keep_special[DF_TOK_STREAM_KEEP_MAX];
+  int n_keep_special;
   bool logprobs;    /* record df_sched_logprob entries */
   int top_logprobs;
   df_sched_logprob *lp; /* recorded entries not yet taken (j->mu) */
@@ -280,8 +281,8 @@ static void grammar_accept(df_sched_job *j, int32_t id) {
 /* Set up a job's per-sequence state when it gets a slot. */
 static int activate(df_sched *s, df_sched_job *j, char *err, size_t errlen) {
   if (!(j->smp = df_sampler_new(&j->sp, s->V, err, errlen))) return -1;
-  if (df_tok_stream_new(s->tok, j->decode_special ? 0 : DF_TOK_SKIP_SPECIAL, &j->dec, err,
-                        errlen) != 0)
+  if (df_tok_stream_new(s->tok, DF_TOK_SKIP_SPECIAL, &j->dec, err, errlen) != 0 ||
+      df_tok_stream_keep(j->dec, j->keep_special, (size_t)j->n_keep_special) != 0)
     return -1;
   df_sched_stop_init(&j->stopper, (const char *const *)j->stop, j->n_stop);
   if (j->n_grammars) {
@@ -825,7 +826,11 @@ int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int 
   j->sp = r->sp;
   j->ignore_eos = r->ignore_eos;
   j->logprobs = r->logprobs;
-  j->decode_special = r->decode_special;
+  j->n_keep_special = r->n_keep_special < 0 ? 0
+                      : r->n_keep_special > DF_TOK_STREAM_KEEP_MAX ? DF_TOK_STREAM_KEEP_MAX
+                                                                   : r->n_keep_special;
+  if (j->n_keep_special)
+    memcpy(j->keep_special, r->keep_special, (size_t)j->n_keep_special * sizeof *r->keep_special);
   j->gvocab = r->gvocab;
   if (r->n_grammars > 0 && r->gvocab) {
     if (!(j->grammars = malloc((size_t)r->n_grammars * sizeof *j->grammars))) goto oom_job;

@@ -120,8 +120,11 @@ typedef struct df_sched_req {
   const df_jsg *const *grammars;
   int n_grammars;
   const df_jsg_vocab *gvocab;
-  bool decode_special;    /* the text keeps special tokens' text (tool-call markers); end ids
-                             still decode to nothing */
+  /* special tokens whose text the output keeps (a chat format's markup that the caller
+   * parses: Kimi's tool-call markers, K2 Thinking's <think>); other specials and end ids
+   * decode to nothing. At most DF_TOK_STREAM_KEEP_MAX (more are ignored). */
+  const int32_t *keep_special;
+  int n_keep_special;
 } df_sched_req;
 
 /* Most grammars one request may give (a forced call of one of up to this many tools). */

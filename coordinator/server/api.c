@@ -516,11 +516,12 @@ static json_t *choice_obj(const df_api_meta *m, df_api_part *p, bool whole) {
   bool chat = m->kind == DF_API_CHAT;
   json_t *lp = p->logprobs ? p->logprobs : json_null(), *tc = p->tool_calls;
   p->logprobs = p->tool_calls = NULL;
-  json_t *choice = json_object(), *t = NULL;
+  json_t *choice = json_object(), *t = NULL, *r = NULL;
   if (!choice) goto fail;
   if (p->text || !chat) {
     if (!(t = text_json(p->text, p->text_len))) goto fail;
   }
+  if (chat && p->reasoning && !(r = text_json(p->reasoning, p->reasoning_len))) goto fail;
   if (chat) {
     json_t *msg = json_object();
     if (!msg) goto fail;
@@ -530,6 +531,8 @@ static json_t *choice_obj(const df_api_meta *m, df_api_part *p, bool whole) {
     if (t) json_object_set_new(msg, "content", t);
     else if (whole) json_object_set_new(msg, "content", json_null());
     t = NULL;
+    if (r) json_object_set_new(msg, "reasoning_content", r);
+    r = NULL;
     if (tc) json_object_set_new(msg, "tool_calls", tc);
     tc = NULL;
   } else {
@@ -544,6 +547,7 @@ fail:
   json_decref(lp);
   json_decref(tc);
   json_decref(t);
+  json_decref(r);
   json_decref(choice);
   return NULL;
 }

@@ -81,11 +81,15 @@ typedef struct df_api_part {
   const char *finish;  /* NULL = null, else "stop" / "length" / "tool_calls" */
   json_t *logprobs;    /* the choice's logprobs object (taken, even on failure); NULL = null */
   json_t *tool_calls;  /* chat: message.tool_calls / delta.tool_calls (taken); NULL = none */
+  const char *reasoning; /* chat: message.reasoning_content / delta.reasoning_content, UTF-8,
+                            reasoning_len bytes; NULL = no such key */
+  size_t reasoning_len;
 } df_api_part;
 
 /* Server-sent events. Each returns one complete event "data: {json}\n\n", malloc'd,
  * NUL-terminated, *len bytes; NULL when out of memory or text is not valid UTF-8.
- *   chunk: a chat chunk (delta {role?, content?, tool_calls?}) or a completion chunk (text);
+ *   chunk: a chat chunk (delta {role?, content?, reasoning_content?, tool_calls?}) or a
+ *          completion chunk (text);
  *   usage: the final usage chunk (choices []).
  *   error: {"error": {...}} as an event, for failures after the stream started. */
 char *df_api_sse_chunk(const df_api_meta *m, df_api_part *p, size_t *len);

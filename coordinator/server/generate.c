@@ -385,6 +385,48 @@ static int queue_tool_events(conn *c, const df_tool_ev *ev, size_t n) {
   return 0;
 }
 
+/* Stream: the model's text (at_end: its end) through the reasoning splitter and then the
+ * tool-call parser, either of which may be absent: reasoning as delta.reasoning_content
+ * chunks, content as delta.content chunks or tool-call events (queue_tool_events), in the
+ * model's order, queued in c->evq; the pending logprobs ride on the first. Returns 0, or -1
+ * when out of memory. */
+static int queue_text(conn *c, const char *text, size_t len, bool at_end) {
+  const df_tool_ev *tev;
+  size_t ntev;
+  bool cut = c->news.finish == DF_SCHED_LENGTH;
+  if (!c->rp) {
+    if (at_end ? df_tool_parser_finish(c->tp, cut, &tev, &ntev) != 0
+               : df_tool_parser_feed(c->tp, text, len, &tev, &ntev) != 0)
+      return -1;
+    return queue_tool_events(c, tev, ntev);
+  }
+  const df_reasoning_ev *ev;
+  size_t nev;
+  if (at_end ? df_reasoning_parser_finish(c->rp, &ev, &nev) != 0
+             : df_reasoning_parser_feed(c->rp, text, len, &ev, &nev) != 0)
+    return -1;
+  for (size_t i = 0; i < nev; i++) {
+    bool reasoning = ev[i].kind == DF_REASONING_EV_REASONING;
+    if (!reasoning && c->tp) {
+      if (df_tool_parser_feed(c->tp, ev[i].text, ev[i].len, &tev, &ntev) != 0 ||
+          queue_tool_events(c, tev, ntev) != 0)
+        return -1;
+      continue;
+    }
+    df_api_part p = {.text = reasoning ? NULL : ev[i].text, .text_len = reasoning ? 0 : ev[i].len,
+                     .reasoning = reasoning ? ev[i].text : NULL,
+                     .reasoning_len = reasoning ? ev[i].len : 0,
+                     .logprobs = c->lp_n ? pending_logprobs(c) : NULL};
+    size_t elen;
+    if (evq_push(c, df_api_sse_chunk(&c->meta, &p, &elen)) != 0) return -1;
+  }
+  if (at_end && c->tp) {
+    if (df_tool_parser_finish(c->tp, cut, &tev, &ntev) != 0 || queue_tool_events(c, tev, ntev) != 0)
+      return -1;
+  }
+  return 0;
+}
+
 /* The final answer's tool calls ([{id, type, function: {name, arguments}}], NULL when none). */
 static json_t *final_calls(conn *c) {
   size_t n = df_tool_parser_n_calls(c->tp);
@@ -440,12 +482,8 @@ static int next_event(conn *c) {
         if (rc != 0 || queue_tool_events(c, ev, nev) != 0) return -1;
         continue;
       }
-      if (c->tp && c->text_off < c->text_len) {
-        const df_tool_ev *ev;
-        size_t nev;
-        if (df_tool_parser_feed(c->tp, c->text + c->text_off, c->text_len - c->text_off, &ev,
-                                &nev) != 0 ||
-            queue_tool_events(c, ev, nev) != 0)
+      if ((c->rp || c->tp) && c->text_off < c->text_len) {
+        if (queue_text(c, c->text + c->text_off, c->text_len - c->text_off, false) != 0)
           return -1;
         c->text_off = c->text_len;
         continue;
@@ -471,13 +509,9 @@ static int next_event(conn *c) {
           c->stage = 4;
           return c->ev ? 1 : -1;
         }
-        if (c->tp && !c->tp_done) { /* what the parser held back: content, or a cut call */
-          const df_tool_ev *ev;
-          size_t nev;
+        if ((c->rp || c->tp) && !c->tp_done) { /* what the parsers held back */
           c->tp_done = true;
-          if (df_tool_parser_finish(c->tp, c->news.finish == DF_SCHED_LENGTH, &ev, &nev) != 0 ||
-              queue_tool_events(c, ev, nev) != 0)
-            return -1;
+          if (queue_text(c, NULL, 0, true) != 0) return -1;
           continue;
         }
         df_api_part p = {.text = c->meta.kind == DF_API_CHAT ? NULL : "",
@@ -545,6 +579,27 @@ static void stream_free(void *cls) {
  * Hangul jamo into one syllable, UAX #15), so at least bytes / (3 * max_piece) tokens. */
 static size_t text_min_tokens(const srv_ctx *s, size_t bytes) {
   return s->max_piece ? bytes / (3 * s->max_piece) : 0;
+}
+
+/* True for a Kimi K3 chat whose answer is a JSON document (response_format): its prompt opens
+ * the response element, not the think element. */
+static bool k3_json_answer(const srv_ctx *s, const df_api_request *rq) {
+  return rq->kind == DF_API_CHAT && df_chat_template_family(s->tmpl) == DF_CHAT_KIMI_K3 &&
+         (rq->format == DF_API_FORMAT_JSON_OBJECT || rq->format == DF_API_FORMAT_JSON_SCHEMA);
+}
+
+/* Where a chat answer starts (engine/text/reasoning.h): after a forced call's frame, in the
+ * content; Kimi K3 in the think element when thinking is on (its default) and the answer is
+ * not constrained JSON, else in the response element; Qwen3 with enable_thinking false has an
+ * empty think block in its prompt: content; otherwise the model opens reasoning itself. */
+static df_reasoning_start reasoning_start(const srv_ctx *s, const df_api_request *rq,
+                                          bool forced) {
+  df_chat_family fam = df_chat_template_family(s->tmpl);
+  if (forced) return DF_REASONING_OUT;
+  if (fam == DF_CHAT_KIMI_K3)
+    return rq->enable_thinking != 0 && !k3_json_answer(s, rq) ? DF_REASONING_IN : DF_REASONING_OUT;
+  if (fam == DF_CHAT_QWEN3 && rq->enable_thinking == 0) return DF_REASONING_OUT;
+  return DF_REASONING_AUTO;
 }
 
 /* The prompt's ids. A request that cannot fit in max_prompt tokens by a cheap lower bound
@@ -622,8 +677,19 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
                               "%s is not an option of this model's chat template "
                               "(only Kimi K3's XTML has it)", f);
     }
+    int think = rq->enable_thinking;
+    if (k3_json_answer(s, rq)) { /* constrained from the first token: the response element */
+      if (think == 1) {
+        free(msgs);
+        free(calls);
+        return df_api_error_set(e, 400, NULL, "response_format", NULL, "response_format: "
+                                "constrained output starts at the answer's first token, so on "
+                                "Kimi K3 it needs thinking off (it would fill the think element)");
+      }
+      think = 0;
+    }
     static const char *const choice[] = {"auto", "none", "required", "required"};
-    df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = rq->enable_thinking,
+    df_chat_opts co = {.add_generation_prompt = true, .enable_thinking = think,
                        .thinking_effort = effort[rq->thinking_effort],
                        .tools_json = rq->tools_json,
                        .tool_choice = rq->n_tools ? choice[rq->tool_choice] : NULL,
@@ -723,6 +789,18 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
     df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
     goto fail_grammars;
   }
+  df_chat_family fam = s->tmpl ? df_chat_template_family(s->tmpl) : DF_CHAT_QWEN3;
+  if (kind == DF_API_CHAT && !s->o.reasoning_raw && df_reasoning_family(fam) &&
+      !(c->rp = df_reasoning_parser_new(fam, reasoning_start(s, &rq, forced != NULL)))) {
+    df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+    goto fail_grammars;
+  }
+  int32_t keep[DF_TOK_STREAM_KEEP_MAX];
+  size_t n_keep = 0;
+  if (c->rp) n_keep += df_tok_special_ids(s->tok, df_reasoning_markers(fam), keep, DF_TOK_STREAM_KEEP_MAX);
+  if (tools)
+    n_keep += df_tok_special_ids(s->tok, df_tool_call_markers(fam), keep + n_keep,
+                                 DF_TOK_STREAM_KEEP_MAX - n_keep);
   if (c->tp) { /* the frame is part of the model's answer: the parser reads it first */
     c->forced = forced;
     forced = NULL;
@@ -749,10 +827,10 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
       .grammars = (const df_jsg *const *)grammars,
       .n_grammars = n_grammars,
       .gvocab = gvocab,
-      /* Kimi's call markers are special tokens (Qwen3's and DeepSeek-V3's are not) */
-      .decode_special = tools && (df_chat_template_family(s->tmpl) == DF_CHAT_KIMI_K2 ||
-                                  df_chat_template_family(s->tmpl) == DF_CHAT_KIMI_K2_THINKING ||
-                                  df_chat_template_family(s->tmpl) == DF_CHAT_KIMI_K3)};
+      /* the markup the parsers read (Kimi K2's call markers and K2 Thinking's <think> are
+       * special tokens) */
+      .keep_special = keep,
+      .n_keep_special = (int)n_keep};
   c->logprobs = rq.logprobs;
   int status;
   char err[512];
@@ -813,11 +891,24 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
   size_t len = 0;
   df_api_part p = {.text = c->text ? c->text : "", .text_len = c->text_len,
                    .finish = finish_of(c), .logprobs = pending_logprobs(c)};
+  if (c->rp) { /* reasoning and content */
+    const df_reasoning_ev *ev;
+    size_t nev;
+    if ((c->text_len && df_reasoning_parser_feed(c->rp, c->text, c->text_len, &ev, &nev) != 0) ||
+        df_reasoning_parser_finish(c->rp, &ev, &nev) != 0) {
+      json_decref(p.logprobs);
+      df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+      return df_srv_send_error(c, mc, &e);
+    }
+    p.reasoning = df_reasoning_parser_reasoning(c->rp, &p.reasoning_len);
+    p.text = df_reasoning_parser_content(c->rp, &p.text_len);
+    if (!p.reasoning_len) p.reasoning = NULL;
+  }
   if (c->tp) { /* content and calls */
     const df_tool_ev *ev;
     size_t nev;
     if ((c->forced && df_tool_parser_feed(c->tp, c->forced, strlen(c->forced), &ev, &nev) != 0) ||
-        (c->text_len && df_tool_parser_feed(c->tp, c->text, c->text_len, &ev, &nev) != 0) ||
+        (p.text_len && df_tool_parser_feed(c->tp, p.text, p.text_len, &ev, &nev) != 0) ||
         df_tool_parser_finish(c->tp, c->news.finish == DF_SCHED_LENGTH, &ev, &nev) != 0) {
       json_decref(p.logprobs);
       df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");

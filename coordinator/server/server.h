@@ -74,6 +74,9 @@ typedef struct df_srv_opts {
                             in /metrics). 0 = no limit */
   int quiet;             /* no per-request log lines on stderr (errors are still logged) */
   int cluster;           /* routed experts run on df-node agents (reported in /metrics) */
+  int reasoning_raw;     /* chat answers keep the model's reasoning in content, as written
+                            (--reasoning-format none); 0 = split into reasoning_content
+                            (engine/text/reasoning.h) */
 } df_srv_opts;
 
 /* Start serving: bind and listen on o->host:o->port, start the libmicrohttpd daemon (one

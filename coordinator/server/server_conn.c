@@ -22,6 +22,7 @@ void df_srv_conn_unref(conn *c) {
   free(c->text);
   free(c->lp);
   df_tool_parser_destroy(&c->tp);
+  df_reasoning_parser_destroy(&c->rp);
   free(c->forced);
   for (size_t i = c->evq_head; i < c->evq_n; i++) free(c->evq[i]);
   free(c->evq);

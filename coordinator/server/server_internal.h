@@ -18,6 +18,7 @@
 #include "coordinator/server/api.h"
 #include "coordinator/server/hosts.h"
 #include "coordinator/server/server.h"
+#include "engine/text/reasoning.h"
 #include "engine/text/tool_calls.h"
 
 enum route { R_CHAT, R_COMPL, R_MODELS, R_MODEL_ONE, R_HEALTH, R_METRICS, R_OTHER, R_N };
@@ -74,8 +75,10 @@ typedef struct conn {
   df_sched_news news;
   char *text;       /* taken text not yet sent (stream) or the whole text (non-stream) */
   size_t text_len, text_off;
+  df_reasoning_parser *rp; /* chat of a family with reasoning: the output split into
+                              reasoning and content (the content goes on to tp) */
   df_tool_parser *tp; /* chat with tools: the model's output parsed into content + calls */
-  bool tp_done;     /* the parser has seen the end */
+  bool tp_done;     /* the parsers (rp, tp) have seen the end */
   char *forced;     /* a forced call's frame text appended to the prompt, not yet parsed */
   bool one_call;    /* parallel_tool_calls false: only the first call is reported */
   char **evq;       /* stream: events made ahead (tool-call chunks), sent in order */

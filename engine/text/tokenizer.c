@@ -112,6 +112,16 @@ bool df_tok_is_special(const df_tok *t, int32_t id) {
   return id >= 0 && (size_t)id < t->n_ids && (t->flags[id] & 2);
 }
 
+size_t df_tok_special_ids(const df_tok *t, const char *const *spellings, int32_t *ids,
+                          size_t max) {
+  size_t n = 0;
+  for (; *spellings && n < max; spellings++) {
+    int32_t id = df_tok_token_to_id(t, *spellings, strlen(*spellings));
+    if (df_tok_is_special(t, id)) ids[n++] = id;
+  }
+  return n;
+}
+
 int32_t df_tok_bos_id(const df_tok *t) { return t->bos_id; }
 int32_t df_tok_eos_id(const df_tok *t) { return t->eos_id; }
 int32_t df_tok_pad_id(const df_tok *t) { return t->pad_id; }

@@ -137,6 +137,12 @@ bool df_tok_is_added(const df_tok *tok, int32_t id);
 /* True when id is an added token marked "special": true. */
 bool df_tok_is_special(const df_tok *tok, int32_t id);
 
+/* The ids of those spellings[] (NULL-terminated; added tokens' content, e.g. "<think>") that
+ * are special tokens of `tok`, in order, into ids[0..max); spellings that are not tokens or not
+ * special are skipped. Returns how many were written (at most max). */
+size_t df_tok_special_ids(const df_tok *tok, const char *const *spellings, int32_t *ids,
+                          size_t max);
+
 /* Ids of tokenizer_config.json's bos_token / eos_token / pad_token; -1 when not given (or no
  * tokenizer_config.json was found, or the token is not in the vocabulary). */
 int32_t df_tok_bos_id(const df_tok *tok);
@@ -171,6 +177,15 @@ int df_tok_stream_flush(df_tok_stream *s, const char **text, size_t *len, char *
 
 /* Bytes held back, waiting for the rest of a character (0..3). */
 size_t df_tok_stream_pending(const df_tok_stream *s);
+
+/* Most ids one stream keeps with df_tok_stream_keep. */
+#define DF_TOK_STREAM_KEEP_MAX 16
+
+/* Decode ids[0..n) (special added tokens, e.g. a chat format's markup that a parser reads
+ * back) with their text even though the stream skips special tokens; adds to the ids kept
+ * so far. Ids that are not special are decoded anyway. Returns 0, or -1 (nothing added) when
+ * the stream would keep more than DF_TOK_STREAM_KEEP_MAX ids. */
+int df_tok_stream_keep(df_tok_stream *s, const int32_t *ids, size_t n);
 
 /* Free a stream and set *s to NULL. Accepts NULL. */
 void df_tok_stream_destroy(df_tok_stream **s);

@@ -58,7 +58,22 @@ struct df_tok_stream {
   size_t npend;
   df_tok_buf out;  /* returned text, valid until the next call */
   df_tok_buf work; /* pending bytes + the new token's bytes */
+  int32_t keep[DF_TOK_STREAM_KEEP_MAX]; /* specials decoded despite DF_TOK_SKIP_SPECIAL */
+  size_t n_keep;
 };
+
+int df_tok_stream_keep(df_tok_stream *s, const int32_t *ids, size_t n) {
+  if (n > DF_TOK_STREAM_KEEP_MAX - s->n_keep) return -1;
+  memcpy(s->keep + s->n_keep, ids, n * sizeof *ids);
+  s->n_keep += n;
+  return 0;
+}
+
+static bool kept(const df_tok_stream *s, int32_t id) {
+  for (size_t i = 0; i < s->n_keep; i++)
+    if (s->keep[i] == id) return true;
+  return false;
+}
 
 int df_tok_stream_new(const df_tok *tok, unsigned flags, df_tok_stream **out, char *err,
                       size_t errlen) {
@@ -87,7 +102,7 @@ int df_tok_stream_feed(df_tok_stream *s, int32_t id, const char **text, size_t *
   /* ids without a token (a model's padding rows past the tokenizer's vocabulary) add
    * nothing, as in df_tok_decode */
   if (!bytes) blen = 0;
-  if ((s->flags & DF_TOK_SKIP_SPECIAL) && df_tok_is_special(s->tok, id)) blen = 0;
+  if ((s->flags & DF_TOK_SKIP_SPECIAL) && df_tok_is_special(s->tok, id) && !kept(s, id)) blen = 0;
   s->work.n = 0;
   s->out.n = 0;
   if (df_tok__buf_put(&s->work, s->pend, s->npend) != 0 ||

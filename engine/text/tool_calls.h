@@ -172,4 +172,9 @@ const df_tool_call_out *df_tool_parser_call(const df_tool_parser *p, size_t i);
 int df_tool_call_frame(df_chat_family family, const char *name, size_t call_index,
                        char **prefix, char **suffix);
 
+/* The spellings of the family's call markup that may be added tokens, NULL-terminated (static;
+ * empty for an unknown family): a decoder that skips special tokens must keep those that are
+ * special (Kimi K2's call markers are). */
+const char *const *df_tool_call_markers(df_chat_family family);
+
 #endif

@@ -417,3 +417,21 @@ const fam *df_tc_fam_of(df_chat_family f) {
   return NULL;
 }
 
+
+const char *const *df_tool_call_markers(df_chat_family f) {
+  static const char *const qwen3[] = {"<tool_call>", "</tool_call>", NULL};
+  static const char *const deepseek[] = {DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN,
+                                         DS_CALL_END, DS_SEP, NULL};
+  static const char *const kimi[] = {K2_CALLS_BEGIN, K2_CALLS_END, K2_CALL_BEGIN, K2_CALL_ARGS,
+                                     K2_CALL_END, NULL};
+  static const char *const xtml[] = {"<|open|>", "<|close|>", "<|sep|>", NULL};
+  static const char *const none[] = {NULL};
+  switch (f) {
+  case DF_CHAT_QWEN3: return qwen3;
+  case DF_CHAT_DEEPSEEK_V3: return deepseek;
+  case DF_CHAT_KIMI_K2:
+  case DF_CHAT_KIMI_K2_THINKING: return kimi;
+  case DF_CHAT_KIMI_K3: return xtml;
+  }
+  return none;
+}
