@@ -4,7 +4,8 @@
  * Owns: turning what a model generates (decoded text, the text of added/special tokens included)
  * back into content and tool calls, for streaming (events) and for the final answer; the frame
  * of one call, for constrained decoding. Does not own: rendering (engine/text/chat_template.h),
- * reasoning (<think> and Kimi K3's think channel are content here), JSON-schema grammars, the
+ * reasoning (engine/text/reasoning.h splits it off first; without that, <think> and Kimi K3's
+ * think element are content here), JSON-schema grammars, the
  * API (what the caller does with a dropped call).
  *
  * The formats, as each family's template renders an assistant's calls (the parser reads exactly
