@@ -347,9 +347,10 @@ static void job_tile(const df_k_linear_job *j, int64_t t) {
 
 #define MULTI_MAX 256
 
-void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
-  assert(n_jobs >= 0 && n_jobs <= MULTI_MAX);
-  int64_t first[MULTI_MAX + 1], work = 0;
+/* first[0..n_jobs]: each job's first tile in the jobs' joint tile numbering; returns the
+ * multiply-adds of all jobs (checking each job's arguments). */
+static int64_t multi_plan(const df_k_linear_job *jobs, int n_jobs, int64_t *first) {
+  int64_t work = 0;
   first[0] = 0;
   for (int i = 0; i < n_jobs; i++) {
     const df_k_linear_job *j = &jobs[i];
@@ -362,18 +363,58 @@ void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
     first[i + 1] = first[i] + job_tiles(j);
     work += j->M * j->N * j->K;
   }
+  return work;
+}
+
+/* The tiles of a multi_plan'd set shared out among the threads of the enclosing parallel
+ * region (a work-sharing loop with its barrier at the end; serial outside a region). */
+static void multi_for(const df_k_linear_job *jobs, int n_jobs, const int64_t *first) {
   int64_t total = first[n_jobs];
+  int job = 0;
+#pragma omp for schedule(static)
+  for (int64_t t = 0; t < total; t++) {
+    while (t >= first[job + 1]) job++;
+    while (t < first[job]) job--;
+    job_tile(&jobs[job], t - first[job]);
+  }
+}
+
+void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
+  assert(n_jobs >= 0 && n_jobs <= MULTI_MAX);
+  int64_t first[MULTI_MAX + 1];
   /* Threads only pay off above a few hundred kFLOP; results do not depend on it. */
+  bool par = multi_plan(jobs, n_jobs, first) >= 65536;
+#pragma omp parallel if (par) num_threads(df_k_max_threads())
+  multi_for(jobs, n_jobs, first);
+}
+
+void df_k_glu_ffn_multi(const df_k_linear_job *gate_up, int n_gu, const df_k_glu_span *spans,
+                        int n_spans, const df_k_act *act, const df_k_linear_job *down,
+                        int n_down) {
+  assert(n_gu >= 0 && n_gu <= MULTI_MAX && n_down >= 0 && n_down <= MULTI_MAX);
+  assert(n_spans >= 0 && n_spans <= MULTI_MAX);
+  enum { CHUNK = 512 }; /* as df_k_glu_act_rows */
+  int64_t first_gu[MULTI_MAX + 1], first_dn[MULTI_MAX + 1], first_sp[MULTI_MAX + 1];
+  int64_t work = multi_plan(gate_up, n_gu, first_gu) + multi_plan(down, n_down, first_dn);
+  first_sp[0] = 0;
+  for (int i = 0; i < n_spans; i++)
+    first_sp[i + 1] = first_sp[i] + spans[i].rows * ((spans[i].n + CHUNK - 1) / CHUNK);
   bool par = work >= 65536;
 #pragma omp parallel if (par) num_threads(df_k_max_threads())
   {
-    int job = 0;
+    multi_for(gate_up, n_gu, first_gu);
+    int sp = 0;
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < total; t++) {
-      while (t >= first[job + 1]) job++;
-      while (t < first[job]) job--;
-      job_tile(&jobs[job], t - first[job]);
+    for (int64_t c = 0; c < first_sp[n_spans]; c++) {
+      while (c >= first_sp[sp + 1]) sp++;
+      while (c < first_sp[sp]) sp--;
+      const df_k_glu_span *s = &spans[sp];
+      int64_t per_row = (s->n + CHUNK - 1) / CHUNK, k = c - first_sp[sp];
+      int64_t r = k / per_row, i0 = (k % per_row) * CHUNK;
+      int64_t len = s->n - i0 < CHUNK ? s->n - i0 : CHUNK;
+      df_k_glu_act(s->g + r * s->ld + i0, s->u + r * s->ld + i0, len, act);
     }
+    multi_for(down, n_down, first_dn);
   }
 }
 

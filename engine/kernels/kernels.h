@@ -130,6 +130,26 @@ void df_k_glu_act(float *g, const float *u, int64_t n, const df_k_act *act);
 void df_k_glu_act_rows(float *g, const float *u, int64_t rows, int64_t n, int64_t ld,
                        const df_k_act *act);
 
+/* Rows of a GLU's gate and up products that df_k_glu_ffn_multi activates: g [rows, n] (row
+ * stride ld) becomes act(g) * up'(u) in place, as df_k_glu_act_rows. */
+typedef struct df_k_glu_span {
+  float *g;
+  const float *u;
+  int64_t rows, n, ld;
+} df_k_glu_span;
+
+/* A set of gated feed-forward networks (a MoE layer's experts) in ONE parallel region: the
+ * products gate_up[0..n_gu) (df_k_linear_multi), then the activation of spans[0..n_spans)
+ * (df_k_glu_act_rows), then the products down[0..n_down), each phase shared out among the
+ * threads and ended by a barrier. The caller wires them (the down jobs read the activated g).
+ * Every element is computed exactly as by those three calls in turn, so the results are
+ * theirs bit for bit; what changes is one fork/join instead of three, which matters where the
+ * threads have gone to sleep between calls (a df-node request after a network wait). At most
+ * 256 jobs / spans each; outputs of a phase must not alias its inputs. No errors. */
+void df_k_glu_ffn_multi(const df_k_linear_job *gate_up, int n_gu, const df_k_glu_span *spans,
+                        int n_spans, const df_k_act *act, const df_k_linear_job *down,
+                        int n_down);
+
 /* Embedding lookup: y[i, :] = table[ids[i], :] widened to fp32.
  *   table [V, D] in dt; ids [n] (caller checked 0 <= id < V); y [n, D] fp32. */
 void df_k_embed(const int32_t *ids, int64_t n, const void *table, df_dtype dt, int64_t D,

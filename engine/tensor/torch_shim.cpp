@@ -307,31 +307,27 @@ extern "C" void df_t_glu_ffn_groups(const df_t_tensor *x, int n, const int64_t *
   if (n == 0) return;
   int64_t H = row_elems(x), ldg = row_elems(g);
   assert(row_elems(y) == H && row_elems(u) == ldg && offsets[n] <= g->t.size(0));
-  df_k_linear_job jobs[256];
+  df_k_linear_job jobs[256], down_jobs[128];
+  df_k_glu_span spans[128];
   const float *xp = cf32(x);
   float *gp = df_t_f32(g), *up_ = df_t_f32(u), *yp = df_t_f32(y);
+  int n_spans = 0;
   for (int i = 0; i < n; i++) {
     int64_t r0 = offsets[i], rows = offsets[i + 1] - r0, I = gate[i]->t.size(0);
     assert(gate[i]->t.size(1) == H && I <= ldg && up[i]->t.size(0) == I);
     assert(down[i]->t.size(0) == H && down[i]->t.size(1) == I);
     jobs[2 * i] = job_of(xp + r0 * H, rows, H, gate[i], nullptr, gp + r0 * ldg, ldg);
     jobs[2 * i + 1] = job_of(xp + r0 * H, rows, H, up[i], nullptr, up_ + r0 * ldg, ldg);
+    down_jobs[i] = job_of(gp + r0 * ldg, rows, ldg, down[i], nullptr, yp + r0 * H, H);
+    /* consecutive groups of one width activate as one block of rows */
+    if (n_spans && spans[n_spans - 1].n == I &&
+        spans[n_spans - 1].g + spans[n_spans - 1].rows * ldg == gp + r0 * ldg)
+      spans[n_spans - 1].rows += rows;
+    else
+      spans[n_spans++] = {gp + r0 * ldg, up_ + r0 * ldg, rows, I, ldg};
   }
-  df_k_linear_multi(jobs, 2 * n);
-  bool same_width = true; /* then every group's rows are one block of width I */
-  for (int i = 1; i < n; i++) same_width = same_width && gate[i]->t.size(0) == gate[0]->t.size(0);
-  if (same_width)
-    df_k_glu_act_rows(gp + offsets[0] * ldg, up_ + offsets[0] * ldg, offsets[n] - offsets[0],
-                      gate[0]->t.size(0), ldg, act);
-  else
-    for (int i = 0; i < n; i++)
-      df_k_glu_act_rows(gp + offsets[i] * ldg, up_ + offsets[i] * ldg, offsets[i + 1] - offsets[i],
-                        gate[i]->t.size(0), ldg, act);
-  for (int i = 0; i < n; i++) {
-    int64_t r0 = offsets[i], rows = offsets[i + 1] - r0;
-    jobs[i] = job_of(gp + r0 * ldg, rows, ldg, down[i], nullptr, yp + r0 * H, H);
-  }
-  df_k_linear_multi(jobs, n);
+  // gate and up, the activation, down: one parallel region (kernels.h df_k_glu_ffn_multi)
+  df_k_glu_ffn_multi(jobs, 2 * n, spans, n_spans, act, down_jobs, n);
 }
 
 extern "C" void df_t_rmsnorm(const df_t_tensor *x, int64_t n_vec, const df_t_tensor *w, float eps,
