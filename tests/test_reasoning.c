@@ -28,8 +28,8 @@
 #include "engine/text/chat_template.h"
 #include "engine/text/reasoning.h"
 #include "engine/text/tool_calls.h"
+#include "tests/chat_fixtures.h"
 
-#define TDIR DF_SOURCE_DIR "/tests/tokenizer"
 
 typedef struct split {
   char *reasoning, *content; /* the parser's answer */
@@ -140,23 +140,7 @@ static void expect(df_chat_family f, df_reasoning_start st, const char *text, co
 
 /* ---- real renderings ------------------------------------------------------------------------ */
 
-static df_chat_template *load(df_chat_family f) {
-  char err[512];
-  df_chat_template *t = NULL;
-  if (f == DF_CHAT_QWEN3) {
-    FILE *fp = fopen(TDIR "/qwen3_chat_template.jinja", "rb");
-    assert_non_null(fp);
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf, fp);
-    fclose(fp);
-    assert_int_equal(df_chat_template_from_text(buf, n, "tests/tokenizer", &t, err, sizeof err), 0);
-  } else {
-    const char *dir = f == DF_CHAT_KIMI_K3 ? TDIR "/tiktoken_tiny" : TDIR "/kimi_k2_thinking_tiny";
-    if (df_chat_template_load(dir, &t, err, sizeof err) != 0) fail_msg("%s", err);
-  }
-  assert_int_equal(df_chat_template_family(t), f);
-  return t;
-}
+static df_chat_template *load(df_chat_family f) { return chat_fixture_template(f); }
 
 /* The text a model writes for `m` (an assistant message) after [user]'s generation prompt,
  * the stop token cut off. Caller frees. */

@@ -33,11 +33,11 @@
 #include "engine/text/chat_template.h"
 #include "engine/text/tokenizer.h"
 #include "engine/text/tool_calls.h"
+#include "tests/chat_fixtures.h"
 
 #define FW "\xef\xbd\x9c"
 #define SP "\xe2\x96\x81"
 #define DS_EOS "<" FW "end" SP "of" SP "sentence" FW ">"
-#define TDIR DF_SOURCE_DIR "/tests/tokenizer"
 
 /* ---- running the parser ------------------------------------------------------------------- */
 
@@ -267,25 +267,7 @@ static bool json_text_equal(const char *a, const char *b) {
 
 /* ---- real renderings ---------------------------------------------------------------------- */
 
-static df_chat_template *load(df_chat_family f) {
-  char err[512];
-  df_chat_template *t = NULL;
-  const char *jinja = f == DF_CHAT_QWEN3 ? TDIR "/qwen3_chat_template.jinja"
-                      : f == DF_CHAT_DEEPSEEK_V3 ? TDIR "/deepseek_v3_chat_template.jinja" : NULL;
-  if (jinja) {
-    FILE *fp = fopen(jinja, "rb");
-    assert_non_null(fp);
-    char buf[1 << 14];
-    size_t n = fread(buf, 1, sizeof buf, fp);
-    fclose(fp);
-    assert_int_equal(df_chat_template_from_text(buf, n, "tests/tokenizer", &t, err, sizeof err), 0);
-  } else {
-    const char *dir = f == DF_CHAT_KIMI_K3 ? TDIR "/tiktoken_tiny" : TDIR "/kimi_k2_thinking_tiny";
-    if (df_chat_template_load(dir, &t, err, sizeof err) != 0) fail_msg("%s", err);
-  }
-  assert_int_equal(df_chat_template_family(t), f);
-  return t;
-}
+static df_chat_template *load(df_chat_family f) { return chat_fixture_template(f); }
 
 typedef struct example {
   const char *what;
