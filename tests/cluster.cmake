@@ -14,7 +14,7 @@ add_library(df_slow_close MODULE ${CMAKE_CURRENT_LIST_DIR}/slow_close.c)
 target_link_libraries(df_slow_close PRIVATE ${CMAKE_DL_LIBS})
 
 foreach(scenario exact stream kill security idle wrongkey ds_fp8 ds_bf16 kl_48b device
-         ds_fp8_device shutdown state_modes k3 k3_kill k3_badscale)
+         ds_fp8_device shutdown state_modes token_cli k3 k3_kill k3_badscale)
   add_test(NAME cluster_${scenario}
     COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/cluster_test.py ${scenario} ${PROJECT_BINARY_DIR}
             ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/cluster-test/${scenario})

@@ -45,8 +45,17 @@ SCENARIO:
             (its teardown line written) and the nodes answer its BYE and rejoin the next
             one; a node frozen (SIGSTOP) near the end; serve exits on SIGTERM and on SIGINT,
             the second time with a request in flight on a frozen node
+  state_modes
+            a state directory others can write, and a --ttl whose expiry would overflow, are
+            refused
+  token_cli `cluster init` names the coordinator key by its fingerprint (SHA-256 of the raw
+            key, 16 hex) and never prints the Z85 key; `cluster token` prints only the token
+            on stdout and, on stderr, the fingerprint, single-use / reusable and the expiry
+            time (UTC, the one STATE/tokens records) or "never expires"
 Readiness is awaited on log lines, never on fixed sleeps; deadlines are generous.
 """
+import calendar
+import hashlib
 import os
 import re
 import shutil
@@ -751,6 +760,75 @@ def scen_state_modes():
     check(r.returncode == 0 and r.stdout.startswith("dft1_"), "mode 700: a token is issued")
 
 
+Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def z85_decode(s):
+    out = b""
+    for i in range(0, len(s), 5):
+        v = 0
+        for c in s[i:i + 5]:
+            v = v * 85 + Z85.index(c)
+        out += v.to_bytes(4, "big")
+    return out
+
+
+def scen_token_cli():
+    """What `cluster init` and `cluster token` print for a person to read."""
+    state = os.path.join(WORK, "tok")
+    r = subprocess.run([DELTAFIN, "cluster", "init", "--state-dir", state], capture_output=True,
+                       text=True, timeout=60)
+    pub = ""
+    try:
+        with open(os.path.join(state, "coordinator.key")) as f:
+            pub = f.readline().split()[1]
+    except (OSError, IndexError):
+        pass
+    raw = z85_decode(pub) if len(pub) == 40 else b""
+    fp = hashlib.sha256(raw).hexdigest()[:16]
+    want = "created coordinator key, fingerprint %s, in %s/coordinator.key\n" % (fp, state)
+    check(r.returncode == 0 and len(raw) == 32 and r.stdout == want,
+          "cluster init names the new key by its fingerprint: %r" % r.stdout)
+    check(pub and pub not in r.stdout + r.stderr, "cluster init does not print the Z85 key")
+    r = subprocess.run([DELTAFIN, "cluster", "init", "--state-dir", state], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 0 and r.stdout == want.replace("created", "existing", 1),
+          "cluster init again: the existing key's fingerprint: %r" % r.stdout)
+    line = re.compile(r"join token for coordinator ([0-9a-f]{16}): (single-use|reusable), "
+                      r"(?:expires (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) \(in ([0-9dhms ]+)\)"
+                      r"|never expires)\n")
+    for ttl, extra, use, within in (("1h", [], "single-use", "1h"),
+                                     ("90061", ["--reusable"], "reusable", "1d 1h 1m 1s"),
+                                     ("0", ["--reusable"], "reusable", None)):
+        t0 = int(time.time())
+        r = subprocess.run([DELTAFIN, "cluster", "token", "--ttl", ttl, "--state-dir", state, *extra],
+                           capture_output=True, text=True, timeout=60)
+        t1 = int(time.time())
+        m = line.fullmatch(r.stderr)
+        check(r.returncode == 0 and re.fullmatch(r"dft1_([0-9a-f]{64})_[0-9a-f]{32}\n", r.stdout)
+              and r.stdout[5:69] == raw.hex(),
+              "cluster token --ttl %s: stdout is the token alone, carrying the key" % ttl)
+        check(m is not None and m.group(1) == fp and m.group(2) == use,
+              "cluster token --ttl %s: one stderr line with the fingerprint and %s: %r"
+              % (ttl, use, r.stderr))
+        if not m:
+            continue
+        try:
+            with open(os.path.join(state, "tokens")) as f:
+                recorded = int(f.read().splitlines()[-1].split()[1])
+        except (OSError, IndexError, ValueError):
+            recorded = None
+        if within is None:
+            check(m.group(3) is None and recorded == 0,
+                  "cluster token --ttl 0: 'never expires', as recorded (%s)" % recorded)
+            continue
+        when = calendar.timegm(time.strptime(m.group(3), "%Y-%m-%dT%H:%M:%SZ"))
+        secs = int(ttl) if ttl.isdigit() else 3600
+        check(t0 + secs <= when <= t1 + secs and when == recorded and m.group(4) == within,
+              "cluster token --ttl %s: expires %s UTC (in %s), the expiry STATE/tokens records"
+              % (ttl, m.group(3), m.group(4)))
+
+
 def scen_idle():
     port, state = free_port(), os.path.join(WORK, "coord")
     tok = token(state, "--reusable")
@@ -1027,7 +1105,7 @@ def main():
          "ds_fp8": lambda: scen_exact_ds("tiny-ds-fp8"), "ds_fp8_device": scen_ds_fp8_device,
          "ds_bf16": lambda: scen_exact_ds("tiny-ds-bf16"),
          "kl_48b": lambda: scen_exact_ds("tiny-kl-48b"), "shutdown": scen_shutdown,
-         "state_modes": scen_state_modes, "k3": scen_k3, "k3_kill": scen_k3_kill,
+         "state_modes": scen_state_modes, "token_cli": scen_token_cli, "k3": scen_k3, "k3_kill": scen_k3_kill,
          "k3_badscale": scen_k3_badscale}[SCEN]()
     finally:
         for q in procs:

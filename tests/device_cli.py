@@ -3,7 +3,8 @@
 greedy ids of the torch compute path (torch-cpu) equal the CPU path's on the fixtures; cuda
 and auto fall back to the CPU with one line and the CPU's ids where libtorch has no CUDA (on
 a GPU machine they print the placement line instead and must give the same ids); a bad
-value is a usage error.
+value is a usage error. A --device run stores expert heat in a state directory: every run
+here gets a temporary one (--state-dir), never the user's ~/.local/state/deltafin.
 
 usage: device_cli.py DELTAFIN FIXTURES_DIR
 """
@@ -13,10 +14,15 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
+
+STATE = None  # the state directory of runs given none (main makes it, and removes it)
 
 
 def run(exe, model, device, ids="1,2,3,4,5,6,7", n=16, extra=()):
     args = [exe, "run", "--model", model, "--prompt-ids", ids, "--max-new", str(n), *extra]
+    if "--state-dir" not in extra:
+        args += ["--state-dir", STATE]
     if device is not None:
         args += ["--device", device]
     p = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -86,6 +92,15 @@ def cluster_standby(exe, model):
 
 
 def main():
+    global STATE
+    STATE = tempfile.mkdtemp(prefix="df-device-cli-state-")
+    try:
+        return checks()
+    finally:
+        shutil.rmtree(STATE, ignore_errors=True)
+
+
+def checks():
     exe, fx = sys.argv[1], sys.argv[2]
     failures = 0
     for name in ("tiny-moe-sparse", "tiny-moe-tied", "tiny-dense", "tiny-ds-fp8"):

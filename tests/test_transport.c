@@ -578,7 +578,22 @@ static void test_tokens(void **st) {
   char why[64];
   assert_int_equal(df_proto_keys_load(p, true, &other, NULL, err, sizeof err), 0);
   assert_false(df_proto_token_join_key_open(tmpdir, other.pub, why, sizeof why));
-  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 3600, false, tok, sizeof tok, err, sizeof err), 0);
+  /* the expiry reported is the one STATE/tokens records: now + ttl */
+  int64_t exp = -1, t0 = (int64_t)time(NULL);
+  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 3600, false, tok, sizeof tok, &exp, err,
+                                         sizeof err), 0);
+  int64_t t1 = (int64_t)time(NULL);
+  assert_true(exp >= t0 + 3600 && exp <= t1 + 3600);
+  {
+    char tp[256], d[65];
+    long long ex = -1;
+    snprintf(tp, sizeof tp, "%s/tokens", tmpdir);
+    FILE *tf = fopen(tp, "r");
+    assert_non_null(tf);
+    assert_int_equal(fscanf(tf, "%64s %lld", d, &ex), 2);
+    fclose(tf);
+    assert_int_equal(ex, exp);
+  }
   assert_int_equal(strlen(tok), DF_PROTO_TOKEN_LEN);
   assert_int_equal(df_proto_token_parse(tok, z, secret, err, sizeof err), 0);
   assert_string_equal(z, kp.pub);
@@ -607,12 +622,15 @@ static void test_tokens(void **st) {
   assert_false(df_proto_token_join_key_open(tmpdir, jk.pub, why, sizeof why));
   assert_string_equal(why, "its token was already used");
   /* reusable */
-  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 0, true, tok2, sizeof tok2, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 0, true, tok2, sizeof tok2, &exp, err,
+                                         sizeof err), 0);
+  assert_int_equal(exp, 0); /* never expires */
   assert_int_equal(df_proto_token_parse(tok2, z, secret, err, sizeof err), 0);
   assert_int_equal(df_proto_token_redeem(tmpdir, secret, NULL, err, sizeof err), 0);
   assert_int_equal(df_proto_token_redeem(tmpdir, secret, NULL, err, sizeof err), 0);
   /* expired: rewrite the expiry into the past */
-  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 1, false, tok, sizeof tok, err, sizeof err), 0);
+  assert_int_equal(df_proto_token_create(tmpdir, kp.pub, 1, false, tok, sizeof tok, NULL, err,
+                                         sizeof err), 0);
   assert_int_equal(df_proto_token_parse(tok, z, secret, err, sizeof err), 0);
   snprintf(p, sizeof p, "%s/tokens", tmpdir);
   struct stat s;
@@ -712,7 +730,8 @@ static void test_allow_list(void **st) {
   {
     char tk[DF_PROTO_TOKEN_LEN + 1], z[41], sec[33], e2[512];
     df_proto_keypair jk;
-    assert_int_equal(df_proto_token_create(tmpdir, a.pub, 600, true, tk, sizeof tk, e2, sizeof e2), 0);
+    assert_int_equal(df_proto_token_create(tmpdir, a.pub, 600, true, tk, sizeof tk, NULL, e2,
+                                           sizeof e2), 0);
     assert_int_equal(df_proto_token_parse(tk, z, sec, e2, sizeof e2), 0);
     assert_int_equal(df_proto_token_join_keypair(sec, &jk), 0);
     assert_int_equal(df_proto_token_admit(tmpdir, sec, jk.pub, b.pub, "two", e2, sizeof e2), -1);

@@ -373,7 +373,8 @@ static int tokens_write(const char *dir, const tok_entry *v, int n, char *err, s
 }
 
 int df_proto_token_create(const char *state_dir, const char *pub_z85, int64_t ttl_s,
-                          bool reusable, char *out, size_t cap, char *err, size_t errlen) {
+                          bool reusable, char *out, size_t cap, int64_t *expiry, char *err,
+                          size_t errlen) {
   uint8_t secret[DF_PROTO_SECRET_HEX / 2], dg[32];
   char shex[DF_PROTO_SECRET_HEX + 1], khex[65];
   if (cap < DF_PROTO_TOKEN_LEN + 1) {
@@ -412,9 +413,13 @@ int df_proto_token_create(const char *state_dir, const char *pub_z85, int64_t tt
   v[n].reusable = reusable;
   v[n].used = 0;
   memcpy(v[n].join, jk.pub, sizeof v[n].join);
+  int64_t exp = v[n].expiry;
   rc = tokens_write(state_dir, v, n + 1, err, errlen);
   free(v);
-  if (rc == 0) snprintf(out, cap, "dft1_%s_%s", khex, shex);
+  if (rc == 0) {
+    snprintf(out, cap, "dft1_%s_%s", khex, shex);
+    if (expiry) *expiry = exp;
+  }
 done:
   unlock_state(lk);
   return rc;

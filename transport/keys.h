@@ -51,9 +51,14 @@ int df_proto_hex_to_z85(const char *hex, size_t hexlen, char z85[DF_PROTO_Z85_KE
 
 /* Create a token for the coordinator whose public key is `pub_z85`, valid `ttl_s` seconds
  * (0 = no expiry), single-use unless `reusable`; append its digest to STATE/tokens and
- * write the token text (DF_PROTO_TOKEN_LEN chars + NUL) to out. 0 or -1 + message. */
+ * write the token text (DF_PROTO_TOKEN_LEN chars + NUL) into the caller's buffer out (cap
+ * bytes). *expiry (may be NULL) gets the expiry recorded in STATE/tokens: Unix seconds, or 0
+ * when the token never expires. Allocates nothing the caller frees. 0, or -1 with a message
+ * in err (out and *expiry unset): cap too small, malformed key, no randomness, CURVE
+ * unavailable, the state directory cannot be locked or STATE/tokens cannot be written. */
 int df_proto_token_create(const char *state_dir, const char *pub_z85, int64_t ttl_s,
-                          bool reusable, char *out, size_t cap, char *err, size_t errlen);
+                          bool reusable, char *out, size_t cap, int64_t *expiry, char *err,
+                          size_t errlen);
 
 /* Split a token into the coordinator key (Z85) and the secret (hex). -1 + message when the
  * text is not "dft1_<64 hex>_<32 hex>". */

@@ -18,14 +18,17 @@ int df_cmd_inspect(int argc, char **argv);
  * placement and predicted time per token (coordinator/cluster/plan_model.h); 0 a feasible plan,
  * 1 an infeasible one (shortfall on stderr) or a load error, 2 usage. */
 int df_cmd_plan(int argc, char **argv);
-/* deltafin tokenize --model DIR [--ids-only] [--no-special] [--add-special] TEXT
- * argv[0] is the subcommand name ("tokenize"); options follow. TEXT may also be given as
- * "-" to read standard input. Prints one line per token, "ID<TAB>PIECE" (PIECE is the text the
- * token decodes to as a JSON string, with bytes of an incomplete character as \xNN), or, with
- * --ids-only, the ids on one line separated by spaces. --no-special encodes TEXT as plain text
- * (added tokens such as "<|im_end|>" are not matched); --add-special applies the tokenizer's
- * post-processor (BOS/EOS). Tokenization itself is engine/text/tokenizer.h. Returns the exit
- * status: 0 ok, 1 runtime error (message on stderr naming the file), 2 usage error. */
+/* deltafin tokenize [--model DIR] [--ids-only] [--no-special] [--add-special] TEXT
+ * argv[0] is the subcommand name ("tokenize"); options follow. Without --model the bundled
+ * demo model's tokenizer is used, as run and serve do; when it is missing, a usage error
+ * (exit 2) says so and asks for --model. TEXT may also be given as "-" to read standard
+ * input. Prints one line per token, "ID<TAB>PIECE" (PIECE is the text the token decodes to
+ * as a JSON string, with bytes of an incomplete character as \xNN), or, with --ids-only,
+ * the ids on one line separated by spaces. --no-special encodes TEXT as plain text (added
+ * tokens such as "<|im_end|>" are not matched); --add-special applies the tokenizer's
+ * post-processor (BOS/EOS). Tokenization itself is engine/text/tokenizer.h. Nothing is
+ * left for the caller to free. Returns the exit status: 0 ok, 1 runtime error (message on
+ * stderr naming the file), 2 usage error (message on stderr). */
 int df_cmd_tokenize(int argc, char **argv);
 /* `deltafin serve`: returns 0 after a clean shutdown on SIGINT/SIGTERM, 1 runtime error,
  * 2 usage. */
@@ -46,7 +49,9 @@ struct df_pull_opts;
 int df_cli_pull_args(int argc, char **argv, bool setup, struct df_pull_opts *o, bool *full);
 /* `deltafin verify`: 0 when no problem, 1 otherwise, 2 usage. */
 int df_cmd_verify(int argc, char **argv);
-/* `deltafin cluster init|token|status`: 0 ok, 1 error, 2 usage. */
+/* `deltafin cluster init|token|status|revoke` (coordinator/cli/cmd_cluster.c): init prints
+ * the coordinator key's fingerprint, token prints the token on stdout and its expiry time on
+ * stderr. Nothing is left for the caller to free. 0 ok, 1 error (message on stderr), 2 usage. */
 int df_cmd_cluster(int argc, char **argv);
 
 /* Parse a decimal integer option value in [lo, hi]; on failure prints

@@ -1,7 +1,9 @@
 /* coordinator/cli/cmd_cluster.c — `deltafin cluster init|token|status`.
  *
- * Owns: the cluster subcommand's options and output. init creates the coordinator keypair;
- * token appends a join token to STATE/tokens and prints it; status reads the
+ * Owns: the cluster subcommand's options and output. init creates the coordinator keypair
+ * and names it by its fingerprint (the Z85 key itself is never printed for reading: a join
+ * token carries it to the nodes); token appends a join token to STATE/tokens, prints it on
+ * stdout and its coordinator fingerprint, use and expiry time on stderr; status reads the
  * STATE/cluster-status.json a running coordinator keeps current (nodes, key fingerprints,
  * health, RTT, budgets, placement, bytes held) and the allow-list STATE/nodes.
  * Keys, tokens and files: transport/keys.h; the status writer: coordinator/cluster/cluster.c.
@@ -25,9 +27,12 @@ static void cluster_usage(FILE *f) {
           "       deltafin cluster token  [--ttl 1h] [--reusable] [--state-dir DIR]\n"
           "       deltafin cluster status [--json] [--state-dir DIR]\n"
           "       deltafin cluster revoke NAME|FINGERPRINT [--state-dir DIR]\n"
-          "  init      create the coordinator's CURVE keypair (done on first use anyway)\n"
-          "  token     print a join token for 'df-node join HOST:PORT --token T'; single-use\n"
-          "            unless --reusable; --ttl 30s/15m/1h/7d, 0 = never expires (default 1h)\n"
+          "  init      create the coordinator's CURVE keypair (done on first use anyway) and\n"
+          "            print its fingerprint\n"
+          "  token     print a join token for 'df-node join HOST:PORT --token T' on stdout and,\n"
+          "            on stderr, the coordinator's key fingerprint and when the token expires\n"
+          "            (UTC); single-use unless --reusable; --ttl 30s/15m/1h/7d, 0 = never\n"
+          "            expires (default 1h)\n"
           "  status    nodes of the running coordinator: key fingerprint, health, RTT,\n"
           "            budget, bytes held, expert placement\n"
           "  revoke    remove node keys from the allow-list, by the name they joined with or\n"
@@ -51,6 +56,20 @@ static int64_t parse_ttl(const char *s) {
   /* at most 100 years: the expiry is now + ttl in an int64, and 0 already means "never" */
   if (*end || v > 36500ll * 86400 / mul) return -1;
   return v * mul;
+}
+
+/* "1d 2h 3m 4s" (only the non-zero parts; "0s" for 0) into the caller's buf (cap bytes). */
+static void fmt_duration(int64_t s, char *buf, size_t cap) {
+  static const struct { int64_t sec; char unit; } parts[] = {{86400, 'd'}, {3600, 'h'},
+                                                            {60, 'm'}, {1, 's'}};
+  size_t n = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0] && n < cap; i++) {
+    int64_t v = s / parts[i].sec;
+    s %= parts[i].sec;
+    if (v) n += (size_t)snprintf(buf + n, cap - n, "%s%lld%c", n ? " " : "", (long long)v, parts[i].unit);
+  }
+  if (!buf[0]) snprintf(buf, cap, "0s");
 }
 
 static int status_cmd(const char *state, bool json) {
@@ -211,17 +230,29 @@ int df_cmd_cluster(int argc, char **argv) {
   char fp[17];
   df_proto_key_fingerprint(kp.pub, fp);
   if (!strcmp(sub, "init")) {
-    printf("%s coordinator key %s (fingerprint %s) in %s\n", created ? "created" : "existing",
-           kp.pub, fp, state);
+    printf("%s coordinator key, fingerprint %s, in %s/coordinator.key\n",
+           created ? "created" : "existing", fp, state);
     return 0;
   }
   char tok[DF_PROTO_TOKEN_LEN + 1];
-  if (df_proto_token_create(state, kp.pub, ttl, reusable, tok, sizeof tok, err, sizeof err) != 0) {
+  int64_t expiry = 0;
+  if (df_proto_token_create(state, kp.pub, ttl, reusable, tok, sizeof tok, &expiry, err,
+                            sizeof err) != 0) {
     fprintf(stderr, "deltafin: %s\n", err);
     return 1;
   }
   printf("%s\n", tok);
-  fprintf(stderr, "join token for coordinator %s: %s, %s\n", fp, reusable ? "reusable" : "single-use",
-          ttl ? "expires in the given ttl" : "never expires");
+  fflush(stdout);
+  char when[64] = "", in[64];
+  time_t t = (time_t)expiry;
+  struct tm tm;
+  if (expiry && gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  fmt_duration(ttl, in, sizeof in);
+  if (expiry)
+    fprintf(stderr, "join token for coordinator %s: %s, expires %s (in %s)\n", fp,
+            reusable ? "reusable" : "single-use", when, in);
+  else
+    fprintf(stderr, "join token for coordinator %s: %s, never expires\n", fp,
+            reusable ? "reusable" : "single-use");
   return 0;
 }

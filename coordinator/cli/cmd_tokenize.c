@@ -1,7 +1,8 @@
-/* coordinator/cli/cmd_tokenize.c — `deltafin tokenize --model DIR [--ids-only] [--no-special]
+/* coordinator/cli/cmd_tokenize.c — `deltafin tokenize [--model DIR] [--ids-only] [--no-special]
  * TEXT`.
  *
- * Owns: option parsing and printing for the tokenize subcommand. Does not own: tokenization
+ * Owns: option parsing and printing for the tokenize subcommand; without --model it uses the
+ * bundled demo model (DF_DEFAULT_MODEL), as run and serve do. Does not own: tokenization
  * (engine/text/tokenizer.c).
  */
 #include "coordinator/cli/cli.h"
@@ -10,12 +11,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/text/tokenizer.h"
 
-static void usage(void) {
-  fprintf(stderr,
-          "usage: deltafin tokenize --model DIR [--ids-only] [--no-special] [--add-special] TEXT\n"
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: deltafin tokenize [--model DIR] [--ids-only] [--no-special] [--add-special] TEXT\n"
+          "  --model DIR    folder with tokenizer.json (or tiktoken.model) and\n"
+          "                 tokenizer_config.json; default: the bundled demo model, as for run\n"
+          "                 and serve (an error naming it when it is missing)\n"
           "  TEXT '-' reads standard input. --no-special: added tokens such as <|im_end|> in\n"
           "  TEXT are plain text. --add-special: add the tokenizer's BOS/EOS.\n");
 }
@@ -104,13 +109,13 @@ int df_cmd_tokenize(int argc, char **argv) {
     } else if (strcmp(a, "--add-special") == 0) {
       flags |= DF_TOK_ADD_SPECIAL;
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      usage();
+      usage(stdout);
       return 0;
     } else if (strcmp(a, "--") == 0 && i + 1 < argc && !text) {
       text = argv[++i];
     } else if (a[0] == '-' && a[1] != 0) {
       fprintf(stderr, "deltafin tokenize: unknown option '%s'\n", a);
-      usage();
+      usage(stderr);
       return 2;
     } else if (!text) {
       text = a;
@@ -119,9 +124,18 @@ int df_cmd_tokenize(int argc, char **argv) {
       return 2;
     }
   }
-  if (!model || !text) {
-    usage();
+  if (!text) {
+    fprintf(stderr, "deltafin tokenize: give the TEXT to tokenize ('-' reads standard input)\n");
+    usage(stderr);
     return 2;
+  }
+  if (!model) {
+    model = DF_DEFAULT_MODEL;
+    if (access(DF_DEFAULT_MODEL "/tokenizer.json", R_OK) != 0) {
+      fprintf(stderr, "deltafin tokenize: no --model given and the bundled demo model's "
+              "tokenizer %s/tokenizer.json is missing; pass --model DIR\n", DF_DEFAULT_MODEL);
+      return 2;
+    }
   }
   char err[1024];
   df_tok *tok = NULL;

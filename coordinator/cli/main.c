@@ -12,7 +12,7 @@ static void usage(FILE *f) {
           "  run       generate from a prompt (deltafin run --help)\n"
           "  inspect   config summary, tensor inventory and memory plan of a model folder\n"
           "  plan      placement and predicted time per token on given machines (deltafin plan --help)\n"
-          "  tokenize  print the token ids and pieces of a text\n"
+          "  tokenize  print the token ids and pieces of a text (deltafin tokenize --help)\n"
           "  serve     OpenAI-compatible HTTP API (deltafin serve --help)\n"
           "  pull      download a model from the Hugging Face hub (deltafin pull --help)\n"
           "  setup     pull a model (default Kimi K3) --full or --stream, and say how to run it\n"

