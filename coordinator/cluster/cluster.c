@@ -37,7 +37,7 @@
 #define MAX_INBOUND_HDR (64 << 10)
 #define DF_RESULT_MAX_ABS 1.2676506e30f /* 2^100: largest |value| a RESULT may hold */
 
-enum { CTL_JOB = 1, CTL_COLLECT, CTL_WAIT, CTL_STOP, CTL_PLANNED, CTL_DONE, CTL_WAITED };
+enum { CTL_JOB = 1, CTL_WAIT, CTL_STOP, CTL_PLANNED, CTL_DONE, CTL_WAITED };
 
 typedef struct ctl_msg {
   int kind;
@@ -103,7 +103,7 @@ struct df_cluster {
   df_cluster_job *job;
   int64_t job_deadline;
   int job_outstanding;
-  bool collect_pending; /* the forward thread waits for CTL_DONE */
+  bool job_open; /* a job was handed over and its CTL_DONE is not sent yet */
   /* wait */
   bool waiting;
   int64_t wait_deadline;
@@ -221,10 +221,11 @@ static void check_wait(df_cluster *c, bool timed_out) {
   }
 }
 
+/* The job has nothing in flight: tell the forward thread (CTL_DONE, once per job). */
 static void job_finish_if_done(df_cluster *c) {
   if (c->job && c->job_outstanding == 0) c->job = NULL;
-  if (!c->job && c->collect_pending) {
-    c->collect_pending = false;
+  if (!c->job && c->job_open) {
+    c->job_open = false;
     ctl_reply(c, CTL_DONE, 0);
   }
 }
@@ -633,9 +634,11 @@ static void start_job(df_cluster *c, df_cluster_job *j) {
   /* the nodes compute the manifest's (the config's) activation; a request asking another
    * (no family does) runs here */
   bool act_ok = df_cluster_manifest_act_ok(&c->mf, req->act);
+  c->job_open = true;
   if (base < 0 || c->n_mb == 0 || !act_ok) {
     c->st.groups_local += (uint64_t)req->n_groups;
     ctl_reply(c, CTL_PLANNED, 0);
+    job_finish_if_done(c);
     return;
   }
   for (int i = 0; i < c->n_mb; i++) c->mb[i].n_grp = 0, c->mb[i].out_rows = 0;
@@ -692,17 +695,14 @@ static void start_job(df_cluster *c, df_cluster_job *j) {
     c->job_deadline = now_ms() + (int64_t)(c->o.timeout_s * 1000);
   }
   ctl_reply(c, CTL_PLANNED, 0);
+  job_finish_if_done(c);
 }
 
 static void on_ctl(df_cluster *c) {
   ctl_msg m;
   if (zmq_recv(c->ctl_mgr, &m, sizeof m, ZMQ_DONTWAIT) != (int)sizeof m) return;
   switch (m.kind) {
-  case CTL_JOB: start_job(c, m.job); break;
-  case CTL_COLLECT: /* answered now, or when the last RESULT arrives or the deadline passes */
-    c->collect_pending = true;
-    job_finish_if_done(c);
-    break;
+  case CTL_JOB: start_job(c, m.job); break; /* PLANNED now; DONE when nothing is in flight */
   case CTL_WAIT:
     c->waiting = true;
     c->wait_deadline = m.deadline_ms;
@@ -985,9 +985,9 @@ fail:
   return NULL;
 }
 
-static int ctl_call(df_cluster *c, ctl_msg *m, int want) {
-  if (!c || !c->thread_started) return -1;
-  if (zmq_send(c->ctl_fwd, m, sizeof *m, 0) != (int)sizeof *m) return -1;
+/* The forward thread's side: wait for a reply of kind `want` (others are dropped). Returns its
+ * result, or -1 when the manager is gone. */
+static int ctl_wait(df_cluster *c, int want) {
   ctl_msg r;
   for (;;) {
     int n = zmq_recv(c->ctl_fwd, &r, sizeof r, 0);
@@ -995,6 +995,12 @@ static int ctl_call(df_cluster *c, ctl_msg *m, int want) {
     if (n != (int)sizeof r) return -1;
     if (r.kind == want) return r.result;
   }
+}
+
+static int ctl_call(df_cluster *c, ctl_msg *m, int want) {
+  if (!c || !c->thread_started) return -1;
+  if (zmq_send(c->ctl_fwd, m, sizeof *m, 0) != (int)sizeof *m) return -1;
+  return ctl_wait(c, want);
 }
 
 int df_cluster_wait(df_cluster *c, double wait_s, int min_nodes) {
@@ -1005,7 +1011,15 @@ int df_cluster_wait(df_cluster *c, double wait_s, int min_nodes) {
 
 int df_cluster_dispatch(df_cluster *c, df_cluster_job *j) {
   ctl_msg m = {.kind = CTL_JOB, .job = j};
-  if (ctl_call(c, &m, CTL_PLANNED) < 0) {
+  if (!c || !c->thread_started || zmq_send(c->ctl_fwd, &m, sizeof m, 0) != (int)sizeof m) {
+    for (int g = 0; g < j->req->n_groups; g++) j->where[g] = DF_WHERE_LOCAL;
+    return -1;
+  }
+  return 0;
+}
+
+int df_cluster_planned(df_cluster *c, df_cluster_job *j) {
+  if (ctl_wait(c, CTL_PLANNED) < 0) {
     for (int g = 0; g < j->req->n_groups; g++) j->where[g] = DF_WHERE_LOCAL;
     return -1;
   }
@@ -1014,8 +1028,7 @@ int df_cluster_dispatch(df_cluster *c, df_cluster_job *j) {
 
 int df_cluster_collect(df_cluster *c, df_cluster_job *j) {
   (void)j;
-  ctl_msg m = {.kind = CTL_COLLECT};
-  return ctl_call(c, &m, CTL_DONE) < 0 ? -1 : 0;
+  return ctl_wait(c, CTL_DONE) < 0 ? -1 : 0;
 }
 
 void df_cluster_stop(df_cluster **cp, df_cluster_stats *st) {

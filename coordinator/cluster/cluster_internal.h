@@ -2,15 +2,20 @@
  * cluster expert backend that runs on the forward thread (expert_remote.c).
  *
  * The forward thread never touches the manager's sockets or state: it hands a job over an
- * inproc PAIR socket and blocks on the reply (no busy-waiting). For one MoE layer:
- *   df_cluster_dispatch: the manager routes every group (node that holds the pair and is
- *     ready, else the coordinator), sends one FFN per involved node, and answers with
- *     where[g] = DF_WHERE_LOCAL for the groups the forward thread must run itself;
- *   the forward thread runs those through the local backend meanwhile;
- *   df_cluster_collect: the manager writes every RESULT's rows into req->y at their
- *     group's rows (never other rows) and answers when all arrived or the deadline passed;
+ * inproc PAIR socket and blocks on the replies (no busy-waiting). For one MoE layer:
+ *   df_cluster_dispatch: hands the job over and returns at once (the forward thread goes on
+ *     with work that needs no routing, the layer's shared experts); the manager routes every
+ *     group (node that holds the pair and is ready, else the coordinator), sends one FFN per
+ *     involved node, and answers PLANNED;
+ *   df_cluster_planned: waits for PLANNED: where[g] = DF_WHERE_LOCAL for the groups the
+ *     forward thread must run itself, which it runs through the local backend meanwhile;
+ *   df_cluster_collect: waits for DONE, which the manager sends on its own once the job has
+ *     nothing in flight (at once when no node was involved): it has written every RESULT's
+ *     rows into req->y at their group's rows (never other rows), or the deadline passed;
  *     groups of nodes that failed are DF_WHERE_FAILED and the forward thread reruns them
  *     locally, so the layer always completes with the same bytes.
+ * Neither reply waits for a request from the forward thread: on the critical path of a layer
+ * are only the hand-over, the nodes' round trips and the DONE.
  */
 #ifndef DF_COORD_CLUSTER_INTERNAL_H
 #define DF_COORD_CLUSTER_INTERNAL_H
@@ -45,9 +50,12 @@ df_cluster *df_cluster_start(const struct df_model *m, const df_cluster_opts *o,
 /* Block until min_nodes nodes are ready and none is provisioning, or wait_s passed. Returns
  * the number of ready nodes. */
 int df_cluster_wait(df_cluster *c, double wait_s, int min_nodes);
-/* See the file comment. Both return 0, or -1 when the manager is gone (then every group is
- * DF_WHERE_LOCAL / the caller runs everything locally). */
+/* See the file comment; called in this order, once each per job (planned and collect only
+ * after a dispatch that returned 0). Each returns 0, or -1 when the manager is gone (then
+ * every group is DF_WHERE_LOCAL and the caller runs everything locally; after planned or
+ * collect failed, the caller must not wait for that job again). */
 int df_cluster_dispatch(df_cluster *c, df_cluster_job *j);
+int df_cluster_planned(df_cluster *c, df_cluster_job *j);
 int df_cluster_collect(df_cluster *c, df_cluster_job *j);
 /* Say BYE to the nodes, stop and join the thread, free; NULLs *c. Stats copied to *st when
  * not NULL. */

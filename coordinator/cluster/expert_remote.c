@@ -51,8 +51,11 @@ static int remote_run(df_expert_backend *be, const df_expert_request *req, char 
   remote_be *rb = (remote_be *)be;
   df_cluster_job job = {.req = req, .where = rb->where};
   bool remote = df_cluster_dispatch(rb->c, &job) == 0;
+  /* the shared experts while the manager routes and the nodes work (they need no routing) */
+  if (remote && req->overlap) req->overlap(req->overlap_ctx);
+  /* a manager gone before PLANNED wrote nothing: everything runs here */
+  if (remote && df_cluster_planned(rb->c, &job) != 0) remote = false;
   int rc = run_local(rb, req, DF_WHERE_LOCAL, DF_WHERE_LOCAL, err, errlen);
-  if (remote && req->overlap) req->overlap(req->overlap_ctx); /* while the nodes work */
   /* always collect, even after a local error: the manager must be done with y */
   if (remote) df_cluster_collect(rb->c, &job);
   /* groups of failed nodes (REMOTE cannot remain after collect; rerun it too if it did) */
