@@ -8,8 +8,9 @@ text split by this file's own reading of each format (split_ref, written from th
 docs/API.md, independent of engine/text/reasoning.c), whole and streamed (the streamed
 delta.reasoning_content and delta.content pieces joined), with logprobs riding on the chunks
 (as many entries as unstreamed); thinking off on K3 gives no reasoning; K3's
-response_format answers in the response element (content), and asking for thinking with it
-is a 400; `--reasoning-format` refuses an unknown value. `deltafin run --chat` prints the same
+response_format answers and forced tool calls (named and "required", whole and streamed) come
+in the response / tools elements (content, tool_calls), and asking for thinking with them is
+a 400; `--reasoning-format` refuses an unknown value. `deltafin run --chat` prints the same
 split with the reasoning between <think> lines.
 
 usage: server_reasoning.py DELTAFIN QWEN3_VOCAB_MODEL WORK_DIR
@@ -146,6 +147,45 @@ def main():
                 check(s == 400 and b["error"]["param"] == "response_format",
                       f"k3 json_object with thinking on is a 400 naming response_format: "
                       f"{str(b)[:200]}")
+                # forced tool calls: the prompt opens an empty response element (thinking
+                # off), the frame closes it and opens the tools element, the arguments follow
+                # the schema; the answer is a call, no reasoning, no markup in content
+                tools = [{"type": "function", "function": {
+                    "name": n, "parameters": {"type": "object", "properties": {
+                        "city": {"type": "string", "maxLength": 12}}, "required": ["city"]}}}
+                    for n in ("get_weather", "get_time")]
+                for choice in ({"type": "function", "function": {"name": "get_time"}}, "required"):
+                    body = {"tools": tools, "tool_choice": choice, "max_tokens": 400}
+                    s, b = chat(split.port, prompts[2], **body)
+                    m = b["choices"][0]["message"] if s == 200 else {}
+                    calls = m.get("tool_calls") or []
+                    args = json.loads(calls[0]["function"]["arguments"]) if calls else None
+                    want = {"get_time"} if isinstance(choice, dict) else {"get_weather", "get_time"}
+                    check(s == 200 and b["choices"][0]["finish_reason"] == "tool_calls" and
+                          len(calls) == 1 and calls[0]["function"]["name"] in want and
+                          isinstance(args, dict) and isinstance(args.get("city"), str) and
+                          not m.get("content") and "reasoning_content" not in m,
+                          f"k3 forced call ({choice if isinstance(choice, str) else 'named'}): "
+                          f"{str(m)[:300]}")
+                    st = request(split.port, "POST", "/v1/chat/completions",
+                                 dict(body, model="m", messages=prompts[2], temperature=0,
+                                      stream=True))
+                    ev = sse_events(st[2]) or []
+                    name, arg_text, other = "", "", ""
+                    for e in ev[:-1]:
+                        d = json.loads(e)["choices"][0]["delta"] if json.loads(e)["choices"] else {}
+                        for tc in d.get("tool_calls") or []:
+                            name += tc.get("function", {}).get("name") or ""
+                            arg_text += tc.get("function", {}).get("arguments") or ""
+                        other += (d.get("content") or "") + (d.get("reasoning_content") or "")
+                    check(calls and name == calls[0]["function"]["name"] and
+                          arg_text == calls[0]["function"]["arguments"] and other == "",
+                          f"k3 forced call streamed: the same call, nothing else "
+                          f"({name!r}, {arg_text!r}, {other!r})")
+                s, b = chat(split.port, prompts[2], tools=tools, tool_choice="required",
+                            chat_template_kwargs={"thinking": True})
+                check(s == 400 and b["error"]["param"] == "tool_choice",
+                      f"k3 forced call with thinking on is a 400 naming tool_choice: {str(b)[:200]}")
                 # run --chat prints the same split, the reasoning between <think> lines
                 r = subprocess.run([EXE, "run", "--model", k3, "--chat", "--prompt",
                                     prompts[1][0]["content"], "--max-new", "40",

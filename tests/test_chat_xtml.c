@@ -26,6 +26,7 @@
 #include "engine/text/chat_template.h"
 #include "engine/text/chat_xtml.h"
 #include "engine/text/tokenizer.h"
+#include "engine/text/tool_calls.h"
 
 #define GOLDEN DF_SOURCE_DIR "/tests/tokenizer/kimi_k3_chat_golden.json"
 #define TOK_DIR DF_SOURCE_DIR "/tests/tokenizer/tiktoken_tiny"
@@ -332,6 +333,66 @@ static void test_stop_ids(void **state) {
   assert_int_equal(df_chat_stop_ids(NULL, ids), 0);
 }
 
+/* A forced tool call's frame (the server appends its ids to the prompt, then the arguments come
+ * under a grammar, then the frame's end): "<|close|>response<|sep|>" + df_tool_call_frame's
+ * prefix, encoded per segment by df_chat_encode_markup, are exactly the ids a rendering of the
+ * same call has after the generation prompt (thinking off); the end + "<|close|>message<|sep|>"
+ * those after the arguments, before <|end_of_msg|>. */
+static void test_forced_frame(void **state) {
+  (void)state;
+  df_chat_template *t = load_k3();
+  df_tok *tok = load_tok();
+  char err[512];
+  const char *args = "{\"city\": \"Paris\"}";
+  df_chat_tool_call call = {"get_weather", args, NULL};
+  df_chat_msg m[2] = {{.role = "user", .content = "Weather?"},
+                      {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1}};
+  df_chat_opts gen = {.add_generation_prompt = true, .enable_thinking = 0};
+  df_chat_opts none = {.add_generation_prompt = false, .enable_thinking = 0};
+  int32_t *head, *full, *fr, *sf, *ar;
+  size_t nh, nf, nfr, nsf, nar;
+  assert_int_equal(df_chat_encode(t, tok, m, 1, &gen, &head, &nh, err, sizeof err), 0);
+  assert_int_equal(df_chat_encode(t, tok, m, 2, &none, &full, &nf, err, sizeof err), 0);
+  assert_true(nf > nh);
+  assert_memory_equal(full, head, nh * sizeof *head);
+  char *pre, *suf;
+  assert_int_equal(df_tool_call_frame(DF_CHAT_KIMI_K3, "get_weather", 0, &pre, &suf), 0);
+  char frame[512], end[512];
+  snprintf(frame, sizeof frame, "<|close|>response<|sep|>%s", pre);
+  snprintf(end, sizeof end, "%s<|close|>message<|sep|>", suf);
+  assert_int_equal(df_chat_encode_markup(t, tok, frame, strlen(frame), &fr, &nfr, err, sizeof err), 0);
+  assert_int_equal(df_chat_encode_markup(t, tok, end, strlen(end), &sf, &nsf, err, sizeof err), 0);
+  assert_int_equal(df_tok_encode(tok, args, strlen(args), DF_TOK_PLAIN, &ar, &nar, err, sizeof err), 0);
+  assert_int_equal(nh + nfr + nar + nsf + 1, nf);
+  assert_memory_equal(full + nh, fr, nfr * sizeof *fr);
+  assert_memory_equal(full + nh + nfr, ar, nar * sizeof *ar);
+  assert_memory_equal(full + nh + nfr + nar, sf, nsf * sizeof *sf);
+  assert_int_equal(full[nf - 1], 887); /* <|end_of_msg|> */
+  /* a frame cut inside the name (the common prefix of several tools) still encodes: its last
+   * segment is the value so far */
+  int32_t *cut;
+  size_t ncut;
+  size_t at = strstr(frame, "weather") - frame;
+  assert_int_equal(df_chat_encode_markup(t, tok, frame, at, &cut, &ncut, err, sizeof err), 0);
+  int32_t *get;
+  size_t nget;
+  assert_int_equal(df_tok_encode(tok, "get_", 4, DF_TOK_PLAIN, &get, &nget, err, sizeof err), 0);
+  assert_true(ncut > nget);
+  assert_memory_equal(cut + ncut - nget, get, nget * sizeof *get);
+  assert_memory_equal(cut, fr, (ncut - nget) * sizeof *cut);
+  free(get);
+  free(cut);
+  free(pre);
+  free(suf);
+  free(head);
+  free(full);
+  free(fr);
+  free(sf);
+  free(ar);
+  df_chat_template_destroy(&t);
+  df_tok_destroy(&tok);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_goldens),
@@ -339,6 +400,7 @@ int main(void) {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_recognition),
       cmocka_unit_test(test_stop_ids),
+      cmocka_unit_test(test_forced_frame),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

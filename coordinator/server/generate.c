@@ -235,14 +235,30 @@ static char *object_schema(const char *params, const char *param, df_api_error *
   return text;
 }
 
+/* *s = before + *s + after (malloc'd; the old *s freed). 0, or -1 when out of memory (*s
+ * freed and NULL). */
+static int wrap(char **s, const char *before, const char *after) {
+  size_t a = strlen(before), b = *s ? strlen(*s) : 0, c = strlen(after);
+  char *n = *s ? malloc(a + b + c + 1) : NULL;
+  if (n) {
+    memcpy(n, before, a);
+    memcpy(n + a, *s, b);
+    memcpy(n + a + b, after, c + 1);
+  }
+  free(*s);
+  *s = n;
+  return n ? 0 : -1;
+}
+
 /* The grammars a request's output must follow (*n = 0: none): response_format json_object /
  * json_schema, or a forced tool call (tool_choice named: that tool's frame around its
  * parameters; "required": one alternative per tool). Each alternative is malloc'd into g[].
  * A forced call's frame text that every alternative starts with goes to *forced (malloc'd, or
  * NULL): the caller appends its tokens to the prompt (the model would spend a token per byte
  * spelling the fixed text out under the mask) and the grammars start after it. Kimi K3's
- * frame belongs inside its response element: its template's tool_choice message asks for the
- * call instead, and nothing is forced. */
+ * tools element follows the response element: its prompt opens an empty response (thinking off,
+ * k3_constrained), so the forced text starts by closing it and the grammar ends by closing the
+ * message. */
 static int plan_grammars(conn *c, const df_api_request *rq, df_jsg **g, int *n, char **forced,
                          df_api_error *e) {
   *n = 0;
@@ -256,20 +272,23 @@ static int plan_grammars(conn *c, const df_api_request *rq, df_jsg **g, int *n, 
     return 0;
   }
   df_chat_family fam = df_chat_template_family(c->srv->tmpl);
-  if ((rq->tool_choice != DF_API_TOOLS_REQUIRED && rq->tool_choice != DF_API_TOOLS_NAMED) ||
-      fam == DF_CHAT_KIMI_K3)
-    return 0;
-  size_t earlier = 0; /* Kimi K2 numbers calls across the conversation */
-  for (size_t i = 0; i < rq->n_msgs; i++) earlier += rq->msgs[i].n_tool_calls;
+  if (rq->tool_choice != DF_API_TOOLS_REQUIRED && rq->tool_choice != DF_API_TOOLS_NAMED) return 0;
+  bool k3 = fam == DF_CHAT_KIMI_K3;
+  size_t earlier = 0; /* Kimi K2 numbers calls across the conversation (K3: within the message) */
+  for (size_t i = 0; !k3 && i < rq->n_msgs; i++) earlier += rq->msgs[i].n_tool_calls;
   char *pre[DF_SCHED_MAX_GRAMMARS], *suf[DF_SCHED_MAX_GRAMMARS];
   size_t tool[DF_SCHED_MAX_GRAMMARS], np = 0, common = 0;
   int rc = 0;
   for (size_t t = 0; t < rq->n_tools && np < DF_SCHED_MAX_GRAMMARS; t++) {
     if (rq->tool_choice == DF_API_TOOLS_NAMED && strcmp(rq->tool_names[t], rq->tool_choice_name))
       continue;
-    if (df_tool_call_frame(fam, rq->tool_names[t], earlier, &pre[np], &suf[np]) != 0) {
+    if (df_tool_call_frame(fam, rq->tool_names[t], earlier, &pre[np], &suf[np]) != 0 ||
+        (k3 && (wrap(&pre[np], "<|close|>response<|sep|>", "") != 0 ||
+                wrap(&suf[np], "", "<|close|>message<|sep|>") != 0))) {
       rc = df_api_error_set(e, 400, NULL, "tool_choice", NULL, "tool_choice: this model's chat "
                             "format cannot write a call of '%s'", rq->tool_names[t]);
+      free(pre[np]);
+      free(suf[np]);
       break;
     }
     tool[np] = t;
@@ -309,7 +328,7 @@ static int append_forced(const srv_ctx *s, int32_t **ids, size_t *n, const char 
   int32_t *more = NULL;
   size_t m = 0;
   char err[256];
-  if (df_tok_encode(s->tok, text, strlen(text), 0, &more, &m, err, sizeof err) != 0)
+  if (df_chat_encode_markup(s->tmpl, s->tok, text, strlen(text), &more, &m, err, sizeof err) != 0)
     return df_api_error_set(e, 500, "server_error", NULL, NULL, "tool call frame: %s", err);
   int32_t *b = realloc(*ids, (*n + m) * sizeof *b);
   if (!b) {
@@ -473,13 +492,11 @@ static int next_event(conn *c) {
         c->ev_len = strlen(c->ev);
         return 1;
       }
-      if (c->tp && c->forced) {
-        const df_tool_ev *ev;
-        size_t nev;
-        int rc = df_tool_parser_feed(c->tp, c->forced, strlen(c->forced), &ev, &nev);
+      if (c->tp && c->forced) { /* the frame, as if the model had written it */
+        int rc = queue_text(c, c->forced, strlen(c->forced), false);
         free(c->forced);
         c->forced = NULL;
-        if (rc != 0 || queue_tool_events(c, ev, nev) != 0) return -1;
+        if (rc != 0) return -1;
         continue;
       }
       if ((c->rp || c->tp) && c->text_off < c->text_len) {
@@ -581,11 +598,13 @@ static size_t text_min_tokens(const srv_ctx *s, size_t bytes) {
   return s->max_piece ? bytes / (3 * s->max_piece) : 0;
 }
 
-/* True for a Kimi K3 chat whose answer is a JSON document (response_format): its prompt opens
- * the response element, not the think element. */
-static bool k3_json_answer(const srv_ctx *s, const df_api_request *rq) {
+/* True for a Kimi K3 chat whose answer is constrained from its first token (response_format
+ * JSON, a forced tool call): its prompt opens the response element, not the think element. */
+static bool k3_constrained(const srv_ctx *s, const df_api_request *rq) {
   return rq->kind == DF_API_CHAT && df_chat_template_family(s->tmpl) == DF_CHAT_KIMI_K3 &&
-         (rq->format == DF_API_FORMAT_JSON_OBJECT || rq->format == DF_API_FORMAT_JSON_SCHEMA);
+         (rq->format == DF_API_FORMAT_JSON_OBJECT || rq->format == DF_API_FORMAT_JSON_SCHEMA ||
+          (rq->n_tools && (rq->tool_choice == DF_API_TOOLS_REQUIRED ||
+                           rq->tool_choice == DF_API_TOOLS_NAMED)));
 }
 
 /* Where a chat answer starts (engine/text/reasoning.h): after a forced call's frame, in the
@@ -597,7 +616,7 @@ static df_reasoning_start reasoning_start(const srv_ctx *s, const df_api_request
   df_chat_family fam = df_chat_template_family(s->tmpl);
   if (forced) return DF_REASONING_OUT;
   if (fam == DF_CHAT_KIMI_K3)
-    return rq->enable_thinking != 0 && !k3_json_answer(s, rq) ? DF_REASONING_IN : DF_REASONING_OUT;
+    return rq->enable_thinking != 0 && !k3_constrained(s, rq) ? DF_REASONING_IN : DF_REASONING_OUT;
   if (fam == DF_CHAT_QWEN3 && rq->enable_thinking == 0) return DF_REASONING_OUT;
   return DF_REASONING_AUTO;
 }
@@ -678,13 +697,16 @@ static int tokenize(conn *c, const df_api_request *rq, int64_t max_prompt, int32
                               "(only Kimi K3's XTML has it)", f);
     }
     int think = rq->enable_thinking;
-    if (k3_json_answer(s, rq)) { /* constrained from the first token: the response element */
+    if (k3_constrained(s, rq)) { /* constrained from the first token: the response element */
       if (think == 1) {
+        const char *f = rq->format == DF_API_FORMAT_JSON_OBJECT ||
+                                rq->format == DF_API_FORMAT_JSON_SCHEMA ? "response_format"
+                                                                        : "tool_choice";
         free(msgs);
         free(calls);
-        return df_api_error_set(e, 400, NULL, "response_format", NULL, "response_format: "
-                                "constrained output starts at the answer's first token, so on "
-                                "Kimi K3 it needs thinking off (it would fill the think element)");
+        return df_api_error_set(e, 400, NULL, f, NULL, "%s: constrained output starts at the "
+                                "answer's first token, so on Kimi K3 it needs thinking off (it "
+                                "would fill the think element)", f);
       }
       think = 0;
     }
@@ -894,7 +916,8 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
   if (c->rp) { /* reasoning and content */
     const df_reasoning_ev *ev;
     size_t nev;
-    if ((c->text_len && df_reasoning_parser_feed(c->rp, c->text, c->text_len, &ev, &nev) != 0) ||
+    if ((c->forced && df_reasoning_parser_feed(c->rp, c->forced, strlen(c->forced), &ev, &nev)) ||
+        (c->text_len && df_reasoning_parser_feed(c->rp, c->text, c->text_len, &ev, &nev) != 0) ||
         df_reasoning_parser_finish(c->rp, &ev, &nev) != 0) {
       json_decref(p.logprobs);
       df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -907,7 +930,8 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
   if (c->tp) { /* content and calls */
     const df_tool_ev *ev;
     size_t nev;
-    if ((c->forced && df_tool_parser_feed(c->tp, c->forced, strlen(c->forced), &ev, &nev) != 0) ||
+    if ((!c->rp && c->forced &&
+         df_tool_parser_feed(c->tp, c->forced, strlen(c->forced), &ev, &nev) != 0) ||
         (p.text_len && df_tool_parser_feed(c->tp, p.text, p.text_len, &ev, &nev) != 0) ||
         df_tool_parser_finish(c->tp, c->news.finish == DF_SCHED_LENGTH, &ev, &nev) != 0) {
       json_decref(p.logprobs);

@@ -770,6 +770,13 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
   return rc;
 }
 
+int df_chat_encode_markup(const df_chat_template *t, const df_tok *tok, const char *text,
+                          size_t len, int32_t **ids, size_t *n_ids, char *err, size_t errlen) {
+  if (t->family == DF_CHAT_KIMI_K3)
+    return df_xtml_encode_markup(tok, text, len, ids, n_ids, err, errlen);
+  return df_tok_encode(tok, text, len, 0, ids, n_ids, err, errlen);
+}
+
 static bool is_added(const df_tok *tok, const char *piece) {
   int32_t id = df_tok_token_to_id(tok, piece, strlen(piece));
   return id >= 0 && df_tok_is_added(tok, id);

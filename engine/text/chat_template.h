@@ -152,6 +152,14 @@ int df_chat_encode(const df_chat_template *t, const df_tok *tok, const df_chat_m
                    size_t n, const df_chat_opts *opts, int32_t **ids, size_t *n_ids, char *err,
                    size_t errlen);
 
+/* Encode text[0..len) that the chat format itself writes — markup, not message text (the frame
+ * of a forced tool call, engine/text/tool_calls.h df_tool_call_frame) — as the format's own
+ * encoder would within a rendering: Kimi K3 per XTML segment (chat_xtml.h
+ * df_xtml_encode_markup), the others with df_tok_encode (added tokens matched). *ids malloc'd
+ * (caller frees). Returns 0, or -1 + err (out of memory; K3: tok lacks an XTML special). */
+int df_chat_encode_markup(const df_chat_template *t, const df_tok *tok, const char *text,
+                          size_t len, int32_t **ids, size_t *n_ids, char *err, size_t errlen);
+
 /* A lower bound on the number of ids df_chat_encode(t, tok, msgs, n, any opts) gives, in O(n)
  * without rendering or allocating: what the template's own structure is certain to add per
  * message, counted only when those control strings are added tokens of `tok` (one id each).

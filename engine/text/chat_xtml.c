@@ -586,6 +586,72 @@ fail:
   return -1;
 }
 
+/* The special spelled at s[0..n), or DF_XTML_TEXT. */
+static df_xtml_kind special_at(const char *s, size_t n) {
+  for (int k = DF_XTML_OPEN; k <= DF_XTML_EOM; k++) {
+    size_t l = strlen(k_special[k]);
+    if (n >= l && !memcmp(s, k_special[k], l)) return (df_xtml_kind)k;
+  }
+  return DF_XTML_TEXT;
+}
+
+/* Bytes from s[0..n) up to (not including) the first special or a byte of `stop` (NULL: none). */
+static size_t run_to(const char *s, size_t n, const char *stop) {
+  size_t j = 0;
+  while (j < n && !(stop && memchr(stop, s[j], strlen(stop))) && !special_at(s + j, n - j)) j++;
+  return j;
+}
+
+int df_xtml_encode_markup(const df_tok *tok, const char *text, size_t len, int32_t **ids,
+                          size_t *n_ids, char *err, size_t errlen) {
+  *ids = NULL;
+  *n_ids = 0;
+  xb o = {0};
+  if (df_tok__buf_put(&o.b, "", 0) != 0) o.oom = 1;
+  enum { BODY, TAG, ATTRS } st = BODY;
+  for (size_t i = 0; i < len && !o.oom;) {
+    df_xtml_kind k = special_at(text + i, len - i);
+    if (k != DF_XTML_TEXT) {
+      sp(&o, k);
+      i += strlen(k_special[k]);
+      st = k == DF_XTML_OPEN || k == DF_XTML_CLOSE ? TAG : BODY;
+      continue;
+    }
+    size_t j;
+    if (st == TAG) { /* the tag name */
+      j = run_to(text + i, len - i, " ");
+      st = ATTRS;
+    } else if (st == ATTRS && text[i] == ' ') { /* " key" */
+      j = 1 + run_to(text + i + 1, len - i - 1, "=");
+    } else if (st == ATTRS && len - i >= 2 && !memcmp(text + i, "=\"", 2)) {
+      lit(&o, "=\""); /* then the value and its closing quote */
+      i += 2;
+      j = run_to(text + i, len - i, "\"");
+      push(&o, DF_XTML_TEXT, text + i, j, false);
+      i += j;
+      if (i < len && text[i] == '"') {
+        lit(&o, "\"");
+        i++;
+      }
+      continue;
+    } else { /* a body (or what the renderer never writes inside a tag): to the next special */
+      j = run_to(text + i, len - i, NULL);
+    }
+    push(&o, DF_XTML_TEXT, text + i, j, false);
+    i += j;
+  }
+  int rc = -1;
+  if (o.oom) {
+    df_tok__seterr(err, errlen, "chat: out of memory");
+  } else {
+    df_xtml x = {o.b.p, o.b.n, o.s, o.n};
+    rc = df_xtml_encode(&x, tok, ids, n_ids, NULL, err, errlen);
+  }
+  df_tok__buf_free(&o.b);
+  free(o.s);
+  return rc;
+}
+
 int df_xtml_chat_render(const df_chat_msg *msgs, size_t n, const df_chat_opts *opts,
                         df_chat_text *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);

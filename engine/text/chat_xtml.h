@@ -69,6 +69,16 @@ void df_xtml_free(df_xtml *x);
 int df_xtml_encode(const df_xtml *x, const df_tok *tok, int32_t **ids, size_t *n_ids,
                    size_t **seg_end, char *err, size_t errlen);
 
+/* Split XTML markup text as the renderer writes it (text[0..len), e.g. the frame of a forced
+ * tool call "<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" ...") into
+ * the segments of docs/K3.md §5.4 — each special; after <|open|> / <|close|> the tag name, then
+ * per attribute " key", "=\"", the value, "\""; any other text up to the next special one
+ * segment — and encode them with df_xtml_encode, so the ids equal those of a rendering of the
+ * same text. Text may end anywhere (inside a value: the value so far is its segment). Returns
+ * 0 with *ids malloc'd (caller frees), or -1 + err: tok lacks an XTML special, out of memory. */
+int df_xtml_encode_markup(const df_tok *tok, const char *text, size_t len, int32_t **ids,
+                          size_t *n_ids, char *err, size_t errlen);
+
 /* df_chat_render / df_chat_encode / df_chat_min_tokens for DF_CHAT_KIMI_K3 (chat_template.h
  * documents them). Render: the concatenated text, with every from_request segment as a span. */
 int df_xtml_chat_render(const df_chat_msg *msgs, size_t n, const df_chat_opts *opts,
