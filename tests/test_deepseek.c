@@ -312,7 +312,7 @@ static void test_fp8_multi(void **state) {
   float xb[3 * 48], yb[3 * 20], rb[3 * 20];
   for (int k = 0; k < 20 * 48; k++) wb[k] = (uint16_t)(0x3c00 + lcg(&s) % 0x600);
   for (int k = 0; k < 3 * 48; k++) xb[k] = (float)(lcg(&s) % 2001) / 1000.0f - 1.0f;
-  jobs[NJ] = (df_k_linear_job){xb, 3, 48, 48, wb, DF_DT_BF16, 20, NULL, yb, 20, NULL, 0, 0, 0};
+  jobs[NJ] = (df_k_linear_job){xb, 3, 48, 48, wb, DF_DT_BF16, 20, NULL, yb, 20, {NULL}, 0, 0, 0};
   for (int isa = 0; isa <= (int)df_k_isa_hw(); isa++) {
     df_k_set_isa((df_isa)isa);
     for (int i = 0; i < NJ; i++)

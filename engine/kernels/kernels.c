@@ -59,31 +59,7 @@ float df_k_to_f32(const void *p, df_dtype dt, int64_t i) {
   }
 }
 
-/* The fixed lane reduction: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
-static inline float lanes_reduce(const float a[8]) {
-  float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
-  return (s0 + s2) + (s1 + s3);
-}
-
-/* ---- AVX2 helpers -------------------------------------------------------------------- */
-#if DF_HAVE_X86
-INLINE AVX2_FN __m256 avx2_ld(const void *base, df_dtype dt, int64_t i) {
-  if (dt == DF_DT_BF16) {
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  if (dt == DF_DT_F16)
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
-  return _mm256_loadu_ps((const float *)base + i);
-}
-
-INLINE AVX2_FN float avx2_reduce(__m256 v) {
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
-}
-#endif
+#include "engine/kernels/kernels_simd.h"
 
 /* ---- dot ----------------------------------------------------------------------------- */
 
@@ -308,13 +284,33 @@ typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void 
 
 /* Column tile `t` of a job: tiles of 8 columns for one row (decode), else 4; FP8 and MXFP4
  * jobs always 4 (df_k_linear_fp8_cols, df_k_linear_mxfp4_cols). */
+/* Prefill-sized products of BF16 / F16 / F32 weights go to the AVX-512 GEMM tiles. */
+static bool job_gemm(const df_k_linear_job *j) {
+  return j->M >= DF_K_GEMM_MIN_ROWS && df_k_isa() >= DF_ISA_AVX512 &&
+         (j->wdt == DF_DT_BF16 || j->wdt == DF_DT_F16 || j->wdt == DF_DT_F32);
+}
+
 static int64_t job_tiles(const df_k_linear_job *j) {
+  if (job_gemm(j)) return (j->N + DF_K_GEMM_NR - 1) / DF_K_GEMM_NR;
   bool quant = j->wdt == DF_DT_F8_E4M3 || j->wdt == DF_DT_F4;
   int nr_max = df_k_isa() >= DF_ISA_AVX2 && j->M == 1 && !quant ? 8 : 4;
   return j->M > 0 ? (j->N + nr_max - 1) / nr_max : 0;
 }
 
 static void job_tile(const df_k_linear_job *j, int64_t t) {
+  if (job_gemm(j)) {
+    int64_t n0 = t * DF_K_GEMM_NR;
+    int nr = (int)(j->N - n0 < DF_K_GEMM_NR ? j->N - n0 : DF_K_GEMM_NR);
+    if (df_k_linear_gemm_cols(j->wdt, j->x, j->M, j->K, j->ldx, j->w, n0, nr, j->bias, j->y,
+                              j->ldy))
+      return;
+#if DF_HAVE_X86
+    for (int64_t c = n0; c < n0 + nr; c += 4) /* the same values through the 4-column tiles */
+      coltile_avx2(j->wdt, j->x, j->M, j->K, j->ldx, j->w, c, (int)(n0 + nr - c < 4 ? n0 + nr - c : 4),
+                   j->bias, j->y, j->ldy);
+#endif
+    return;
+  }
   if (j->wdt == DF_DT_F8_E4M3) {
     int64_t n0 = t * 4;
     int nr = (int)(j->N - n0 < 4 ? j->N - n0 : 4);
@@ -422,7 +418,7 @@ void df_k_linear(const float *x, int64_t M, int64_t K, int64_t ldx, const void *
                  df_dtype wdt, int64_t N, const void *bias, float *y, int64_t ldy) {
   /* FP8 and MXFP4 need their scales: df_k_linear_fp8, df_k_linear_mxfp4 */
   assert(wdt != DF_DT_F8_E4M3 && wdt != DF_DT_F4);
-  df_k_linear_job j = {x, M, K, ldx, w, wdt, N, bias, y, ldy, NULL, 0, 0, 0};
+  df_k_linear_job j = {x, M, K, ldx, w, wdt, N, bias, y, ldy, {NULL}, 0, 0, 0};
   df_k_linear_multi(&j, 1);
 }
 

@@ -189,6 +189,22 @@ void df_k_linear_fp8(const float *x, int64_t M, int64_t K, int64_t ldx, const ui
                      const float *scale, int64_t scale_ld, int64_t bn, int64_t bk, int64_t n0,
                      int64_t N, float *y, int64_t ldy);
 
+/* Rows of a product at which df_k_linear and df_k_linear_multi compute BF16 / F16 / F32 weights
+ * with df_k_linear_gemm_cols (where the CPU has AVX-512), and its tile width in weight rows. */
+#define DF_K_GEMM_MIN_ROWS 16
+#define DF_K_GEMM_NR 8
+
+/* Columns [n0, n0 + nr) of y = x w^T (+ bias) for all M rows, nr <= DF_K_GEMM_NR: the prefill
+ * tile of df_k_linear for BF16 / F16 / F32 weights w [N, K] (bias [N] in the same dtype or
+ * NULL), x [M, K] fp32 (row stride ldx), y [M, ldy] fp32 (the tile's columns are written at
+ * y + n0). A register-blocked GEMM (kernels_gemm.c) whose every element is computed with the
+ * operations of df_k_linear's lane order, so the values are df_k_linear's bit for bit. Uses a
+ * per-thread buffer of 32 K bytes. Returns false, writing nothing, when the ISA in use is below
+ * AVX-512 or the buffer cannot be allocated: the caller computes the tile another way. */
+bool df_k_linear_gemm_cols(df_dtype dt, const float *x, int64_t M, int64_t K, int64_t ldx,
+                           const void *w, int64_t n0, int nr, const void *bias, float *y,
+                           int64_t ldy);
+
 /* Columns [0, nr) of y = weight rows n0 .. n0+nr-1 of df_k_linear_fp8 for all M rows, nr <= 4:
  * the unit of work df_k_linear_fp8 and df_k_linear_multi share out. Each element is
  * computed by the same instructions whatever the tile, so results equal df_k_linear_fp8's

@@ -1,0 +1,40 @@
+/* engine/kernels/kernels_simd.h — the lane helpers every linear kernel shares (kernels.c,
+ * kernels_gemm.c), so that each computes an output element with the same operations: the eight
+ * fp32 lanes k = l mod 8 are reduced by one fixed tree, and weights widen to fp32 exactly.
+ * Header-only (static inline); include after defining DF_HAVE_X86, INLINE and AVX2_FN as
+ * kernels.c does.
+ */
+#ifndef DF_ENGINE_KERNELS_SIMD_H
+#define DF_ENGINE_KERNELS_SIMD_H
+
+#include <stdint.h>
+
+#include "engine/kernels/kernels.h"
+
+/* The fixed lane reduction: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
+static inline float lanes_reduce(const float a[8]) {
+  float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+/* ---- AVX2 helpers -------------------------------------------------------------------- */
+#if DF_HAVE_X86
+INLINE AVX2_FN __m256 avx2_ld(const void *base, df_dtype dt, int64_t i) {
+  if (dt == DF_DT_BF16) {
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  if (dt == DF_DT_F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+  return _mm256_loadu_ps((const float *)base + i);
+}
+
+INLINE AVX2_FN float avx2_reduce(__m256 v) {
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+#endif
+
+#endif
