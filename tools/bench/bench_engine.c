@@ -59,6 +59,53 @@ __attribute__((target("avx2"))) static double mem_read_gbs(int reps, int mib) {
   return best;
 }
 
+/* The machine's fp32 fused multiply-add peak: every thread runs 12 independent chains of FMAs
+ * (enough to cover the latency of two pipes) on the widest registers the kernels use (512-bit
+ * under AVX-512, else 256-bit), `iters` rounds; best of `reps` in GFLOP/s (2 per lane per FMA).
+ * 0 without AVX2 (the scalar kernels have no peak to compare with). */
+#define PEAK_BODY(VT, SET1, FMA, LANES)                                                         \
+  VT a[12];                                                                                     \
+  for (int i = 0; i < 12; i++) a[i] = SET1(0.001f * (float)(i + omp_get_thread_num()));       \
+  VT b = SET1(0.99999f), c = SET1(1e-7f);                                                       \
+  for (long r = 0; r < iters; r++) {                                                            \
+    _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) a[i] = FMA(a[i], b, c);               \
+  }                                                                                             \
+  float o[LANES];                                                                               \
+  for (int i = 1; i < 12; i++) a[0] = FMA(a[0], b, a[i]);                                       \
+  memcpy(o, &a[0], sizeof o);                                                                   \
+  return o[0];
+__attribute__((target("avx2,fma"))) static float peak256(long iters) {
+  PEAK_BODY(__m256, _mm256_set1_ps, _mm256_fmadd_ps, 8)
+}
+__attribute__((target("avx2,fma,avx512f"))) static float peak512(long iters) {
+  PEAK_BODY(__m512, _mm512_set1_ps, _mm512_fmadd_ps, 16)
+}
+static double fma_peak_gflops(int reps) {
+  df_isa isa = df_k_isa();
+  if (isa < DF_ISA_AVX2) return 0;
+  const long iters = 20000000;
+  int lanes = isa >= DF_ISA_AVX512 ? 16 : 8;
+  double best = 0;
+  volatile float sink = 0;
+  for (int r = 0; r < reps; r++) {
+    int nt = 1;
+    double t = now_s();
+#pragma omp parallel num_threads(df_k_max_threads())
+    {
+      float v = isa >= DF_ISA_AVX512 ? peak512(iters) : peak256(iters);
+#pragma omp atomic
+      sink += v;
+#pragma omp single
+      nt = omp_get_num_threads();
+    }
+    double g = (double)nt * (double)iters * 12.0 * lanes * 2.0 / (now_s() - t) / 1e9;
+    if (g > best) best = g;
+  }
+  (void)sink;
+  return best;
+}
+#undef PEAK_BODY
+
 /* Compute reference for prefill: y[64, N] = x[64, K] w[N, K]^T with bf16 weights through
  * df_k_linear (the kernel every prefill product goes through), N = 8192 (a weight matrix well
  * beyond the caches, as a layer's experts are); best of `reps` GFLOP/s. */
@@ -235,6 +282,8 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "bench: bf16 linear kernel, 64 rows\n");
   double gemm = gemm_gflops(cfg->hidden_size, 2 + repeat);
+  fprintf(stderr, "bench: fp32 FMA peak\n");
+  double peak = fma_peak_gflops(3);
   double mx_ms = 0, mx_gbs = 0; /* MXFP4 models: K3's real expert products */
   if (cfg->quant == DF_QUANT_MXFP4) {
     fprintf(stderr, "bench: MXFP4 expert FFN at Kimi K3's size\n");
@@ -263,6 +312,9 @@ int main(int argc, char **argv) {
          prefill_gf);
   printf("| bf16 linear kernel, 64 rows | %.1f GFLOP/s (prefill reaches %.2f of it) |\n", gemm,
          gemm > 0 ? prefill_gf / gemm : 0.0);
+  printf("| fp32 FMA peak (%s registers, %d threads) | %.1f GFLOP/s; prefill reaches %.2f of it, "
+         "the 64-row bf16 linear %.2f |\n", df_k_isa() >= DF_ISA_AVX512 ? "512-bit" : "256-bit",
+         df_k_max_threads(), peak, peak > 0 ? prefill_gf / peak : 0.0, peak > 0 ? gemm / peak : 0.0);
   if (cfg->quant == DF_QUANT_MXFP4)
     printf("| MXFP4 expert FFN, Kimi K3 size (16 experts x 3 matrices, 1 row each, SiTU) | "
            "%.2f ms per layer, %.2f GB/s of packed + scale bytes = %.2f of bandwidth |\n", mx_ms,
@@ -285,7 +337,8 @@ int main(int argc, char **argv) {
             "  \"decode_ms_per_token\": %.4f,\n  \"decode_weight_gbs\": %.4f,\n"
             "  \"bandwidth_utilisation\": %.4f,\n  \"prefill_tokens\": %d,\n"
             "  \"prefill_tok_s\": %.3f,\n  \"prefill_gflops\": %.3f,\n"
-            "  \"gemm64_gflops\": %.3f,\n  \"decode_tokens\": %d,\n  \"repeat\": %d,\n"
+            "  \"gemm64_gflops\": %.3f,\n  \"fma_peak_gflops\": %.3f,\n"
+            "  \"prefill_fraction_of_peak\": %.4f,\n  \"decode_tokens\": %d,\n  \"repeat\": %d,\n"
             "  \"total_bytes\": %llu,\n  \"layers\": %lld,\n  \"hidden\": %lld,\n"
             "  \"experts\": %lld,\n  \"top_k\": %lld,\n  \"moe_intermediate\": %lld,\n"
             "  \"vocab\": %lld,\n  \"mxfp4_expert_gbs\": %.4f,\n"
@@ -294,7 +347,8 @@ int main(int argc, char **argv) {
             "\"embed\": %.6f, \"residual\": %.6f}\n}\n",
             model_dir, df_k_isa_name(df_k_isa()), omp_get_max_threads(), bw, bw_mib,
             (unsigned long long)mb.active_per_token, best_decode * 1e3, gbs, ratio, n_prefill,
-            prefill_tps, prefill_gf, gemm, n_decode, repeat,
+            prefill_tps, prefill_gf, gemm, peak, peak > 0 ? prefill_gf / peak : 0.0, n_decode,
+            repeat,
             (unsigned long long)mb.total, (long long)cfg->num_hidden_layers,
             (long long)cfg->hidden_size, (long long)cfg->num_experts,
             (long long)cfg->num_experts_per_tok, (long long)cfg->moe_intermediate_size,
