@@ -1,5 +1,6 @@
 # Thin wrapper over tools/install-deps.sh and CMake. The two set-up commands of README.md:
 #   make demo   install dependencies, build, run the main job on the bundled demo model
+#               (quietly: the build's output goes to $(BUILD)/build.log)
 #   make test   install dependencies, build, run the whole test suite (ctest)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
@@ -15,7 +16,9 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+demo:
+	@tools/install-deps.sh --quiet
+	@tools/build-quiet.sh $(BUILD) $(JOBS)
 	@tools/demo.sh $(BUILD)
 
 test: build

@@ -141,6 +141,7 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
       for (int64_t r = 0; r < R; r++)
         if (m->pos[r] + 1 > kvs[m->row_seq[r]]->len) kvs[m->row_seq[r]]->len = m->pos[r] + 1;
       done += R;
+      if (m->progress) m->progress(m->progress_ctx, done, total);
       continue;
     }
     if (forward_chunk(m, kvs, m->row_seq, m->row_ids, R, err, errlen) != 0) {
@@ -189,6 +190,7 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
       m->prof.tokens += R;
     }
     done += R;
+    if (m->progress) m->progress(m->progress_ctx, done, total);
   }
   return 0;
 }

@@ -306,8 +306,10 @@ int df_model_load(const char *dir, const df_model_opts *opts, df_model **out, ch
     goto fail;
   }
   df_family_ctx fc = {.bind = &m->bind, .cfg = &m->cfg, .env = &m->env, .ws = m->ws};
-  for (int64_t l = 0; l < c->num_hidden_layers; l++)
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
     if (m->family->build_layer(&fc, l, &m->layers[l], err, errlen) != 0) goto fail;
+    if (opts && opts->progress) opts->progress(opts->progress_ctx, l + 1, c->num_hidden_layers);
+  }
   if (!(m->residual = m->family->residual_new(&fc, m->layers, err, errlen))) goto fail;
   if (df_rope_tables_new(c, m->max_ctx, &m->rope_cos, &m->rope_sin, err, errlen) != 0 ||
       !(m->scratch = df_ws_f32(m->ws, "model.att_scratch", df_k_max_threads(), m->max_ctx, err,
@@ -396,6 +398,11 @@ void df_model_destroy(df_model **mp) {
   df_st_close(&m->st);
   free(m);
   *mp = NULL;
+}
+
+void df_model_set_progress(df_model *m, df_model_progress_fn fn, void *ctx) {
+  m->progress = fn;
+  m->progress_ctx = ctx;
 }
 
 const df_model_config *df_model_cfg(const df_model *m) { return &m->cfg; }

@@ -45,6 +45,11 @@
 
 typedef struct df_model df_model;
 
+/* Progress of a long step, for a caller that shows it (deltafin run's bar): `done` of
+ * `total` units so far (1 <= done <= total), on the thread doing the work, with the ctx the
+ * caller registered. It must not call back into the model. */
+typedef void (*df_model_progress_fn)(void *ctx, int64_t done, int64_t total);
+
 typedef struct df_model_opts {
   int64_t max_ctx;  /* tokens a sequence may hold, <= max_position_embeddings;
                        0 = min(max_position_embeddings, 4096) */
@@ -77,6 +82,10 @@ typedef struct df_model_opts {
   uint64_t device_free, device_total; /* memory figures to admit against instead of asking
                                   the device (tests; torch-cpu); 0 = ask (CUDA) or
                                   unlimited (torch-cpu) */
+  /* Called by df_model_load once per layer bound (done = layers bound, total =
+   * num_hidden_layers), with progress_ctx; NULL = not told. */
+  df_model_progress_fn progress;
+  void *progress_ctx;
 } df_model_opts;
 
 /* Memory plan of a loaded model, in bytes of the stored tensors. */
@@ -221,6 +230,12 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
  */
 int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n,
                      df_logits_mode mode, float *logits, char *err, size_t errlen);
+
+/* From now on every df_model_forward / df_model_forward_batch call of m calls fn(ctx, done,
+ * total) after each chunk of max_rows rows it completes (done = rows of the call finished,
+ * total = the call's rows), e.g. to show a long prefill's progress; fn NULL stops it. The
+ * caller keeps ctx alive while it is set. No error; allocates nothing. */
+void df_model_set_progress(df_model *m, df_model_progress_fn fn, void *ctx);
 
 /* The host's available memory (MemAvailable of /proc/meminfo) in bytes, or -1 when it cannot
  * be read. */

@@ -50,6 +50,8 @@ struct df_model {
   df_model_bytes bytes;
   bool profiling;
   df_model_profile prof;
+  df_model_progress_fn progress; /* df_model_set_progress: told after each forward chunk */
+  void *progress_ctx;
 };
 
 #endif

@@ -305,7 +305,7 @@ static void test_fp8_multi(void **state) {
     for (int64_t k = 0; k < gn * gk; k++) sc[i][k] = (float)(lcg(&s) % 1000 + 1) * 1e-4f;
     for (int64_t k = 0; k < Ms[i] * Ks[i]; k++) x[i][k] = (float)(lcg(&s) % 2001) / 1000.0f - 1.0f;
     jobs[i] = (df_k_linear_job){x[i], Ms[i], Ks[i], Ks[i], w[i], DF_DT_F8_E4M3, Ns[i], NULL,
-                                y[i], Ns[i], sc[i], gk, Bn[i], Bk[i]};
+                                y[i], Ns[i], {sc[i]}, gk, Bn[i], Bk[i]};
   }
   /* a BF16 job in the same region: [3, 48] x [20, 48] */
   uint16_t wb[20 * 48];

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Installs every Debian and npm dependency Deltafin needs to build, test and train.
 # Idempotent: packages already present are skipped; safe to run repeatedly.
-# Usage: tools/install-deps.sh        (uses sudo when not root)
+# Usage: tools/install-deps.sh [--quiet]   (uses sudo when not root; --quiet, for make demo:
+#        nothing printed when every Debian package is present, npm's output only on failure)
 set -euo pipefail
+quiet=0
+case "${1:-}" in
+  --quiet) quiet=1 ;;
+  "") ;;
+  *) echo "usage: tools/install-deps.sh [--quiet]" >&2; exit 2 ;;
+esac
 
 DEBS=(
   build-essential cmake pkg-config git
@@ -37,7 +44,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
+elif [ "$quiet" = 0 ]; then
   echo "install-deps: Debian packages present"
 fi
 
@@ -45,7 +52,14 @@ fi
 here="$(cd "$(dirname "$0")" && pwd)"
 if [ -f "$here/package.json" ]; then
   if [ ! -d "$here/node_modules" ] || [ "$here/package.json" -nt "$here/node_modules" ]; then
-    echo "install-deps: npm packages"
-    (cd "$here" && npm install --no-audit --no-fund --loglevel=error && touch node_modules)
+    if [ "$quiet" = 0 ]; then
+      echo "install-deps: npm packages"
+      (cd "$here" && npm install --no-audit --no-fund --loglevel=error && touch node_modules)
+    elif ! out="$(cd "$here" && npm install --no-audit --no-fund --loglevel=error 2>&1 &&
+                  touch node_modules)"; then
+      echo "install-deps: npm install failed:" >&2
+      echo "$out" >&2
+      exit 1
+    fi
   fi
 fi

@@ -53,6 +53,26 @@ int df_cmd_verify(int argc, char **argv);
  * the coordinator key's fingerprint, token prints the token on stdout and its expiry time on
  * stderr. Nothing is left for the caller to free. 0 ok, 1 error (message on stderr), 2 usage. */
 int df_cmd_cluster(int argc, char **argv);
+/* `deltafin doctor [--model DIR] [--state-dir DIR] [--json]` (coordinator/cli/cmd_doctor.c):
+ * offline checks of the installation (kernels' ISA, libraries, CUDA, the model folder against
+ * its manifest, memory and disk headroom for it, state directory modes, the recorded
+ * coordinator's reachability), one `OK|WARN|FAIL  CHECK: FINDING` line each (plus a `fix:`
+ * line) on stdout, or one JSON object with --json. Nothing is written and nothing is left
+ * for the caller to free. Returns 0 when every check is OK, 1 when the worst is a WARN, 2
+ * when the worst is a FAIL or on a usage error (message on stderr). */
+int df_cmd_doctor(int argc, char **argv);
+/* `deltafin upgrade [--check] [--yes] [--jobs N] [--record FILE]` (coordinator/cli/cmd_upgrade.c,
+ * docs/UPGRADE.md): fast-forwards the source checkout named by the build record (default: the
+ * one this binary's build folder wrote at configure time, cmake/build_record.cmake) to its
+ * upstream and rebuilds it with the recorded configuration, ignoring the environment's build
+ * variables. Touches only that checkout and its build folder; runs git and cmake without a
+ * shell. Nothing is left for the caller to free. Returns the exit status: 0 upgraded or already
+ * up to date, 1 could not proceed (record, git, fetch; nothing changed), 2 usage, 3 refused
+ * (changes, detached HEAD, no upstream, diverged or ahead, not confirmed; nothing changed),
+ * 4 git merge --ff-only failed, 5 the checkout moved but the configure or build failed, 10
+ * --check found an upgrade or an unfinished rebuild; on a stop the state left and the
+ * recovery commands are on stderr. */
+int df_cmd_upgrade(int argc, char **argv);
 
 /* Parse a decimal integer option value in [lo, hi]; on failure prints
  * "deltafin: --NAME: expected an integer in [lo, hi], got 'V'" and returns -1. */

@@ -3,22 +3,25 @@
  * Owns: the cluster subcommand's options and output. init creates the coordinator keypair
  * and names it by its fingerprint (the Z85 key itself is never printed for reading: a join
  * token carries it to the nodes); token appends a join token to STATE/tokens, prints it on
- * stdout and its coordinator fingerprint, use and expiry time on stderr; status reads the
+ * stdout and its coordinator fingerprint, use and expiry time on stderr; status says whether
+ * a coordinator (`run` or `serve` with --cluster) is running on the state directory now (its
+ * pid and subcommand: coordinator/cluster/coord_state.h) and reads the
  * STATE/cluster-status.json a running coordinator keeps current (nodes, key fingerprints,
- * health, RTT, budgets, placement, bytes held) and the allow-list STATE/nodes.
- * Keys, tokens and files: transport/keys.h; the status writer: coordinator/cluster/cluster.c.
+ * health, RTT, budgets, placement, bytes held) and the allow-list STATE/nodes; --json prints
+ * all of it as one object. Keys, tokens and files: transport/keys.h; the status writer:
+ * coordinator/cluster/cluster.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "coordinator/cli/cli.h"
+#include "coordinator/cluster/coord_state.h"
 #include "transport/keys.h"
 
 static void cluster_usage(FILE *f) {
@@ -33,8 +36,11 @@ static void cluster_usage(FILE *f) {
           "            on stderr, the coordinator's key fingerprint and when the token expires\n"
           "            (UTC); single-use unless --reusable; --ttl 30s/15m/1h/7d, 0 = never\n"
           "            expires (default 1h)\n"
-          "  status    nodes of the running coordinator: key fingerprint, health, RTT,\n"
-          "            budget, bytes held, expert placement\n"
+          "  status    whether a coordinator (run or serve --cluster) is running on this\n"
+          "            state directory (pid, command), and its nodes: key fingerprint, health,\n"
+          "            RTT, budget, bytes held, expert placement; the allow-listed keys.\n"
+          "            --json: one object (the status file's fields, 'coordinator': running,\n"
+          "            pid, command, endpoint; 'allow_listed'; 'nodes' [] before any status)\n"
           "  revoke    remove node keys from the allow-list, by the name they joined with or\n"
           "            the start (8+ hex characters) of their fingerprint; a running\n"
           "            coordinator drops such a node within a second, and the node cannot\n"
@@ -72,75 +78,110 @@ static void fmt_duration(int64_t s, char *buf, size_t cap) {
   if (!buf[0]) snprintf(buf, cap, "0s");
 }
 
+/* "running (pid N, serve)" / "not running (last: pid N, run)" / "not running" into buf. */
+static const char *coord_phrase(const df_coord_state *cs, char *buf, size_t cap) {
+  char who[64] = "";
+  if (cs->pid > 0)
+    snprintf(who, sizeof who, "pid %ld%s%s", cs->pid, cs->command[0] ? ", " : "", cs->command);
+  if (cs->running) snprintf(buf, cap, "running (%s)", who);
+  else if (who[0]) snprintf(buf, cap, "not running (last: %s)", who);
+  else snprintf(buf, cap, "not running");
+  return buf;
+}
+
+/* STATE/nodes as [{"key_fingerprint", "name"}] (an empty array when there is none). */
+static json_t *allow_list(const char *state) {
+  char p[4200], line[512];
+  snprintf(p, sizeof p, "%s/nodes", state);
+  json_t *a = json_array();
+  FILE *f = fopen(p, "r");
+  while (f && fgets(line, sizeof line, f)) {
+    char key[64], name[128], fp[17];
+    if (sscanf(line, "%63s %127s", key, name) != 2) continue;
+    df_proto_key_fingerprint(key, fp);
+    json_array_append_new(a, json_pack("{s:s, s:s}", "key_fingerprint", fp, "name", name));
+  }
+  if (f) fclose(f);
+  return a;
+}
+
 static int status_cmd(const char *state, bool json) {
-  char p[4200];
-  snprintf(p, sizeof p, "%s/cluster-status.json", state);
-  json_error_t je;
-  json_t *root = json_load_file(p, 0, &je);
-  if (!root) {
-    fprintf(stderr, "deltafin cluster status: no coordinator has run with --state-dir %s "
-            "(%s)\n", state, je.text);
+  df_coord_state cs;
+  json_t *root = NULL;
+  df_coord_state_read(state, &cs, &root);
+  if (!cs.dir_exists) {
+    fprintf(stderr, "deltafin cluster status: no state directory %s (deltafin cluster init "
+            "creates it)\n", state);
     return 1;
   }
+  json_t *allowed = allow_list(state);
+  char phrase[128];
+  coord_phrase(&cs, phrase, sizeof phrase);
   if (json) {
+    /* the status file's fields as the coordinator wrote them, plus what is known now */
+    if (!root) root = json_pack("{s:[]}", "nodes");
+    json_object_set_new(root, "state_dir", json_string(state));
+    json_object_set_new(root, "coordinator",
+                        json_pack("{s:b, s:o, s:o, s:o, s:o}", "running", cs.running, "pid",
+                                  cs.pid > 0 ? json_integer(cs.pid) : json_null(), "command",
+                                  cs.command[0] ? json_string(cs.command) : json_null(),
+                                  "endpoint", cs.endpoint[0] ? json_string(cs.endpoint)
+                                                             : json_null(),
+                                  "status_written", cs.has_status ? json_true() : json_false()));
+    json_object_set_new(root, "allow_listed", allowed);
     json_dumpf(root, stdout, JSON_INDENT(2));
     printf("\n");
     json_decref(root);
     return 0;
   }
-  int pid = (int)json_integer_value(json_object_get(root, "pid"));
-  bool running = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
-  time_t upd = (time_t)json_integer_value(json_object_get(root, "updated"));
-  printf("coordinator %s (key %s) %s, status of %s",
-         json_string_value(json_object_get(root, "endpoint")),
-         json_string_value(json_object_get(root, "key_fingerprint")),
-         running ? "running" : "not running", ctime(&upd));
-  printf("expert pairs %lld (%.2f MiB each), %lld on the coordinator; %lld layer calls, "
-         "%lld round trips, %.1f MiB sent, %.1f MiB received\n",
-         (long long)json_integer_value(json_object_get(root, "pairs")),
-         json_integer_value(json_object_get(root, "pair_bytes")) / 1048576.0,
-         (long long)json_integer_value(json_object_get(root, "pairs_on_coordinator")),
-         (long long)json_integer_value(json_object_get(root, "dispatches")),
-         (long long)json_integer_value(json_object_get(root, "round_trips")),
-         json_integer_value(json_object_get(root, "bytes_tx")) / 1048576.0,
-         json_integer_value(json_object_get(root, "bytes_rx")) / 1048576.0);
-  json_t *nodes = json_object_get(root, "nodes");
-  printf("%-16s %-16s %-12s %9s %11s %11s %7s %7s  %s\n", "NAME", "KEY", "HEALTH", "RTT", "BUDGET",
-         "HELD", "EXPERTS", "ROUTED", "PLACEMENT");
-  size_t i;
-  json_t *n;
-  json_array_foreach(nodes, i, n) {
-    char rtt[32];
-    long long us = (long long)json_integer_value(json_object_get(n, "rtt_us"));
-    if (us > 0) snprintf(rtt, sizeof rtt, "%.2f ms", us / 1000.0);
-    else snprintf(rtt, sizeof rtt, "-");
-    printf("%-16s %-16s %-12s %9s %7.1f MiB %7.1f MiB %7lld %7lld  %s\n",
-           json_string_value(json_object_get(n, "name")),
-           json_string_value(json_object_get(n, "key_fingerprint")),
-           running ? json_string_value(json_object_get(n, "health")) : "offline", rtt,
-           json_integer_value(json_object_get(n, "budget")) / 1048576.0,
-           json_integer_value(json_object_get(n, "held")) / 1048576.0,
-           (long long)json_integer_value(json_object_get(n, "experts")),
-           (long long)json_integer_value(json_object_get(n, "routed")),
-           json_string_value(json_object_get(n, "placement")));
-  }
-  json_decref(root);
-  /* allow-listed keys that never joined this run */
-  snprintf(p, sizeof p, "%s/nodes", state);
-  FILE *f = fopen(p, "r");
-  if (f) {
-    char line[512];
-    int k = 0;
-    while (fgets(line, sizeof line, f)) {
-      char key[64], name[128];
-      if (sscanf(line, "%63s %127s", key, name) != 2) continue;
-      char fp[17];
-      df_proto_key_fingerprint(key, fp);
-      if (!k++) printf("allow-listed node keys:\n");
-      printf("  %-16s %s\n", fp, name);
+  if (!root) {
+    printf("coordinator: %s; no coordinator has written a status with --state-dir %s yet\n",
+           phrase, state);
+  } else {
+    time_t upd = (time_t)json_integer_value(json_object_get(root, "updated"));
+    printf("coordinator: %s on %s (key %s), status of %s", phrase,
+           cs.endpoint[0] ? cs.endpoint : json_string_value(json_object_get(root, "endpoint")),
+           json_string_value(json_object_get(root, "key_fingerprint")), ctime(&upd));
+    printf("expert pairs %lld (%.2f MiB each), %lld on the coordinator; %lld layer calls, "
+           "%lld round trips, %.1f MiB sent, %.1f MiB received\n",
+           (long long)json_integer_value(json_object_get(root, "pairs")),
+           json_integer_value(json_object_get(root, "pair_bytes")) / 1048576.0,
+           (long long)json_integer_value(json_object_get(root, "pairs_on_coordinator")),
+           (long long)json_integer_value(json_object_get(root, "dispatches")),
+           (long long)json_integer_value(json_object_get(root, "round_trips")),
+           json_integer_value(json_object_get(root, "bytes_tx")) / 1048576.0,
+           json_integer_value(json_object_get(root, "bytes_rx")) / 1048576.0);
+    json_t *nodes = json_object_get(root, "nodes");
+    printf("%-16s %-16s %-12s %9s %11s %11s %7s %7s  %s\n", "NAME", "KEY", "HEALTH", "RTT",
+           "BUDGET", "HELD", "EXPERTS", "ROUTED", "PLACEMENT");
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n) {
+      char rtt[32];
+      long long us = (long long)json_integer_value(json_object_get(n, "rtt_us"));
+      if (us > 0) snprintf(rtt, sizeof rtt, "%.2f ms", us / 1000.0);
+      else snprintf(rtt, sizeof rtt, "-");
+      printf("%-16s %-16s %-12s %9s %7.1f MiB %7.1f MiB %7lld %7lld  %s\n",
+             json_string_value(json_object_get(n, "name")),
+             json_string_value(json_object_get(n, "key_fingerprint")),
+             cs.running ? json_string_value(json_object_get(n, "health")) : "offline", rtt,
+             json_integer_value(json_object_get(n, "budget")) / 1048576.0,
+             json_integer_value(json_object_get(n, "held")) / 1048576.0,
+             (long long)json_integer_value(json_object_get(n, "experts")),
+             (long long)json_integer_value(json_object_get(n, "routed")),
+             json_string_value(json_object_get(n, "placement")));
     }
-    fclose(f);
+    json_decref(root);
   }
+  /* allow-listed keys, whether they joined this run or not */
+  size_t i;
+  json_t *e;
+  json_array_foreach(allowed, i, e) {
+    if (!i) printf("allow-listed node keys:\n");
+    printf("  %-16s %s\n", json_string_value(json_object_get(e, "key_fingerprint")),
+           json_string_value(json_object_get(e, "name")));
+  }
+  json_decref(allowed);
   return 0;
 }
 

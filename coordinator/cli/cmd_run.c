@@ -1,7 +1,9 @@
 /* coordinator/cli/cmd_run.c — `deltafin run`: prefill a prompt, generate, print tokens.
  *
- * Owns: the run subcommand's options and output (ids, --stats, --logits-out); the
- * generation itself (target alone or with a draft) is coordinator/generate/spec.c.
+ * Owns: the run subcommand's options and output (ids, --stats, --logits-out), the default
+ * random seed, which steps show a progress bar (coordinator/cli/progress.h: loading the
+ * target and the draft, the prefill); the generation itself (target alone or with a draft)
+ * is coordinator/generate/spec.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,10 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "coordinator/cli/cli.h"
+#include "coordinator/cli/progress.h"
 #include "coordinator/cluster/cluster.h"
 #include "coordinator/cluster/expert_heat.h"
 #include "engine/model.h"
@@ -41,7 +46,8 @@ static void run_usage(FILE *f) {
           "  --temperature T      0 = greedy (default: generation_config.json, else greedy)\n"
           "  --top-p P            nucleus sampling mass in (0, 1] (default from generation_config)\n"
           "  --top-k K            keep the K most likely tokens, 0 = off\n"
-          "  --seed S             random seed for sampling (default 0)\n"
+          "  --seed S             random seed for sampling (default: a new random seed each\n"
+          "                       run; --stats prints it, --seed S repeats the draws)\n"
           "  --ignore-eos         do not stop at end-of-sequence tokens\n"
           "  --ctx N              context capacity in tokens (default min(max_position, 4096))\n"
           "  --chunk N            prefill chunk size in tokens (default 64)\n"
@@ -50,7 +56,8 @@ static void run_usage(FILE *f) {
           "  --no-draft           run the target alone\n"
           "  --draft-k K          first draft length, 1..8 (default 4; adapts unless --fixed-k)\n"
           "  --fixed-k            keep the draft length fixed\n"
-          "  --stats              print prefill/decode speed (and drafting figures) to stderr\n"
+          "  --stats              print load, prefill and decode times and speeds, the seed\n"
+          "                       and the drafting figures to stderr\n"
           "  --logits-out FILE    write fp32 logits of every prompt position, raw little-endian\n"
           "                       row-major [n_prompt, vocab_size]\n"
           "  --cluster            run routed experts on df-node agents (docs/CLUSTER.md)\n"
@@ -62,7 +69,9 @@ static void run_usage(FILE *f) {
           "  --state-dir DIR      cluster keys, tokens, nodes and expert heat\n"
           "                       (default ~/.local/state/deltafin)\n"
           "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
-          "                       falls back to the CPU with one line (docs/GPU.md)\n");
+          "                       falls back to the CPU with one line (docs/GPU.md)\n"
+          "A load or prefill longer than a second shows a progress bar on stderr when it is a\n"
+          "terminal (DF_PROGRESS=1: on any stderr, DF_PROGRESS=0: never).\n");
 }
 
 enum { O_MODEL = 1, O_IDS, O_MAXNEW, O_TEMP, O_TOPP, O_TOPK, O_SEED, O_STATS, O_LOGITS, O_CTX,
@@ -136,7 +145,37 @@ static int put_text(df_reasoning_parser *rp, bool *thinking, const char *text, s
   return 0;
 }
 
+/* The model's progress hook (df_model_progress_fn) drawing a df_progress bar. */
+static void show_progress(void *ctx, int64_t done, int64_t total) {
+  df_progress_update(ctx, done, total, df_progress_now());
+}
+
+/* A new random seed in [0, INT64_MAX] (the range --seed accepts) from getrandom; the clock
+ * and pid when that fails. */
+static int64_t random_seed(void) {
+  uint64_t x;
+  if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^
+        ((uint64_t)getpid() << 32);
+  }
+  return (int64_t)(x >> 1);
+}
+
+/* "load NAME" for the bar of loading folder dir (its last component). */
+static void load_label(char *buf, size_t cap, const char *what, const char *dir) {
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') n--;
+  size_t b = n;
+  while (b > 0 && dir[b - 1] != '/') b--;
+  snprintf(buf, cap, "%s %.*s", what, (int)(n - b), dir + b);
+}
+
 int df_cmd_run(int argc, char **argv) {
+  /* "load" counts from the process's creation: libtorch's start-up before main is part of
+   * what the user waits for (df_proc_age; the time since this call where /proc is absent) */
+  double t_entry = df_cli_now(), startup = df_proc_age();
   static const struct option opts[] = {
       {"model", required_argument, 0, O_MODEL},   {"prompt-ids", required_argument, 0, O_IDS},
       {"max-new", required_argument, 0, O_MAXNEW}, {"temperature", required_argument, 0, O_TEMP},
@@ -159,7 +198,7 @@ int df_cmd_run(int argc, char **argv) {
   const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL, *draft_dir = NULL;
   const char *text = NULL, *system = NULL, *device = NULL;
   bool chat = false, no_think = false;
-  int64_t max_new = 32, top_k = -1, seed = 0, ctx = 0, chunk = 0, draft_k = 4, threads = 0;
+  int64_t max_new = 32, top_k = -1, seed = -1, ctx = 0, chunk = 0, draft_k = 4, threads = 0;
   double temp = -1, top_p = -1;
   bool stats = false, ignore_eos = false, no_draft = false, fixed_k = false, cluster = false;
   df_cluster_opts copts = {.wait_s = -1};
@@ -328,8 +367,14 @@ int df_cmd_run(int argc, char **argv) {
   uint64_t *heat = NULL;
   char heat_note[DF_HEAT_NOTE_MAX] = ""; /* what df_heat_load said about the heat file */
   float *logits = NULL;
-  double t0 = df_cli_now();
-  df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk, .threads = (int)threads};
+  /* one bar at a time on stderr (progress.h): loading the target, the draft, the prefill */
+  FILE *bar_f = df_progress_wanted(stderr) ? stderr : NULL;
+  df_progress bar;
+  char label[80];
+  load_label(label, sizeof label, "load", model_dir);
+  df_progress_begin(&bar, bar_f, label, "layers", df_progress_now());
+  df_model_opts mo = {.max_ctx = ctx, .max_rows = chunk, .threads = (int)threads,
+                      .progress = show_progress, .progress_ctx = &bar};
   if (device && df_cli_device(device, model_dir, &mo) != 0) {
     rc = 2;
     goto done;
@@ -340,7 +385,9 @@ int df_cmd_run(int argc, char **argv) {
     copts.heat = heat; /* cluster placement: the hottest pairs to nodes with a GPU budget */
     if (mo.device.kind != DF_T_DEV_CPU) mo.expert_heat = heat, mo.expert_heat_n = copts.heat_n;
   }
-  if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
+  int rc_load = df_model_load(model_dir, &mo, &m, err, sizeof err);
+  df_progress_end(&bar);
+  if (rc_load != 0) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
@@ -358,17 +405,25 @@ int df_cmd_run(int argc, char **argv) {
     /* a draft that cannot be loaded, or whose tokenizer differs, is not fatal: the target
      * runs alone; an embedding / lm_head identical to the target's is mapped once; the
      * draft loads with the target's thread count (a load sets the process's count) */
+    load_label(label, sizeof label, "load draft", draft_dir);
+    df_progress_begin(&bar, bar_f, label, "layers", df_progress_now());
     df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
-                         .threads = (int)threads};
-    if (df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err) != 0)
-      fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", err);
+                         .threads = (int)threads, .progress = show_progress,
+                         .progress_ctx = &bar};
+    int rc_draft = df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err);
+    df_progress_end(&bar);
+    if (rc_draft != 0) fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", err);
   }
   copts.stats = stats;
+  double waited = 0; /* --cluster: waiting for nodes, reported apart from the load */
+  int nodes_ready = 0;
+  copts.waited_s = &waited;
+  copts.nodes_ready = &nodes_ready;
   if (cluster && df_cluster_attach(m, &copts, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin: cluster: %s\n", err);
     goto done;
   }
-  double t_load = df_cli_now() - t0;
+  double t_load = (startup > 0 ? startup : 0) + df_cli_now() - t_entry - waited;
   const df_model_config *cfg = df_model_cfg(m);
   const df_gen_config *gcfg = df_model_gen_cfg(m);
   int64_t V = cfg->vocab_size;
@@ -379,6 +434,7 @@ int df_cmd_run(int argc, char **argv) {
             (long long)cfg->max_position_embeddings);
     goto done;
   }
+  if (seed < 0) seed = random_seed(); /* --stats prints it; --seed repeats it */
   df_sampler_params sp = {
       .temperature = temp >= 0 ? temp : (gcfg->do_sample ? gcfg->temperature : 0.0),
       .top_p = top_p > 0 ? top_p : (gcfg->do_sample ? gcfg->top_p : 1.0),
@@ -389,9 +445,10 @@ int df_cmd_run(int argc, char **argv) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
-  /* a switch-off while text streams is reported after the text, not inside a line of it */
+  /* a switch-off while generating is reported after the output, not inside a line of it
+   * (and, when it was the adaptive measurement's choice, only with --stats) */
   bool drafting_at_start = dm && df_spec_get_stats(gen).drafting;
-  if (stream) df_spec_set_quiet(gen, true);
+  df_spec_set_quiet(gen, true);
   if (logits_path) {
     logits = malloc((size_t)n_prompt * (size_t)V * sizeof(float));
     if (!logits) {
@@ -400,7 +457,12 @@ int df_cmd_run(int argc, char **argv) {
     }
   }
   double t1 = df_cli_now();
-  if (df_spec_prefill(gen, prompt, n_prompt, logits, err, sizeof err) != 0) {
+  df_progress_begin(&bar, bar_f, "prefill", "tokens", t1);
+  df_model_set_progress(m, show_progress, &bar);
+  int rc_prefill = df_spec_prefill(gen, prompt, n_prompt, logits, err, sizeof err);
+  df_model_set_progress(m, NULL, NULL);
+  df_progress_end(&bar);
+  if (rc_prefill != 0) {
     fprintf(stderr, "deltafin: prefill: %s\n", err);
     goto done;
   }
@@ -451,16 +513,38 @@ int df_cmd_run(int argc, char **argv) {
   printf("\n");
   fflush(stdout); /* the text ends before --stats lines on stderr, also through a pipe */
   double t_decode = df_cli_now() - t2;
-  if (stream && drafting_at_start && !df_spec_get_stats(gen).drafting)
+  df_spec_stats fin = df_spec_get_stats(gen);
+  if (drafting_at_start && !fin.drafting && (stats || !fin.off_not_paying))
     fprintf(stderr, "deltafin: drafting went off: %s; the target ran alone from then on\n",
-            df_spec_get_stats(gen).off_reason);
+            fin.off_reason);
   if (stats) {
-    df_spec_stats st = df_spec_get_stats(gen);
+    df_spec_stats st = fin;
+    /* no rate over a time below the clock's resolution, nor for a prefill that ran no
+     * forward (a one-token prompt without --logits-out: that token is run with the first
+     * generated one, so its time is bookkeeping and the rate would be absurd) */
+    struct timespec res = {0, 1};
+    clock_getres(CLOCK_MONOTONIC, &res);
+    double t_min = (double)res.tv_sec + (double)res.tv_nsec * 1e-9;
+    char pre_rate[48] = "n/a", gen_rate[64] = "n/a", up[48] = "", wait[64] = "";
+    if (t_prefill >= t_min && (logits || n_prompt > 1))
+      snprintf(pre_rate, sizeof pre_rate, "%.1f tok/s", n_prompt / t_prefill);
+    if (n_out && t_decode >= t_min)
+      snprintf(gen_rate, sizeof gen_rate, "%.2f tok/s, %.2f ms/token", n_out / t_decode,
+               1e3 * t_decode / n_out);
+    if (startup >= 0.05) snprintf(up, sizeof up, " (start-up %.3f s)", startup);
+    if (cluster && copts.wait_s != 0)
+      snprintf(wait, sizeof wait, " | waited %.3f s for %d node%s", waited, nodes_ready,
+               nodes_ready == 1 ? "" : "s");
     fprintf(stderr,
-            "load %.3f s | prefill %lld tokens in %.3f s = %.1f tok/s | generate %lld tokens in "
-            "%.3f s = %.2f tok/s, %.2f ms/token\n",
-            t_load, (long long)n_prompt, t_prefill, n_prompt / t_prefill, (long long)n_out,
-            t_decode, n_out ? n_out / t_decode : 0.0, n_out ? 1e3 * t_decode / n_out : 0.0);
+            "load %.3f s%s%s | prefill %lld tokens in %.3f s = %s | generate %lld tokens in "
+            "%.3f s = %s\n",
+            t_load, up, wait, (long long)n_prompt, t_prefill, pre_rate, (long long)n_out,
+            t_decode, gen_rate);
+    if (sp.temperature > 0)
+      fprintf(stderr, "sampling: temperature %g, top-k %lld, top-p %g, seed %lld (--seed %lld "
+              "repeats %s)\n", sp.temperature, (long long)sp.top_k, sp.top_p, (long long)seed,
+              (long long)seed, drafting_at_start && !fixed_k ? "the draws; the text too when "
+              "adaptive drafting picks the same draft lengths" : "this run");
     if (st.rounds) {
       fprintf(stderr,
               "draft: %lld rounds, acceptance %.3f, mean accepted length %.2f (+1 target token "
@@ -489,6 +573,7 @@ int df_cmd_run(int argc, char **argv) {
 oom:
   fprintf(stderr, "\ndeltafin: out of memory\n");
 done:
+  df_progress_end(&bar);
   df_reasoning_parser_destroy(&rp);
   free(heat);
   df_tok_stream_destroy(&stream);

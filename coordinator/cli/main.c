@@ -18,6 +18,8 @@ static void usage(FILE *f) {
           "  setup     pull a model (default Kimi K3) --full or --stream, and say how to run it\n"
           "  verify    check a model folder against its manifest, offline\n"
           "  cluster   cluster keys, join tokens and status (deltafin cluster --help)\n"
+          "  doctor    check this installation offline: OK / WARN / FAIL lines (deltafin doctor --help)\n"
+          "  upgrade   update a source install's checkout and rebuild it (deltafin upgrade --help)\n"
           "\n"
           "deltafin --version\n");
 }
@@ -37,6 +39,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "setup")) return df_cmd_setup(argc - 1, argv + 1);
   if (!strcmp(cmd, "verify")) return df_cmd_verify(argc - 1, argv + 1);
   if (!strcmp(cmd, "cluster")) return df_cmd_cluster(argc - 1, argv + 1);
+  if (!strcmp(cmd, "doctor")) return df_cmd_doctor(argc - 1, argv + 1);
+  if (!strcmp(cmd, "upgrade")) return df_cmd_upgrade(argc - 1, argv + 1);
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
     printf("deltafin 0.1.0\n");
     return 0;

@@ -806,8 +806,21 @@ static void write_status(df_cluster *c) {
   df_proto_key_fingerprint(c->kp.pub, fp);
   int64_t local = 0;
   for (int64_t p = 0; p < c->mf.n_pairs; p++) local += c->route[p] < 0;
-  fprintf(f, "{\n  \"pid\": %d,\n  \"updated\": %lld,\n  \"endpoint\": \"%s\",\n  \"key_fingerprint\": \"%s\",\n",
-          (int)getpid(), (long long)time(NULL), c->endpoint, fp);
+  /* the deltafin subcommand this coordinator runs under (argv[1]: "run", "serve"), for
+   * `deltafin cluster status`; kept to [a-z0-9-] */
+  char cmd[16] = "", args[256] = "";
+  FILE *cl = fopen("/proc/self/cmdline", "rb");
+  if (cl) {
+    size_t n = fread(args, 1, sizeof args - 1, cl), o = 0;
+    fclose(cl);
+    args[n] = 0;
+    const char *s = strlen(args) + 1 < n ? args + strlen(args) + 1 : "";
+    for (; *s && o + 1 < sizeof cmd; s++)
+      if ((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-') cmd[o++] = *s;
+    cmd[o] = 0;
+  }
+  fprintf(f, "{\n  \"pid\": %d,\n  \"command\": \"%s\",\n  \"updated\": %lld,\n  \"endpoint\": \"%s\",\n  \"key_fingerprint\": \"%s\",\n",
+          (int)getpid(), cmd, (long long)time(NULL), c->endpoint, fp);
   fprintf(f, "  \"pairs\": %lld,\n  \"pairs_on_coordinator\": %lld,\n  \"pair_bytes\": %llu,\n",
           (long long)c->mf.n_pairs, (long long)local, (unsigned long long)c->mf.pair_bytes);
   fprintf(f, "  \"dispatches\": %llu,\n  \"round_trips\": %llu,\n  \"bytes_tx\": %llu,\n  \"bytes_rx\": %llu,\n"

@@ -27,12 +27,17 @@ typedef struct df_cluster_opts {
                             num_experts. Placement gives the hottest pairs to the nodes that
                             declared a device budget first (cluster_place.h). */
   int64_t heat_n;
+  /* Outputs of df_cluster_attach, each NULL = not wanted: the seconds spent waiting for
+   * nodes (0 when wait_s is 0), and how many nodes were ready when the wait ended. */
+  double *waited_s;
+  int *nodes_ready;
 } df_cluster_opts;
 
 /* Start the cluster manager for model m (borrowed: the model owns the backend installed
  * here, and destroying the model stops the manager), wait up to o->wait_s for o->min_nodes
  * nodes to be ready (fewer, or none, is fine: the coordinator runs what no node holds), and
- * install the cluster expert backend with df_model_set_expert_backend.
+ * install the cluster expert backend with df_model_set_expert_backend. The wait's length
+ * and the nodes then ready go to *o->waited_s and *o->nodes_ready when those are set.
  * Errors (-1, one line): the state directory or key file, the port cannot be bound, the
  * model has no MoE layers to place is not an error (everything runs locally). */
 int df_cluster_attach(struct df_model *m, const df_cluster_opts *o, char *err, size_t errlen);

@@ -10,9 +10,11 @@
  * nodes are sent both in ASSIGN (cluster_manifest.h). Does not own:
  * sockets or membership (the manager thread's), routing or combining (engine/model.c).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coordinator/cluster/cluster_internal.h"
 #include "engine/experts/expert_local.h"
@@ -116,8 +118,16 @@ int df_cluster_attach(df_model *m, const df_cluster_opts *o, char *err, size_t e
   if (!c) return -1;
   double wait_s = o->wait_s < 0 ? 10 : o->wait_s;
   int min_nodes = o->min_nodes > 0 ? o->min_nodes : 1;
+  if (o->waited_s) *o->waited_s = 0;
+  if (o->nodes_ready) *o->nodes_ready = 0;
   if (wait_s > 0) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int n = df_cluster_wait(c, wait_s, min_nodes);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (o->waited_s)
+      *o->waited_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (o->nodes_ready) *o->nodes_ready = n;
     fprintf(stderr, "deltafin: cluster: %d node%s ready%s\n", n, n == 1 ? "" : "s",
             n ? "" : "; running every expert locally until nodes join");
   }

@@ -250,6 +250,7 @@ static void adapt(df_spec *s) {
     char why[160];
     snprintf(why, sizeof why, "it does not pay (%.2f tok/s with k=%d, %.2f tok/s target alone)",
              s->rate[best] * 1e3, best, s->rate[0] * 1e3);
+    s->st.off_not_paying = true;
     df_spec_disable(s, why);
     return;
   }

@@ -65,6 +65,8 @@ typedef struct df_spec_stats {
   bool drafting;           /* drafting currently on */
   int k;                   /* current draft length */
   char off_reason[256];    /* why drafting is off ("" when on or never configured) */
+  bool off_not_paying;     /* drafting went off because the target alone was measured faster
+                              (adaptive k: a measurement, not a fault) */
   int k_hist[DF_SPEC_K_MAX + 1]; /* rounds run at each k (0: target-alone steps while drafting) */
   int n_k_trace;                 /* entries used in k_trace */
   struct {

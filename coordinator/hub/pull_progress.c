@@ -48,18 +48,6 @@ void df_pull__note(df_pull_state *p, bool is_error, const char *fmt, ...) {
   pthread_mutex_unlock(&p->mu);
 }
 
-static void fmt_eta(double s, char *buf, size_t cap) {
-  if (!(s >= 0) || s > 360000) {
-    snprintf(buf, cap, "--:--");
-    return;
-  }
-  long t = (long)(s + 0.5);
-  if (t >= 3600)
-    snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-  else
-    snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
-}
-
 static void progress_line(char *buf, size_t cap, const char *label, uint64_t done, uint64_t need,
                           double rate, int bar_w) {
   char a[32], b[32], r[32], eta[32];
@@ -68,7 +56,7 @@ static void progress_line(char *buf, size_t cap, const char *label, uint64_t don
   int w = bar_w < 60 ? bar_w : 60, k = (int)(frac * w);
   for (int i = 0; i < w; i++) bar[i] = i < k ? '#' : '.';
   bar[w] = 0;
-  fmt_eta(rate > 0 ? (double)(need - done) / rate : -1, eta, sizeof eta);
+  df_pull_fmt_eta(rate > 0 ? (double)(need - done) / rate : -1, eta, sizeof eta);
   snprintf(buf, cap, "%-32.32s %s%s%s %3d%% %10s / %-10s %10s/s  ETA %s", label, w ? "[" : "",
            bar, w ? "]" : "", (int)(frac * 100), df_pull_fmt_bytes(done, a, sizeof a),
            df_pull_fmt_bytes(need, b, sizeof b), df_pull_fmt_bytes((uint64_t)rate, r, sizeof r),
@@ -130,7 +118,7 @@ void df_pull__draw(df_pull_state *p, bool final) {
   } else if (final || t - p->last_plain >= o->progress_interval_s) {
     p->last_plain = t;
     char a[32], b[32], r[32], eta[32];
-    fmt_eta(rate > 0 ? (double)(p->total_need - done) / rate : -1, eta, sizeof eta);
+    df_pull_fmt_eta(rate > 0 ? (double)(p->total_need - done) / rate : -1, eta, sizeof eta);
     fprintf(stderr, "pull: %d/%d files, %s of %s, %s/s, ETA %s\n", files_done, files,
             df_pull_fmt_bytes(done, a, sizeof a), df_pull_fmt_bytes(p->total_need, b, sizeof b),
             df_pull_fmt_bytes((uint64_t)rate, r, sizeof r), eta);

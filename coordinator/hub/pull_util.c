@@ -339,6 +339,19 @@ const char *df_pull_fmt_bytes(uint64_t n, char *buf, size_t cap) {
   return buf;
 }
 
+const char *df_pull_fmt_eta(double s, char *buf, size_t cap) {
+  if (!(s >= 0) || s > 360000) {
+    snprintf(buf, cap, "--:--");
+    return buf;
+  }
+  long t = (long)(s + 0.5);
+  if (t >= 3600)
+    snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  else
+    snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
 int df_pull_default_dir(const char *repo, char *out, size_t cap, char *err, size_t errlen) {
   const char *dh = getenv("DELTAFIN_HOME"), *xdg = getenv("XDG_CACHE_HOME"),
              *home = getenv("HOME");

@@ -1,9 +1,11 @@
-/* coordinator/hub/pull_util.h — small helpers shared by pull, verify and stream mode.
+/* coordinator/hub/pull_util.h — small helpers shared by pull, verify and stream mode (and
+ * the progress line of run, coordinator/cli/progress.h).
  *
  * Owns: SHA-256 / git blob SHA-1 hashing (mbedTLS) of buffers and files, atomic file
  * publication (temp + fsync + rename + directory fsync), `mkdir -p`, the validation of
  * names that come from the hub (repository ids, revisions, file paths inside a repo), URL
- * percent-encoding, byte-size parsing/printing and the default download folder.
+ * percent-encoding, byte-size parsing/printing, remaining-time printing and the default
+ * download folder.
  * Does not own: HTTP (pull_http.h), the manifest format (pull_manifest.h).
  */
 #ifndef DF_COORD_PULL_UTIL_H
@@ -84,6 +86,10 @@ int df_pull_urlenc(const char *s, bool keep_slash, char *out, size_t cap);
 int df_pull_parse_bytes(const char *s, uint64_t *out);
 /* "1.50 GiB" style, into buf (returns buf). */
 const char *df_pull_fmt_bytes(uint64_t n, char *buf, size_t cap);
+/* A remaining time of s seconds as "M:SS" (under an hour) or "H:MM:SS", rounded to the
+ * second, into buf (cap bytes, 16 suffice; returns buf); "--:--" when s is negative, NaN or
+ * over 100 hours (unknown). Allocates nothing. */
+const char *df_pull_fmt_eta(double s, char *buf, size_t cap);
 
 /* The default folder for a repo: $DELTAFIN_HOME/models/REPO, else
  * $XDG_CACHE_HOME/deltafin/models/REPO, else $HOME/.cache/deltafin/models/REPO.

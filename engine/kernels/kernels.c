@@ -21,45 +21,12 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
+#include "engine/kernels/kernels_simd.h"
+
 /* ---- scalar helpers ------------------------------------------------------------------ */
 
-static inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+float df_k_to_f32(const void *p, df_dtype dt, int64_t i) { return k_to_f32(p, dt, i); }
 
-static inline float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-  if (exp == 0) {
-    if (man == 0) {
-      u = sign;
-    } else { /* subnormal: renormalise */
-      int e = -1;
-      do { man <<= 1; e++; } while (!(man & 0x400));
-      u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (man << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-float df_k_to_f32(const void *p, df_dtype dt, int64_t i) {
-  switch (dt) {
-  case DF_DT_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
-  case DF_DT_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-  case DF_DT_F32: return ((const float *)p)[i];
-  default: assert(!"df_k_to_f32: unsupported dtype"); return 0.0f;
-  }
-}
-
-#include "engine/kernels/kernels_simd.h"
 
 /* ---- dot ----------------------------------------------------------------------------- */
 

@@ -130,8 +130,8 @@ bool df_k_linear_gemm_cols(df_dtype dt, const float *x, int64_t M, int64_t K, in
     for (int i = 0; i < mr; i++)
       for (int j = 0; j < nr; j++) {
         float s = o[i * DF_K_GEMM_NR + j];
-        for (int64_t t = K8; t < K; t++) s = fmaf(xr[i][t], df_k_to_f32(wr[j], dt, t), s);
-        y[(m0 + i) * ldy + n0 + j] = bias ? s + df_k_to_f32(bias, dt, n0 + j) : s;
+        for (int64_t t = K8; t < K; t++) s = fmaf(xr[i][t], k_to_f32(wr[j], dt, t), s);
+        y[(m0 + i) * ldy + n0 + j] = bias ? s + k_to_f32(bias, dt, n0 + j) : s;
       }
   }
   return true;
