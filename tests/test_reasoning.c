@@ -301,6 +301,10 @@ static void test_cases(void **state) {
          "", "c<|open|>tools<|sep|>T<|close|>message<|sep|>");
   expect(X, I, "r<|close|>think<|sep|>\n<|open|>tools<|sep|>T<|close|>tools<|sep|>\n",
          "r", "<|open|>tools<|sep|>T<|close|>tools<|sep|>");
+  /* the message's close ends an element left open: in neither channel */
+  expect(X, O, "c<|close|>message<|sep|>", "", "c");
+  expect(X, I, "r<|close|>message<|sep|>", "r", "");
+  expect(X, I, "r<|close|>message<|sep|> x", "r", " x");
   /* AUTO on K3 is OUT */
   expect(X, A, "c<|close|>response<|sep|>", "", "c");
   /* families without a reasoning channel */

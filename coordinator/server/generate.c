@@ -812,14 +812,19 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
     goto fail_grammars;
   }
   df_chat_family fam = s->tmpl ? df_chat_template_family(s->tmpl) : DF_CHAT_QWEN3;
-  if (kind == DF_API_CHAT && !s->o.reasoning_raw && df_reasoning_family(fam) &&
+  /* a JSON answer (response_format) is content from its first token to its end: splitting it
+   * would take markup spelt inside its strings for the format's */
+  bool json_answer = n_grammars && !forced;
+  if (kind == DF_API_CHAT && !s->o.reasoning_raw && !json_answer && df_reasoning_family(fam) &&
       !(c->rp = df_reasoning_parser_new(fam, reasoning_start(s, &rq, forced != NULL)))) {
     df_api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
     goto fail_grammars;
   }
   int32_t keep[DF_TOK_STREAM_KEEP_MAX];
   size_t n_keep = 0;
-  if (c->rp) n_keep += df_tok_special_ids(s->tok, df_reasoning_markers(fam), keep, DF_TOK_STREAM_KEEP_MAX);
+  /* the reasoning markup stays in the text with or without the split ("none": as written) */
+  if (kind == DF_API_CHAT)
+    n_keep += df_tok_special_ids(s->tok, df_reasoning_markers(fam), keep, DF_TOK_STREAM_KEEP_MAX);
   if (tools)
     n_keep += df_tok_special_ids(s->tok, df_tool_call_markers(fam), keep + n_keep,
                                  DF_TOK_STREAM_KEEP_MAX - n_keep);

@@ -123,8 +123,8 @@ static bool is_ws(char c) {
 static const char *const *markers_of(const df_reasoning_parser *p) {
   static const char *const open_think[] = {"<think>", NULL};
   static const char *const close_think[] = {"</think>", NULL};
-  static const char *const k3_reason[] = {K3_CLOSE_THINK, NULL};
-  static const char *const k3_resp[] = {K3_CLOSE_RESP, NULL};
+  static const char *const k3_reason[] = {K3_CLOSE_THINK, K3_CLOSE_MSG, NULL};
+  static const char *const k3_resp[] = {K3_CLOSE_RESP, K3_CLOSE_MSG, NULL};
   static const char *const k3_outside[] = {K3_OPEN_RESP, K3_CLOSE_MSG, K3_OPEN_TOOLS, NULL};
   static const char *const k3_tools[] = {K3_CLOSE_TOOLS, NULL};
   static const char *const none[] = {NULL};
@@ -200,7 +200,7 @@ static int marker(df_reasoning_parser *p, const char *m) {
     p->st = S_REASON;
     p->lead = p->qwen;
     return 0;
-  case S_REASON:
+  case S_REASON: /* K3: the message's close also ends the element it stands in */
     p->nl = 0;
     p->st = p->family == DF_CHAT_KIMI_K3 ? S_OUTSIDE : S_CONTENT;
     p->lead = p->qwen;

@@ -23,7 +23,8 @@
  *     "<|close|>response<|sep|>" [the tools element] "<|close|>message<|sep|>". The element
  *     markup is not text of either channel: reasoning and content are the bodies, verbatim (the
  *     format escapes attribute values only). Outside the think and response elements,
- *     whitespace is dropped, "<|close|>message<|sep|>" is dropped, and everything else — the
+ *     whitespace is dropped, "<|close|>message<|sep|>" is dropped (also inside the think or
+ *     response element, which it then ends), and everything else — the
  *     tools element, passed verbatim from "<|open|>tools<|sep|>" through
  *     "<|close|>tools<|sep|>" for the tool-call parser, or text the format does not put there —
  *     is content; a later "<|open|>response<|sep|>" opens content again.
