@@ -58,6 +58,25 @@ int df_cli_size(const char *s, size_t n, uint64_t *out) {
   return 0;
 }
 
+const char *df_cli_shell_word(const char *s, char *buf, size_t cap) {
+  if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:@,%")
+                == strlen(s))
+    return s;
+  size_t o = 0;
+  if (o + 1 < cap) buf[o++] = '\'';
+  for (; *s && o + 6 < cap; s++) {
+    if (*s == '\'') {
+      memcpy(buf + o, "'\\''", 4);
+      o += 4;
+    } else {
+      buf[o++] = *s;
+    }
+  }
+  if (o + 1 < cap) buf[o++] = '\'';
+  buf[o] = 0;
+  return buf;
+}
+
 int df_cli_dir(const char *name, const char *v) {
   if (v && !v[0]) {
     fprintf(stderr, "deltafin: --%s: expected a folder path, got ''\n", name);

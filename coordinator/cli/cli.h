@@ -79,6 +79,10 @@ int df_cmd_upgrade(int argc, char **argv);
 int df_cli_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out);
 /* Parse a finite float option value in [lo, hi]; same error shape. */
 int df_cli_double(const char *name, const char *v, double lo, double hi, double *out);
+/* `s` as one POSIX shell word for display (a command the user may copy): s itself when it
+ * holds only characters a shell takes literally, else single-quoted with each ' written as
+ * '\''; cut to fit buf[cap] (cap >= 8). Returns s or buf (caller-owned); no errors. */
+const char *df_cli_shell_word(const char *s, char *buf, size_t cap);
 /* Check a folder option value (--state-dir): "" is refused, since a file path built on it
  * would land at the filesystem root ("/heat/...", "/coordinator.key"); prints "deltafin:
  * --NAME: expected a folder path, got ''" and returns -1 (usage error, exit 2); 0 for any

@@ -21,25 +21,6 @@
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-/* `s` as one shell word: as is when it holds only safe characters, else single-quoted. */
-static const char *shell_word(const char *s, char *buf, size_t cap) {
-  if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:@,~")
-                == strlen(s))
-    return s;
-  size_t o = 0;
-  if (o + 1 < cap) buf[o++] = '\'';
-  for (; *s && o + 5 < cap; s++) {
-    if (*s == '\'') {
-      memcpy(buf + o, "'\\''", 4);
-      o += 4;
-    } else {
-      buf[o++] = *s;
-    }
-  }
-  if (o + 1 < cap) buf[o++] = '\'';
-  buf[o] = 0;
-  return buf;
-}
 
 static bool has_file(const char *dir, const char *name) {
   char p[4400];
@@ -75,7 +56,7 @@ int df_cmd_setup(int argc, char **argv) {
   df_pull_manifest_free(&man);
 
   char q[8400], bb[32];
-  const char *qd = shell_word(dir, q, sizeof q);
+  const char *qd = df_cli_shell_word(dir, q, sizeof q);
   printf("setup: %s is in %s (%s)\n", o.repo, dir,
          stream ? "stream mode: routed experts are fetched on first use" : "full download");
   printf("model        %s, %lld layers (hidden %lld, vocab %lld)\n", c->model_type,

@@ -72,32 +72,12 @@ typedef struct upg {
 
 /* ---- small helpers ---- */
 
-/* `s` as one shell word for display: as is when it holds only safe characters, else
- * single-quoted. Returns s or buf. */
-static const char *shell_word(const char *s, char *buf, size_t cap) {
-  if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:@,%")
-                == strlen(s))
-    return s;
-  size_t o = 0;
-  if (o + 1 < cap) buf[o++] = '\'';
-  for (; *s && o + 6 < cap; s++) {
-    if (*s == '\'') {
-      memcpy(buf + o, "'\\''", 4);
-      o += 4;
-    } else {
-      buf[o++] = *s;
-    }
-  }
-  if (o + 1 < cap) buf[o++] = '\'';
-  buf[o] = 0;
-  return buf;
-}
 
 static void print_argv(FILE *f, const char *indent, char *const argv[]) {
   char buf[8192];
   fputs(indent, f);
   for (size_t i = 0; argv[i]; i++)
-    fprintf(f, "%s%s", i ? " " : "", shell_word(argv[i], buf, sizeof buf));
+    fprintf(f, "%s%s", i ? " " : "", df_cli_shell_word(argv[i], buf, sizeof buf));
   fputc('\n', f);
 }
 
@@ -475,7 +455,7 @@ static void print_reuse(const upg *u) {
 static void print_rerun(const upg *u, FILE *f) {
   char buf[PATH_MAX * 2];
   fprintf(f, "deltafin upgrade");
-  if (u->record_opt) fprintf(f, " --record %s", shell_word(u->record_opt, buf, sizeof buf));
+  if (u->record_opt) fprintf(f, " --record %s", df_cli_shell_word(u->record_opt, buf, sizeof buf));
 }
 
 /* The stop report on stderr: why, where the checkout is now, what the build folder holds. */
@@ -612,7 +592,7 @@ static int do_build(upg *u, const char *from) {
   if (from && *from && strcmp(from, u->new_)) {
     fprintf(stderr, "  or go back to the commit you had and rebuild it with those two commands:\n"
                     "    $ git -C %s reset --keep %s\n",
-            shell_word(u->src, b1, sizeof b1), from);
+            df_cli_shell_word(u->src, b1, sizeof b1), from);
   }
   return UP_BUILD_FAILED;
 }
@@ -690,7 +670,7 @@ int df_cmd_upgrade(int argc, char **argv) {
   print_reuse(&u);
 
   char qsrc[PATH_MAX * 2];
-  const char *qs = shell_word(u.src, qsrc, sizeof qsrc);
+  const char *qs = df_cli_shell_word(u.src, qsrc, sizeof qsrc);
   char line[1024];
   if (git_line(&u, line, sizeof line, "rev-parse", "--is-inside-work-tree", NULL) != 0 ||
       strcmp(line, "true")) {
@@ -860,8 +840,8 @@ int df_cmd_upgrade(int argc, char **argv) {
                u.upstream, ahead, behind);
     print_state(&u, why, "not touched");
     char qb[2200], qu[2200];
-    const char *wu = shell_word(u.upstream, qu, sizeof qu);
-    const char *wb = shell_word(u.branch, qb, sizeof qb);
+    const char *wu = df_cli_shell_word(u.upstream, qu, sizeof qu);
+    const char *wb = df_cli_shell_word(u.branch, qb, sizeof qb);
     fprintf(stderr, "  to recover: see the local commits with\n"
                     "    $ git -C %s log --oneline %s..%s\n"
                     "  move them onto the upstream (git -C %s rebase %s) or drop them\n"
@@ -881,7 +861,7 @@ int df_cmd_upgrade(int argc, char **argv) {
     char qn[200];
     printf("deltafin upgrade --check: would fast-forward %s to %s:\n  $ git -C %s merge "
            "--ff-only %s\nthen reconfigure and rebuild with the recorded configuration:\n",
-           u.branch, u.new_, qs, shell_word(u.new_, qn, sizeof qn));
+           u.branch, u.new_, qs, df_cli_shell_word(u.new_, qn, sizeof qn));
     print_argv(stdout, "  $ ", u.configure_argv);
     print_argv(stdout, "  $ ", u.build_argv);
     printf("deltafin upgrade --check: nothing changed\n");
