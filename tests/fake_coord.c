@@ -545,9 +545,12 @@ static bool fc_expect_ready(fc *c, uint64_t held) {
   return ok;
 }
 
-/* A serving node: JOIN answered with the well-formed assignment, tensors streamed, READY. */
+/* A serving node: JOIN answered with the well-formed assignment, tensors streamed, READY.
+ * A node that dropped its assignment (a failed provisioning, a BYE) joins again when its
+ * unanswered-JOIN timer fires (node/node.c JOIN_REPLY_MS, 10 s after its last JOIN) and its
+ * socket reconnects (libzmq backoff up to 5 s): that rejoin gets START_MS, not WAIT_MS. */
 static bool fc_ready(fc *c) {
-  return fc_join(c, c->joins ? WAIT_MS : START_MS, NULL, NULL) &&
+  return fc_join(c, START_MS, NULL, NULL) &&
          fc_expect_ready(c, NPAIRS * 3 * TBYTES);
 }
 
