@@ -597,6 +597,24 @@ static int do_build(upg *u, const char *from) {
   return UP_BUILD_FAILED;
 }
 
+/* Ask `question` on stderr and read the answer from a terminal: true for y/Y. Without a
+ * terminal on stdin, or any other answer, says why on stderr ("run it with --yes to VERB
+ * without asking") and returns false; nothing is changed either way. */
+static bool confirmed(const char *verb, const char *question) {
+  if (!isatty(STDIN_FILENO)) {
+    fprintf(stderr, "deltafin upgrade: refused: standard input is not a terminal; run it with "
+                    "--yes to %s without asking. Nothing changed.\n", verb);
+    return false;
+  }
+  fprintf(stderr, "%s [y/N] ", question);
+  char ans[64] = "";
+  if (!fgets(ans, sizeof ans, stdin) || (ans[0] != 'y' && ans[0] != 'Y')) {
+    fprintf(stderr, "deltafin upgrade: not confirmed; nothing changed\n");
+    return false;
+  }
+  return true;
+}
+
 int df_cmd_upgrade(int argc, char **argv) {
   static const struct option opts[] = {{"check", no_argument, 0, 'c'},
                                        {"yes", no_argument, 0, 'y'},
@@ -798,16 +816,9 @@ int df_cmd_upgrade(int argc, char **argv) {
       goto done;
     }
     if (!yes) {
-      if (!isatty(STDIN_FILENO)) {
-        fprintf(stderr, "deltafin upgrade: refused: standard input is not a terminal; run it "
-                        "with --yes to rebuild without asking. Nothing changed.\n");
-        ret = UP_REFUSED;
-        goto done;
-      }
-      fprintf(stderr, "Rebuild %s now? [y/N] ", u.bld);
-      char ans[64] = "";
-      if (!fgets(ans, sizeof ans, stdin) || (ans[0] != 'y' && ans[0] != 'Y')) {
-        fprintf(stderr, "deltafin upgrade: not confirmed; nothing changed\n");
+      char q[8192];
+      snprintf(q, sizeof q, "Rebuild %s now?", u.bld);
+      if (!confirmed("rebuild", q)) {
         ret = UP_REFUSED;
         goto done;
       }
@@ -869,16 +880,9 @@ int df_cmd_upgrade(int argc, char **argv) {
     goto done;
   }
   if (!yes) {
-    if (!isatty(STDIN_FILENO)) {
-      fprintf(stderr, "deltafin upgrade: refused: standard input is not a terminal; run it with "
-                      "--yes to upgrade without asking. Nothing changed.\n");
-      ret = UP_REFUSED;
-      goto done;
-    }
-    fprintf(stderr, "Fast-forward %s to %s and rebuild %s? [y/N] ", u.branch, u.new_, u.bld);
-    char ans[64] = "";
-    if (!fgets(ans, sizeof ans, stdin) || (ans[0] != 'y' && ans[0] != 'Y')) {
-      fprintf(stderr, "deltafin upgrade: not confirmed; nothing changed\n");
+    char q[8192];
+    snprintf(q, sizeof q, "Fast-forward %s to %s and rebuild %s?", u.branch, u.new_, u.bld);
+    if (!confirmed("upgrade", q)) {
       ret = UP_REFUSED;
       goto done;
     }
