@@ -191,8 +191,8 @@ static void close_socket(node *n) {
 static int open_socket(node *n, char *err, size_t errlen) {
   /* the largest legal inbound message: an FFN of max rows, or a shard chunk, + header */
   int64_t max_msg = (int64_t)MAX_ACT_BYTES + (64ll << 20);
-  n->sock = df_proto_client_open(n->ctx, n->o->endpoint, n->via_token ? &n->join_kp : &n->kp,
-                                 n->server_pub, max_msg, err, errlen);
+  n->sock = df_proto_client_socket(n->ctx, n->via_token ? &n->join_kp : &n->kp, n->server_pub,
+                                   max_msg, err, errlen);
   if (!n->sock) return -1;
   char ep[64];
   static int seq;
@@ -203,6 +203,11 @@ static int open_socket(node *n, char *err, size_t errlen) {
                                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                            ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL,
                                        err, errlen))) {
+    close_socket(n);
+    return -1;
+  }
+  /* connected only now that the monitor exists: its handshake event starts the JOIN */
+  if (df_proto_client_connect(n->sock, n->o->endpoint, err, errlen) != 0) {
     close_socket(n);
     return -1;
   }

@@ -20,9 +20,6 @@ foreach(scenario exact stream kill security idle wrongkey ds_fp8 ds_bf16 kl_48b 
             ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/cluster-test/${scenario})
   set_tests_properties(cluster_${scenario} PROPERTIES LABELS cluster TIMEOUT 300)
 endforeach()
-# alone: beside any other test under -j2 its first runs missed the 60 s join window (cause
-# not found yet; it passes alone every time)
-set_tests_properties(cluster_shutdown PROPERTIES RUN_SERIAL TRUE)
 
 # The codec needs only msgpack-c (found in transport/CMakeLists.txt; no pkg-config file), so
 # its flags are handed to df_add_fuzzer as a PKGS-style prefix.

@@ -125,12 +125,13 @@ static int stranger(const char *ep, const char *token) {
   void *ctx = zmq_ctx_new();
   df_proto_keypair kp;
   zmq_curve_keypair(kp.pub, kp.sec);
-  void *s = df_proto_client_open(ctx, ep, &kp, server, 1 << 20, err, sizeof err);
+  /* monitored before it connects: the refusal's event is never missed */
+  void *s = df_proto_client_socket(ctx, &kp, server, 1 << 20, err, sizeof err);
   void *mon = s ? df_proto_monitor_open(ctx, s, "inproc://evil-mon",
                                         ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED,
                                         err, sizeof err)
                 : NULL;
-  if (!mon) return 2;
+  if (!mon || df_proto_client_connect(s, ep, err, sizeof err) != 0) return 2;
   /* queue one message of 100,000 one-byte frames; never sent unless the handshake passes */
   int hwm = 0, zero = 0;
   zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);

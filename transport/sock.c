@@ -51,26 +51,37 @@ fail:
   return NULL;
 }
 
-void *df_proto_client_open(void *ctx, const char *endpoint, const df_proto_keypair *kp,
-                           const char *server_pub, int64_t max_msg, char *err, size_t errlen) {
+void *df_proto_client_socket(void *ctx, const df_proto_keypair *kp, const char *server_pub,
+                             int64_t max_msg, char *err, size_t errlen) {
   void *s = zmq_socket(ctx, ZMQ_DEALER);
-  if (!s) goto fail;
-  if (common_opts(s, max_msg) || setopt_int(s, ZMQ_RECONNECT_IVL, 100) ||
+  if (!s || common_opts(s, max_msg) || setopt_int(s, ZMQ_RECONNECT_IVL, 100) ||
       setopt_int(s, ZMQ_RECONNECT_IVL_MAX, 5000) || setopt_int(s, ZMQ_IMMEDIATE, 1) ||
       zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_pub, DF_PROTO_Z85_KEY) ||
       zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, kp->pub, DF_PROTO_Z85_KEY) ||
-      zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, kp->sec, DF_PROTO_Z85_KEY))
-    goto fail;
-  if (zmq_connect(s, endpoint) != 0) {
+      zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, kp->sec, DF_PROTO_Z85_KEY)) {
+    snprintf(err, errlen, "cannot set up the node socket: %s", zmq_strerror(zmq_errno()));
+    if (s) zmq_close(s);
+    return NULL;
+  }
+  return s;
+}
+
+int df_proto_client_connect(void *sock, const char *endpoint, char *err, size_t errlen) {
+  if (zmq_connect(sock, endpoint) != 0) {
     snprintf(err, errlen, "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    return -1;
+  }
+  return 0;
+}
+
+void *df_proto_client_open(void *ctx, const char *endpoint, const df_proto_keypair *kp,
+                           const char *server_pub, int64_t max_msg, char *err, size_t errlen) {
+  void *s = df_proto_client_socket(ctx, kp, server_pub, max_msg, err, errlen);
+  if (s && df_proto_client_connect(s, endpoint, err, errlen) != 0) {
     zmq_close(s);
     return NULL;
   }
   return s;
-fail:
-  snprintf(err, errlen, "cannot set up the node socket: %s", zmq_strerror(zmq_errno()));
-  if (s) zmq_close(s);
-  return NULL;
 }
 
 void *df_proto_zap_bind(void *ctx, char *err, size_t errlen) {

@@ -39,9 +39,20 @@ void *df_proto_server_open(void *ctx, const char *endpoint, const df_proto_keypa
 
 /* A DEALER connected to `endpoint` as CURVE client with keypair `kp`, pinning server key
  * `server_pub` (Z85); reconnect backoff 100 ms doubling to 5 s, heartbeats, immediate
- * (nothing queued before the handshake completes), linger 0, max_msg as above. */
+ * (nothing queued before the handshake completes), linger 0, max_msg as above. A caller that
+ * monitors the socket uses df_proto_client_socket + df_proto_monitor_open +
+ * df_proto_client_connect instead: events of a connection made before the monitor exists
+ * are never delivered (a HANDSHAKE_SUCCEEDED lost that way left a node waiting forever). */
 void *df_proto_client_open(void *ctx, const char *endpoint, const df_proto_keypair *kp,
                            const char *server_pub, int64_t max_msg, char *err, size_t errlen);
+
+/* The DEALER of df_proto_client_open, configured but not connected. NULL + message. */
+void *df_proto_client_socket(void *ctx, const df_proto_keypair *kp, const char *server_pub,
+                             int64_t max_msg, char *err, size_t errlen);
+
+/* Connect a df_proto_client_socket to `endpoint`. 0, or -1 + message naming the endpoint
+ * (the socket stays open: the caller closes it). */
+int df_proto_client_connect(void *sock, const char *endpoint, char *err, size_t errlen);
 
 /* The ZAP handler socket (REP on inproc://zeromq.zap.01) of `ctx`. NULL + message. */
 void *df_proto_zap_bind(void *ctx, char *err, size_t errlen);
