@@ -33,6 +33,18 @@ static int check_finite(const df_model *m, df_t_tensor *out, int64_t R, int64_t 
   return 0;
 }
 
+/* The hidden-state capture (df_model_set_capture): rows whose sequence asked for it get the
+ * stream x after layer l at each slot that names l. */
+static void capture_rows(df_model *m, int64_t l, int64_t R) {
+  int64_t H = m->cfg.hidden_size, n = m->n_capture;
+  for (int i = 0; i < n; i++) {
+    if (m->capture[i] != l) continue;
+    const float *x = df_t_f32(m->x);
+    for (int64_t r = 0; r < R; r++)
+      if (m->row_cap[r]) memcpy(m->row_cap[r] + i * H, x + r * H, (size_t)H * sizeof(float));
+  }
+}
+
 /* One chunk of R <= max_rows rows. Row r belongs to sequence row_seq[r] and sits at
  * position m->pos[r] of that sequence's cache; rows of one sequence are consecutive and in
  * position order. -1 + message: a block's error (the expert backend's). */
@@ -59,6 +71,7 @@ static int forward_chunk(df_model *m, df_kv_cache **kvs, const int32_t *row_seq,
       return -1;
     if (m->profiling) t0 = df_prof_now();
     rs->ops->sublayer_out(rs, l, L, 1, R, m->x, m->tmp);
+    capture_rows(m, l, R);
   }
   if (rs->ops->final) {
     rs->ops->final(rs, R, m->x);
@@ -121,6 +134,14 @@ int df_model_forward_batch(df_model *m, df_batch_seq *seqs, int n_seqs, char *er
       if (++i == seqs[s].n) {
         s++;
         i = 0;
+      }
+    }
+    for (int64_t r = 0, ss = cs, ii = ci; r < R; r++) { /* capture destinations */
+      const df_batch_seq *q = &seqs[ss];
+      m->row_cap[r] = m->n_capture && q->capture ? q->capture + ii * m->n_capture * H : NULL;
+      if (++ii == q->n) {
+        ss++;
+        ii = 0;
       }
     }
     if (m->tm) { /* torch compute path: the whole chunk, lm_head included, on the device */

@@ -109,7 +109,8 @@ static int plan_buffers(df_model *m, char *err, size_t errlen) {
       !(m->pos = df_ws_array(ws, "model.pos", R, sizeof *m->pos, err, errlen)) ||
       !(m->row_seq = df_ws_array(ws, "model.row_seq", R, sizeof *m->row_seq, err, errlen)) ||
       !(m->row_ids = df_ws_array(ws, "model.row_ids", R, sizeof *m->row_ids, err, errlen)) ||
-      !(m->row_out = df_ws_array(ws, "model.row_out", R, sizeof *m->row_out, err, errlen)))
+      !(m->row_out = df_ws_array(ws, "model.row_out", R, sizeof *m->row_out, err, errlen)) ||
+      !(m->row_cap = df_ws_array(ws, "model.row_cap", R, sizeof *m->row_cap, err, errlen)))
     return -1;
   return 0;
 }
@@ -398,6 +399,28 @@ void df_model_destroy(df_model **mp) {
   df_st_close(&m->st);
   free(m);
   *mp = NULL;
+}
+
+int df_model_set_capture(df_model *m, const int64_t *layers, int n, char *err, size_t errlen) {
+  if (n < 0 || n > DF_MODEL_MAX_CAPTURE) {
+    snprintf(err, errlen, "capture: %d layers (expected 0..%d)", n, DF_MODEL_MAX_CAPTURE);
+    return -1;
+  }
+  if (n > 0 && m->tm) {
+    char dev[64];
+    snprintf(err, errlen, "capture: the model computes on %s, whose path does not capture "
+             "hidden states", df_t_device_name(&m->device, dev, sizeof dev));
+    return -1;
+  }
+  for (int i = 0; i < n; i++)
+    if (layers[i] < 0 || layers[i] >= m->cfg.num_hidden_layers) {
+      snprintf(err, errlen, "capture: layer %lld outside 0..%lld", (long long)layers[i],
+               (long long)m->cfg.num_hidden_layers - 1);
+      return -1;
+    }
+  for (int i = 0; i < n; i++) m->capture[i] = layers[i];
+  m->n_capture = n;
+  return 0;
 }
 
 void df_model_set_progress(df_model *m, df_model_progress_fn fn, void *ctx) {

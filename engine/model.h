@@ -209,6 +209,10 @@ typedef struct df_batch_seq {
   int64_t n;             /* >= 1 */
   df_logits_mode mode;   /* which logits this sequence wants */
   float *logits;         /* [vocab] (LAST) or [n, vocab] (ALL) or NULL (NONE), caller-owned */
+  /* [n, n_capture * hidden] fp32, caller-owned, or NULL: row i receives the hidden state of
+   * token i after each layer set by df_model_set_capture, concatenated in that order (what a
+   * hidden-state drafter reads, engine/draft/dspark.h). Ignored when no layer is set. */
+  float *capture;
 } df_batch_seq;
 
 /* Continuous batching: the rows of several sequences, each with its own KV cache, go
@@ -236,6 +240,20 @@ int df_model_forward(df_model *m, df_kv_cache *kv, const int32_t *ids, int64_t n
  * total = the call's rows), e.g. to show a long prefill's progress; fn NULL stops it. The
  * caller keeps ctx alive while it is set. No error; allocates nothing. */
 void df_model_set_progress(df_model *m, df_model_progress_fn fn, void *ctx);
+
+/* Most layers df_model_set_capture takes. */
+#define DF_MODEL_MAX_CAPTURE 16
+
+/* From now on the forwards of m copy, for every row of a sequence whose df_batch_seq.capture
+ * is set, the residual stream after each of layers[0..n) (0-based: the OUTPUT of layer i, the
+ * row the next layer reads, before the final norm) into that buffer, concatenated in the
+ * order given. For a model with Attention Residuals (Kimi K3) the row is the running prefix
+ * the scheme keeps after the layer (docs/K3.md §7 D1, vLLM's convention). n = 0 turns it
+ * off. The copy costs one row of hidden floats per captured layer and row; nothing is copied
+ * for sequences that pass no buffer. Errors (-1, message): n outside 0..DF_MODEL_MAX_CAPTURE,
+ * a layer outside 0..num_hidden_layers-1, a model computing on a device (the torch path
+ * does not capture). */
+int df_model_set_capture(df_model *m, const int64_t *layers, int n, char *err, size_t errlen);
 
 /* The host's available memory (MemAvailable of /proc/meminfo) in bytes, or -1 when it cannot
  * be read. */

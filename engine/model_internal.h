@@ -38,6 +38,9 @@ struct df_model {
   int32_t *row_seq;   /* [R] sequence of each row */
   int32_t *row_ids;   /* [R] token of each row */
   float **row_out;    /* [R] where each logits row goes */
+  float **row_cap;    /* [R] where each row's captured hidden states go (NULL: nowhere) */
+  int64_t capture[DF_MODEL_MAX_CAPTURE]; /* df_model_set_capture's layers, n_capture used */
+  int n_capture;
   df_expert_backend *backend;
   /* device placement (docs/GPU.md); tm NULL = own kernels on the CPU */
   df_tm *tm;

@@ -16,12 +16,20 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/draft/dspark.h"
 #include "engine/models/family.h"
 #include "engine/text/tokenizer.h"
 
 struct df_spec {
   df_model *t, *d;
   df_kv_cache *tkv, *dkv;
+  /* a block drafter instead of d (df_spec_attach_block): its context cache bkv holds the
+   * target's captured rows of exactly the positions tkv holds; cap [K_MAX + 1 or a prefill
+   * chunk, W] receives a target forward's captured rows */
+  df_dspark *b;
+  df_kv_cache *bkv;
+  float *cap;
+  int64_t cap_rows;
   df_sampler *smp;
   df_spec_params pp;
   int64_t V, ctx;
@@ -41,6 +49,9 @@ struct df_spec {
   int64_t since_choice;
   df_spec_stats st;
 };
+
+/* Target rows captured per forward chunk for a block drafter (a verify's k+1 fit). */
+#define SPEC_CAP_ROWS 64
 
 static double now_ms(void) {
   struct timespec ts;
@@ -79,7 +90,8 @@ uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx) {
 }
 
 /* Why the draft does not fit (into why), or false when it does or cannot be judged. */
-static bool short_of_memory(const df_spec *s, const df_model *draft, char *why, size_t whylen) {
+/* The memory reserve in bytes (df_spec_params.mem_reserve), < 0 = no check. */
+static int64_t mem_reserve(const df_spec *s) {
   int64_t reserve = s->pp.mem_reserve;
   if (reserve == 0) {
     const char *e = getenv("DF_DRAFT_MEM_RESERVE");
@@ -87,6 +99,11 @@ static bool short_of_memory(const df_spec *s, const df_model *draft, char *why, 
     long long v = e && *e ? strtoll(e, &end, 10) : 0;
     reserve = e && *e && end && *end == 0 ? (int64_t)v : DF_SPEC_MEM_RESERVE_DEFAULT;
   }
+  return reserve;
+}
+
+static bool short_of_memory(const df_spec *s, const df_model *draft, char *why, size_t whylen) {
+  int64_t reserve = mem_reserve(s);
   if (reserve < 0) return false;
   int64_t avail = df_host_mem_available();
   if (avail < 0) return false;
@@ -151,11 +168,65 @@ fail:
   return NULL;
 }
 
+uint64_t df_spec_block_need_bytes(const df_dspark *b, int64_t ctx) {
+  if (ctx <= 0) ctx = df_dspark_max_ctx(b);
+  return df_dspark_kv_bytes_per_token(b) * (uint64_t)ctx + df_dspark_buffer_bytes(b) +
+         (uint64_t)SPEC_CAP_ROWS * (uint64_t)df_dspark_row_width(b) * sizeof(float);
+}
+
+int df_spec_attach_block(df_spec *s, df_dspark *b, char *why, size_t whylen) {
+  if (s->len != 0 || s->d || s->b) {
+    snprintf(why, whylen, "a block drafter is attached once, before the prefill, to a generator "
+             "without a draft");
+    return -1;
+  }
+  int64_t reserve = mem_reserve(s);
+  int64_t avail = df_host_mem_available();
+  uint64_t need = df_spec_block_need_bytes(b, s->ctx);
+  if (reserve >= 0 && avail >= 0 && (double)avail - (double)need < (double)reserve) {
+    snprintf(why, whylen, "memory headroom short (the block drafter needs %.1f MiB, MemAvailable "
+             "%.1f MiB, reserve %.1f MiB)", need / 1048576.0, avail / 1048576.0,
+             reserve / 1048576.0);
+    return -1;
+  }
+  if (s->ctx > df_dspark_max_ctx(b)) {
+    snprintf(why, whylen, "the block drafter holds %lld tokens, the sequence %lld",
+             (long long)df_dspark_max_ctx(b), (long long)s->ctx);
+    return -1;
+  }
+  int n = 0;
+  const int64_t *layers = df_dspark_capture_layers(b, &n);
+  if (df_model_set_capture(s->t, layers, n, why, whylen) != 0) return -1;
+  s->cap_rows = SPEC_CAP_ROWS;
+  s->cap = malloc((size_t)s->cap_rows * (size_t)df_dspark_row_width(b) * sizeof(float));
+  if (!s->q) s->q = malloc((size_t)DF_SPEC_K_MAX * (size_t)s->V * sizeof(float));
+  if (!s->cap || !s->q || !(s->bkv = df_dspark_kv_new(b, s->ctx, why, whylen))) {
+    if (!why[0] || !s->bkv) snprintf(why, whylen, "block drafter: out of memory");
+    free(s->cap);
+    s->cap = NULL;
+    df_model_set_capture(s->t, NULL, 0, NULL, 0);
+    return -1;
+  }
+  s->b = b;
+  if (s->pp.k_max > df_dspark_block(b)) s->pp.k_max = df_dspark_block(b);
+  if (s->pp.k_min > s->pp.k_max) s->pp.k_min = s->pp.k_max;
+  if (s->k > s->pp.k_max) s->k = s->pp.k_max;
+  s->st.k = s->k;
+  s->drafting = true;
+  s->st.drafting = true;
+  s->st.off_reason[0] = 0;
+  trace_k(s, s->k);
+  return 0;
+}
+
 void df_spec_destroy(df_spec **sp) {
   if (!sp || !*sp) return;
   df_spec *s = *sp;
   df_kv_destroy(&s->tkv);
   df_kv_destroy(&s->dkv);
+  df_kv_destroy(&s->bkv);
+  free(s->cap);
+  if (s->b) df_model_set_capture(s->t, NULL, 0, NULL, 0);
   df_sampler_destroy(&s->smp);
   free(s->seq);
   free(s->p_next);
@@ -168,7 +239,35 @@ void df_spec_destroy(df_spec **sp) {
 }
 
 int64_t df_spec_len(const df_spec *s) { return s->len; }
+const df_kv_cache *df_spec_block_context(const df_spec *s) { return s->b ? s->bkv : NULL; }
 df_spec_stats df_spec_get_stats(const df_spec *s) { return s->st; }
+
+/* A target forward of n tokens at tkv->len (df_model_forward's arguments). With a block
+ * drafter drafting, the target's hidden states of those rows are captured (in chunks of
+ * cap_rows) and appended to the drafter's context cache, which so keeps the positions tkv
+ * holds; a drafter failure switches drafting off (never the generation's error). */
+static int target_forward(df_spec *s, const int32_t *ids, int64_t n, df_logits_mode mode,
+                          float *logits, char *err, size_t errlen) {
+  if (!s->b || !s->drafting) return df_model_forward(s->t, s->tkv, ids, n, mode, logits, err, errlen);
+  for (int64_t i = 0; i < n;) {
+    int64_t c = n - i < s->cap_rows ? n - i : s->cap_rows;
+    bool last = i + c == n;
+    df_batch_seq q = {.kv = s->tkv, .ids = ids + i, .n = c, .capture = s->cap,
+                      .mode = mode == DF_LOGITS_ALL ? DF_LOGITS_ALL
+                              : mode == DF_LOGITS_LAST && last ? DF_LOGITS_LAST : DF_LOGITS_NONE,
+                      .logits = mode == DF_LOGITS_ALL ? logits + i * s->V
+                                : mode == DF_LOGITS_LAST && last ? logits : NULL};
+    if (df_model_forward_batch(s->t, &q, 1, err, errlen) != 0) return -1;
+    char derr[256];
+    if (s->drafting && df_dspark_append(s->b, s->bkv, s->cap, c, derr, sizeof derr) != 0) {
+      char why[300];
+      snprintf(why, sizeof why, "block drafter: %s", derr);
+      df_spec_disable(s, why);
+    }
+    i += c;
+  }
+  return 0;
+}
 
 int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all, char *err,
                     size_t errlen) {
@@ -189,12 +288,11 @@ int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all
       return -1;
     }
   if (logits_all) {
-    if (df_model_forward(s->t, s->tkv, ids, n, DF_LOGITS_ALL, logits_all, err, errlen) != 0)
-      return -1;
+    if (target_forward(s, ids, n, DF_LOGITS_ALL, logits_all, err, errlen) != 0) return -1;
     memcpy(s->p_next, logits_all + (n - 1) * s->V, (size_t)s->V * sizeof(float));
     s->pending = false;
   } else {
-    if (n > 1 && df_model_forward(s->t, s->tkv, ids, n - 1, DF_LOGITS_NONE, NULL, err, errlen) != 0)
+    if (n > 1 && target_forward(s, ids, n - 1, DF_LOGITS_NONE, NULL, err, errlen) != 0)
       return -1;
     s->pending = true;
   }
@@ -266,8 +364,7 @@ static int step_target_alone(df_spec *s, int32_t *out, char *err, size_t errlen)
       snprintf(err, errlen, "context full: %lld tokens", (long long)s->ctx);
       return -1;
     }
-    if (df_model_forward(s->t, s->tkv, &s->seq[s->len - 1], 1, DF_LOGITS_LAST, s->tlogits, err,
-                         errlen) != 0)
+    if (target_forward(s, &s->seq[s->len - 1], 1, DF_LOGITS_LAST, s->tlogits, err, errlen) != 0)
       return -1;
     logits = s->tlogits;
     s->st.target_forwards++;
@@ -288,29 +385,16 @@ static int step_target_alone(df_spec *s, int32_t *out, char *err, size_t errlen)
   return 1;
 }
 
-int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
-  if (s->len == 0) {
-    snprintf(err, errlen, "step before prefill");
-    return -1;
-  }
-  /* room: the verify writes pending + k tokens; the sequence grows by up to k + 1 */
-  int k = s->k;
-  while (k > 0 && s->len + k + 1 > s->ctx) k--;
-  if (!s->drafting || k == 0) {
-    int n = step_target_alone(s, out, err, errlen);
-    if (n > 0 && s->drafting) adapt(s);
-    return n;
-  }
+/* The draft model's d1..dk after catching up to seq[0..len-1]; q rows filled when sampling.
+ * -1 + message: a draft forward failed. */
+static int propose_model(df_spec *s, int k, int32_t *dtok, char *err, size_t errlen) {
   int64_t L = s->len, V = s->V;
-  double t0 = now_ms();
-  /* draft: catch up to seq[0..L-1], then propose d1..dk */
   int64_t D = s->dkv->len;
   if (D > L - 1) D = L - 1;
   D = df_kv_truncate_or_reset(s->dkv, D); /* a recurrent draft state may only reach back so far */
   if (df_model_forward(s->d, s->dkv, &s->seq[D], L - D, DF_LOGITS_LAST, s->dlogits, err,
                        errlen) != 0)
-    goto draft_failed;
-  int32_t dtok[DF_SPEC_K_MAX];
+    return -1;
   for (int i = 0; i < k; i++) {
     float *qi = s->q + (int64_t)i * V;
     if (s->greedy) {
@@ -321,8 +405,58 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
     }
     if (i + 1 < k && df_model_forward(s->d, s->dkv, &dtok[i], 1, DF_LOGITS_LAST, s->dlogits, err,
                                       errlen) != 0)
-      goto draft_failed;
+      return -1;
   }
+  return 0;
+}
+
+/* Sampling with a block drafter: block row k's proposal is drawn from q_k = the sampler's
+ * filtered distribution of the row's logits z_k (Markov bias included), kept for the
+ * acceptance test. Each q_k is the distribution d_k was actually drawn from given d_1..d_{k-1}
+ * (the Markov bias depends on d_{k-1}), which is all the rejection rule needs. */
+static int32_t pick_sampled(void *ctx, int k, const float *z, int64_t V) {
+  df_spec *s = ctx;
+  float *qk = s->q + (int64_t)k * V;
+  df_sampler_probs(s->smp, z, qk);
+  return draw(s, qk);
+}
+
+/* The block drafter's d1..dk after the pending token seq[len-1], from its context of the
+ * target's rows 0..len-2. -1 + message: the drafter failed or lost step with the target. */
+static int propose_block(df_spec *s, int k, int32_t *dtok, char *err, size_t errlen) {
+  if (s->bkv->len != s->tkv->len) {
+    snprintf(err, errlen, "its context holds %lld rows, the target %lld", (long long)s->bkv->len,
+             (long long)s->tkv->len);
+    return -1;
+  }
+  return df_dspark_propose(s->b, s->bkv, s->seq[s->len - 1], k, s->greedy ? NULL : pick_sampled, s,
+                           dtok, NULL, err, errlen);
+}
+
+int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
+  if (s->len == 0) {
+    snprintf(err, errlen, "step before prefill");
+    return -1;
+  }
+  /* room: the verify writes pending + k tokens; the sequence grows by up to k + 1 */
+  int k = s->k;
+  while (k > 0 && s->len + k + 1 > s->ctx) k--;
+  /* a block drafter proposes after the pending token: right after a prefill that kept every
+   * logit nothing is pending yet, so that step samples from those logits alone */
+  if (!s->drafting || k == 0 || (s->b && !s->pending)) {
+    int n = step_target_alone(s, out, err, errlen);
+    if (n > 0 && s->drafting) adapt(s);
+    return n;
+  }
+  int64_t L = s->len, V = s->V;
+  double t0 = now_ms();
+  int32_t dtok[DF_SPEC_K_MAX];
+  if ((s->b ? propose_block(s, k, dtok, err, errlen) : propose_model(s, k, dtok, err, errlen)) != 0)
+    goto draft_failed;
+  for (int i = 0; s->pp.test_oracle && i < k && L + i < s->pp.n_oracle; i++) /* TESTS ONLY */
+    dtok[i] = s->pp.test_oracle[L + i];
+  if (s->pp.test_corrupt_at > 0 && s->pp.test_corrupt_at <= k) /* TESTS ONLY (spec.h) */
+    dtok[s->pp.test_corrupt_at - 1] = (int32_t)((dtok[s->pp.test_corrupt_at - 1] + 1) % V);
   double t1 = now_ms();
   /* verify: one target forward over [pending?] + d1..dk -> p_0..p_k */
   int32_t vt[DF_SPEC_K_MAX + 1];
@@ -335,7 +469,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
     memcpy(rows, s->p_next, (size_t)V * sizeof(float));
     rows += V;
   }
-  if (df_model_forward(s->t, s->tkv, vt, nv, DF_LOGITS_ALL, rows, err, errlen) != 0) {
+  if (target_forward(s, vt, nv, DF_LOGITS_ALL, rows, err, errlen) != 0) {
     /* the target's cache is untouched on error; the sequence state is unchanged */
     return -1;
   }
@@ -386,7 +520,8 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   s->seq[L + a] = x;
   s->len = L + a + 1;
   df_kv_truncate(s->tkv, L + a);
-  if (s->dkv->len > L + a) df_kv_truncate_or_reset(s->dkv, L + a);
+  if (s->dkv && s->dkv->len > L + a) df_kv_truncate_or_reset(s->dkv, L + a);
+  if (s->bkv && s->bkv->len > L + a) df_kv_truncate(s->bkv, L + a);
   s->pending = true;
   memcpy(out, s->seq + L, (size_t)(a + 1) * sizeof *out);
   double t2 = now_ms();

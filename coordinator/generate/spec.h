@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/draft/dspark.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 
@@ -49,6 +50,16 @@ typedef struct df_spec_params {
    * target's; tests/test_spec_sampling.c turns this on to show that its chi-square test
    * detects the difference. Never set it elsewhere. */
   bool test_plain_resample;
+  /* TESTS ONLY: when 1..k, every round's draft token at that position (1-based) is replaced by
+   * the next id (mod vocabulary) before the verify, forcing a rejection there whenever the
+   * target disagrees with the new id (greedy only: q no longer describes the token). 0 = off. */
+  int test_corrupt_at;
+  /* TESTS ONLY: a known continuation (ids of the whole sequence, prompt included, n_oracle of
+   * them): before test_corrupt_at applies, draft token i of a round is replaced by
+   * test_oracle[len + i] where that exists — with the target's own greedy output this makes a
+   * round accept exactly test_corrupt_at - 1 tokens. NULL = off. */
+  const int32_t *test_oracle;
+  int64_t n_oracle;
 } df_spec_params;
 
 /* Default memory reserve kept free when a draft is used (256 MiB). */
@@ -116,6 +127,25 @@ void df_spec_set_quiet(df_spec *s, bool quiet);
  * planned buffers, its weights not shared with the target (df_model_bytes.total - .shared)
  * and the generator's per-draft scratch ((DF_SPEC_K_MAX + 1) x vocab fp32). */
 uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx);
+
+/* Bytes a block drafter needs to run a sequence of ctx tokens (0 = its max_ctx): its context
+ * cache, its buffers and the generator's capture rows. Its weights are mapped, not counted. */
+uint64_t df_spec_block_need_bytes(const df_dspark *b, int64_t ctx);
+
+/* Draft with the block drafter b (borrowed; it must outlive s, and no other generator may use
+ * the same target at the same time: the target's hidden-state capture is set for it) instead
+ * of a draft model: per round it proposes min(k, its block size) tokens after the pending
+ * token from the target's captured rows (engine/draft/dspark.h), verified and accepted
+ * exactly as a draft model's (greedy: identical output; sampling: each proposal's q is the
+ * drafter's filtered distribution at that row given the earlier proposals). Call once after
+ * df_spec_new without a draft, before df_spec_prefill. Returns 0, or -1 with why (one line:
+ * memory headroom short as for a draft, a context longer than the drafter's, the target
+ * cannot capture, out of memory); on -1 nothing changed and the target runs alone. */
+int df_spec_attach_block(df_spec *s, df_dspark *b, char *why, size_t whylen);
+
+/* The block drafter's context cache (TESTS: it must hold the target's rows of exactly the
+ * positions the target's cache holds), or NULL when no block drafter is attached. */
+const df_kv_cache *df_spec_block_context(const df_spec *s);
 
 /* Load the draft model in draft_dir for `target` (loaded from target_dir), the way
  * `deltafin run --draft` does: opts as given (NULL: max_ctx = the target's, max_rows =

@@ -37,6 +37,11 @@ typedef struct df_rows {
   const int64_t *pos;       /* [R] position of each row in its sequence */
   const int32_t *seq;       /* [R] index of each row's sequence into kvs */
   df_kv_cache *const *kvs;  /* [n_seqs] each sequence's state (borrowed) */
+  /* false (every model): causal, row r sees its sequence's positions 0..pos[r]. true (a block
+   * drafter's query block, engine/draft/dspark.h): every row of a sequence's run sees
+   * positions 0..(the run's last position): no causal mask inside the block. Only the MLA
+   * mixer reads it. */
+  bool block_full;
 } df_rows;
 
 /* The end of the run of rows of one sequence that starts at row r0 (rows of a sequence are

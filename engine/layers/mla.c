@@ -71,8 +71,14 @@ static void mla_forward(df_token_mixer *tm, const df_rows *rows, const df_t_tens
   for (int64_t r0 = 0; r0 < R;) {
     int64_t r1 = df_rows_run_end(rows, r0);
     df_kv_cache *kv = rows->kvs[rows->seq[r0]];
-    df_t_mla_attention(a->q, r0, r1 - r0, rows->pos[r0], nh, dn, dr, dv, w->kv_b, kv->k[l],
-                       kv->v[l], a->d.scale, a->qabs, a->lat, a->env->att_scratch, a->att);
+    if (rows->block_full) { /* each row sees the whole run: one call per row at its end */
+      for (int64_t r = r0; r < r1; r++)
+        df_t_mla_attention(a->q, r, 1, rows->pos[r1 - 1], nh, dn, dr, dv, w->kv_b, kv->k[l],
+                           kv->v[l], a->d.scale, a->qabs, a->lat, a->env->att_scratch, a->att);
+    } else {
+      df_t_mla_attention(a->q, r0, r1 - r0, rows->pos[r0], nh, dn, dr, dv, w->kv_b, kv->k[l],
+                         kv->v[l], a->d.scale, a->qabs, a->lat, a->env->att_scratch, a->att);
+    }
     r0 = r1;
   }
   if (w->g) { /* att *= sigmoid(g_proj xn), after the heads' concat, before o_proj */
