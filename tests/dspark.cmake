@@ -33,3 +33,11 @@ set_tests_properties(test_dspark PROPERTIES FIXTURES_REQUIRED dspark TIMEOUT 600
 add_test(NAME reference_dspark_selfcheck COMMAND ${DF_PYTHON} ${DF_REFERENCE}/dspark_selfcheck.py)
 set_tests_properties(reference_dspark_selfcheck PROPERTIES TIMEOUT 300 LABELS "reference"
   ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+
+# A block drafter over the 16-token target of tests/make_spec_drafts.py, for the chi-square
+# law test of sampling with a block drafter (tests/test_spec_sampling.c).
+add_test(NAME dspark_v16
+  COMMAND ${DF_PYTHON} ${DF_REFERENCE}/dspark_ckpt.py --target ${PROJECT_BINARY_DIR}/spec-drafts/v16-target
+          --out ${DF_DSPARK_DIR}/v16 --block 3 --yarn false)
+set_tests_properties(dspark_v16 PROPERTIES FIXTURES_SETUP dspark_v16 FIXTURES_REQUIRED spec_drafts
+  TIMEOUT 120 LABELS "reference" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")

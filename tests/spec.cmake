@@ -8,7 +8,8 @@ df_add_cmocka_test(test_spec SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec.c LIB
 set_tests_properties(test_spec PROPERTIES FIXTURES_REQUIRED spec_drafts)
 df_add_cmocka_test(test_spec_sampling SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_sampling.c
   LIBS dfcoord)
-set_tests_properties(test_spec_sampling PROPERTIES FIXTURES_REQUIRED spec_drafts)
+# dspark_v16: the block drafter of its last case (tests/dspark.cmake)
+set_tests_properties(test_spec_sampling PROPERTIES FIXTURES_REQUIRED "spec_drafts;dspark_v16")
 df_add_cmocka_test(test_spec_mem SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_mem.c LIBS dfcoord)
 set_tests_properties(test_spec_mem PROPERTIES FIXTURES_REQUIRED spec_drafts)
 # many prompts through one coordinator process (driven by spec_cli.py demo_cluster)
