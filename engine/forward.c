@@ -37,9 +37,16 @@ static int check_finite(const df_model *m, df_t_tensor *out, int64_t R, int64_t 
  * stream x after layer l at each slot that names l. */
 static void capture_rows(df_model *m, int64_t l, int64_t R) {
   int64_t H = m->cfg.hidden_size, n = m->n_capture;
+  bool mixed = false;
   for (int i = 0; i < n; i++) {
     if (m->capture[i] != l) continue;
     const float *x = df_t_f32(m->x);
+    if (m->capture_point == DF_CAPTURE_MIX && m->residual->ops->next_in) {
+      /* xn is free until the next layer's sublayer_in overwrites it */
+      if (!mixed) m->residual->ops->next_in(m->residual, l, R, m->x, df_t_f32(m->xn));
+      mixed = true;
+      x = df_t_f32(m->xn);
+    }
     for (int64_t r = 0; r < R; r++)
       if (m->row_cap[r]) memcpy(m->row_cap[r] + i * H, x + r * H, (size_t)H * sizeof(float));
   }

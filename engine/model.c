@@ -423,6 +423,8 @@ int df_model_set_capture(df_model *m, const int64_t *layers, int n, char *err, s
   return 0;
 }
 
+void df_model_set_capture_point(df_model *m, df_capture_point p) { m->capture_point = p; }
+
 void df_model_set_progress(df_model *m, df_model_progress_fn fn, void *ctx) {
   m->progress = fn;
   m->progress_ctx = ctx;

@@ -255,6 +255,14 @@ void df_model_set_progress(df_model *m, df_model_progress_fn fn, void *ctx);
  * does not capture). */
 int df_model_set_capture(df_model *m, const int64_t *layers, int n, char *err, size_t errlen);
 
+/* Which row df_model_set_capture takes after a layer. PREFIX (the default): the residual
+ * stream as it stands (for Attention Residuals the running prefix, vLLM's reading of
+ * docs/K3.md §7 D1). MIX: what the next consumer reads before its norm — for Attention
+ * Residuals the next layer's mix of the block snapshots and the prefix (the output mix after
+ * the last layer), SGLang's reading; for every other model the same row as PREFIX. */
+typedef enum { DF_CAPTURE_PREFIX = 0, DF_CAPTURE_MIX = 1 } df_capture_point;
+void df_model_set_capture_point(df_model *m, df_capture_point p);
+
 /* The host's available memory (MemAvailable of /proc/meminfo) in bytes, or -1 when it cannot
  * be read. */
 int64_t df_host_mem_available(void);

@@ -41,6 +41,7 @@ struct df_model {
   float **row_cap;    /* [R] where each row's captured hidden states go (NULL: nowhere) */
   int64_t capture[DF_MODEL_MAX_CAPTURE]; /* df_model_set_capture's layers, n_capture used */
   int n_capture;
+  df_capture_point capture_point;
   df_expert_backend *backend;
   /* device placement (docs/GPU.md); tm NULL = own kernels on the CPU */
   df_tm *tm;

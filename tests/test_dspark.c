@@ -29,6 +29,7 @@
 
 #include "coordinator/generate/spec.h"
 #include "engine/draft/dspark.h"
+#include "engine/kernels/kernels.h"
 
 static df_model *load_target(const char *dir) {
   char err[1024];
@@ -270,6 +271,66 @@ static void test_greedy_identical(void **state) {
   df_model_destroy(&t);
 }
 
+/* The two capture points on Kimi K3 (Attention Residuals): MIX after the last layer is what
+ * the final norm reads, so the target's own norm and lm_head applied to it give the model's
+ * logits bit for bit; PREFIX there is the raw running prefix, another row. On a plain
+ * residual stream (Qwen3) the two are the same bytes. */
+static void capture_both(df_model *t, const int64_t *layers, int nl, const int32_t *ids,
+                         int64_t n, float *prefix, float *mix, float *logits) {
+  char err[1024];
+  for (int p = 0; p < 2; p++) {
+    if (df_model_set_capture(t, layers, nl, err, sizeof err) != 0) fail_msg("%s", err);
+    df_model_set_capture_point(t, p ? DF_CAPTURE_MIX : DF_CAPTURE_PREFIX);
+    df_kv_cache *kv = df_model_kv_new(t, 0, err, sizeof err);
+    df_batch_seq q = {.kv = kv, .ids = ids, .n = n, .mode = DF_LOGITS_ALL, .logits = logits,
+                      .capture = p ? mix : prefix};
+    if (df_model_forward_batch(t, &q, 1, err, sizeof err) != 0) fail_msg("%s", err);
+    df_kv_destroy(&kv);
+  }
+  df_model_set_capture(t, NULL, 0, err, sizeof err);
+  df_model_set_capture_point(t, DF_CAPTURE_PREFIX);
+}
+
+static void test_capture_points(void **state) {
+  (void)state;
+  int32_t ids[12] = {15, 52, 89, 126, 163, 200, 237, 274, 311, 348, 385, 422};
+  df_model *t = load_target(DF_FIXTURES "/tiny-k3");
+  const df_model_config *c = df_model_cfg(t);
+  int64_t H = c->hidden_size, V = c->vocab_size, last = c->num_hidden_layers - 1;
+  int64_t layers[2] = {2, last};
+  float *prefix = malloc(sizeof(float) * 12 * 2 * H), *mix = malloc(sizeof(float) * 12 * 2 * H);
+  float *logits = malloc(sizeof(float) * 12 * V), *mine = malloc(sizeof(float) * V);
+  float *xn = malloc(sizeof(float) * H);
+  capture_both(t, layers, 2, ids, 12, prefix, mix, logits);
+  char nn[128], nh[128];
+  snprintf(nn, sizeof nn, "%smodel.norm.weight", c->tensor_prefix);
+  snprintf(nh, sizeof nh, "%slm_head.weight", c->tensor_prefix);
+  const df_st_tensor *wn = df_st_find(df_model_tensors(t), nn), *wh = df_st_find(df_model_tensors(t), nh);
+  assert_non_null(wn);
+  assert_non_null(wh);
+  for (int64_t i = 0; i < 12; i++) {
+    df_k_rmsnorm(mix + (i * 2 + 1) * H, 1, H, wn->data, wn->dtype, (float)c->rms_norm_eps, xn);
+    df_k_linear(xn, 1, H, H, wh->data, wh->dtype, V, NULL, mine, V);
+    assert_memory_equal(mine, logits + i * V, (size_t)V * sizeof(float));
+    assert_memory_not_equal(mix + (i * 2 + 1) * H, prefix + (i * 2 + 1) * H, (size_t)H * sizeof(float));
+  }
+  df_model_destroy(&t);
+  /* a plain residual stream: one row whatever the point */
+  t = load_target(DF_FIXTURES "/tiny-moe-tied");
+  H = df_model_cfg(t)->hidden_size;
+  V = df_model_cfg(t)->vocab_size;
+  layers[1] = df_model_cfg(t)->num_hidden_layers - 1;
+  float *logits2 = realloc(logits, sizeof(float) * 12 * V);
+  capture_both(t, layers, 2, ids, 12, prefix, mix, logits2);
+  assert_memory_equal(prefix, mix, sizeof(float) * 12 * 2 * (size_t)H);
+  df_model_destroy(&t);
+  free(prefix);
+  free(mix);
+  free(logits2);
+  free(mine);
+  free(xn);
+}
+
 /* A folder that is not a drafter, and a drafter whose shape does not fit the target. */
 static void test_load_errors(void **state) {
   (void)state;
@@ -293,6 +354,7 @@ int main(void) {
       cmocka_unit_test(test_reference_deepseek),
       cmocka_unit_test(test_reference_tied),
       cmocka_unit_test(test_greedy_identical),
+      cmocka_unit_test(test_capture_points),
       cmocka_unit_test(test_load_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -197,6 +197,7 @@ int df_spec_attach_block(df_spec *s, df_dspark *b, char *why, size_t whylen) {
   int n = 0;
   const int64_t *layers = df_dspark_capture_layers(b, &n);
   if (df_model_set_capture(s->t, layers, n, why, whylen) != 0) return -1;
+  df_model_set_capture_point(s->t, df_dspark_capture_point(b));
   s->cap_rows = SPEC_CAP_ROWS;
   s->cap = malloc((size_t)s->cap_rows * (size_t)df_dspark_row_width(b) * sizeof(float));
   if (!s->q) s->q = malloc((size_t)DF_SPEC_K_MAX * (size_t)s->V * sizeof(float));
@@ -226,7 +227,10 @@ void df_spec_destroy(df_spec **sp) {
   df_kv_destroy(&s->dkv);
   df_kv_destroy(&s->bkv);
   free(s->cap);
-  if (s->b) df_model_set_capture(s->t, NULL, 0, NULL, 0);
+  if (s->b) {
+    df_model_set_capture(s->t, NULL, 0, NULL, 0);
+    df_model_set_capture_point(s->t, DF_CAPTURE_PREFIX);
+  }
   df_sampler_destroy(&s->smp);
   free(s->seq);
   free(s->p_next);

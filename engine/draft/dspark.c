@@ -25,6 +25,7 @@ struct df_dspark {
   int64_t cap[DF_MODEL_MAX_CAPTURE];
   int32_t mask_id;
   int block;
+  df_capture_point capture_point; /* config capture_point: "prefix" (default) or "mix" */
   int64_t rank;               /* markov_rank */
   int64_t max_ctx, max_rows;
   const df_t_tensor *ctx_proj, *ctx_norm, *final_norm, *mk_w1, *mk_w2;
@@ -201,6 +202,15 @@ static int parse_config(df_dspark *d, const df_model_config *tc, char *err, size
     d->cap[i] = json_integer_value(e);
   }
   if (cfg_int(&r, "num_target_layers", false, d->C, d->C, d->C, &nt) != 0) goto done;
+  json_t *cp = json_object_get(o, "capture_point");
+  if (cp && !json_is_null(cp)) {
+    const char *v = json_string_value(cp);
+    if (!v || (strcmp(v, "prefix") && strcmp(v, "mix"))) {
+      snprintf(err, errlen, "%s: \"capture_point\" must be \"prefix\" or \"mix\"", path);
+      goto done;
+    }
+    d->capture_point = strcmp(v, "mix") ? DF_CAPTURE_PREFIX : DF_CAPTURE_MIX;
+  }
   c->vocab_size = v;
   c->num_hidden_layers = nl;
   c->num_attention_heads = c->num_key_value_heads = nh;
@@ -404,6 +414,7 @@ const int64_t *df_dspark_capture_layers(const df_dspark *d, int *n) {
 }
 int64_t df_dspark_row_width(const df_dspark *d) { return d->C * d->H; }
 int df_dspark_block(const df_dspark *d) { return d->block; }
+df_capture_point df_dspark_capture_point(const df_dspark *d) { return d->capture_point; }
 int32_t df_dspark_mask_id(const df_dspark *d) { return d->mask_id; }
 int64_t df_dspark_max_ctx(const df_dspark *d) { return d->max_ctx; }
 uint64_t df_dspark_buffer_bytes(const df_dspark *d) {

@@ -4,7 +4,7 @@
  *
  * Owns: loading a DSpark folder (config.json as published — `K3DSparkModel`, MLA layers with
  * YaRN RoPE, `target_layer_ids`, `mask_token_id`, `markov_rank` — plus the optional key
- * `block_size`, and model.safetensors with the published tensor names) against a loaded
+ * `block_size` and `capture_point`, and model.safetensors with the published tensor names) against a loaded
  * target, the drafter's context cache per sequence (one MLA latent cache per drafter layer
  * holding target-derived rows only), and one proposal round:
  *   context row t:  ctx_t = RMSNorm(context_proj(cat_t); context_norm), cat_t the target's
@@ -69,6 +69,11 @@ void df_dspark_destroy(df_dspark **d);
  * capture buffers of df_batch_seq. */
 const int64_t *df_dspark_capture_layers(const df_dspark *d, int *n);
 int64_t df_dspark_row_width(const df_dspark *d);
+
+/* Which target row the drafter was trained on (config `capture_point`, Deltafin's key:
+ * "prefix", the default, or "mix"; engine/model.h df_capture_point, docs/K3.md §7 D1). The
+ * two differ only for targets with Attention Residuals. */
+df_capture_point df_dspark_capture_point(const df_dspark *d);
 
 /* Rows per proposal block (config block_size), the mask token, the drafter's max_ctx. */
 int df_dspark_block(const df_dspark *d);

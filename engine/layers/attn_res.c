@@ -99,8 +99,19 @@ static void ar_destroy(df_residual *rs) {
   free(a);
 }
 
+/* Layer l+1's token-side mix (blocks before its own snapshot, as ar_in computes it) or, after
+ * the last layer, the output mix; the stream itself while no block exists. */
+static void ar_next_in(df_residual *rs, int64_t l, int64_t R, const df_t_tensor *x, float *out) {
+  attn_res *a = (attn_res *)rs;
+  const float *xp = df_t_f32((df_t_tensor *)x);
+  if (a->n_blocks == 0)
+    memcpy(out, xp, (size_t)(R * a->H) * sizeof(float));
+  else
+    mix(a, R, xp, a->fold + (l + 1 < a->n_layers ? (l + 1) * 2 : a->n_layers * 2) * a->H, out);
+}
+
 static const df_residual_ops attn_res_ops = {"attention residuals", ar_in, ar_out, ar_final,
-                                             ar_destroy};
+                                             ar_destroy, ar_next_in};
 
 /* fold[H] = norm * proj[0], each widened to fp32 (the reference's float32(norm.weight) *
  * float32(proj.weight[0])). */

@@ -150,6 +150,12 @@ typedef struct df_residual_ops {
    * NULL = x as it is. */
   void (*final)(df_residual *rs, int64_t R, df_t_tensor *x);
   void (*destroy)(df_residual *rs);
+  /* After layer l's sublayer_out(1): out [R, hidden] = what the next consumer reads before
+   * its norm — layer l+1's token-side input, or (l the last layer) what the final norm reads —
+   * computed from x without changing any state. NULL = x itself (a plain residual stream).
+   * Attention Residuals: the mix of the blocks and the running prefix with the consumer's
+   * weights (a hidden-state drafter's "mix" capture point, docs/K3.md §7 D1). */
+  void (*next_in)(df_residual *rs, int64_t l, int64_t R, const df_t_tensor *x, float *out);
 } df_residual_ops;
 
 struct df_residual {

@@ -27,7 +27,7 @@ static void prenorm_out(df_residual *rs, int64_t l, const df_layer *L, int s, in
 static void prenorm_destroy(df_residual *rs) { free(rs); }
 
 static const df_residual_ops prenorm_ops = {"pre-norm", prenorm_in, prenorm_out, NULL,
-                                            prenorm_destroy};
+                                            prenorm_destroy, NULL};
 
 df_residual *df_residual_prenorm_new(int64_t hidden, float eps, char *err, size_t errlen) {
   prenorm *p = calloc(1, sizeof *p);
