@@ -65,12 +65,12 @@ static inline void inv_alone_equals_batched(df_model *m, const char *name) {
   fwd(m, k1, ids + 30, 1, DF_LOGITS_LAST, solo + 2 * V);
   df_kv_truncate(k1, 0);
   df_kv_truncate(k2, 0);
-  df_batch_seq b[2] = {{k1, ids, 9, DF_LOGITS_LAST, both},
-                       {k2, ids + 20, 12, DF_LOGITS_LAST, both + V}};
+  df_batch_seq b[2] = {{k1, ids, 9, DF_LOGITS_LAST, both, NULL},
+                       {k2, ids + 20, 12, DF_LOGITS_LAST, both + V, NULL}};
   if (df_model_forward_batch(m, b, 2, err, sizeof err) != 0) fail_msg("batch: %s", err);
   df_kv_truncate(k2, 0);
-  df_batch_seq c[2] = {{k2, ids + 20, 12, DF_LOGITS_LAST, both + V},
-                       {k1, ids + 30, 1, DF_LOGITS_LAST, both + 2 * V}};
+  df_batch_seq c[2] = {{k2, ids + 20, 12, DF_LOGITS_LAST, both + V, NULL},
+                       {k1, ids + 30, 1, DF_LOGITS_LAST, both + 2 * V, NULL}};
   if (df_model_forward_batch(m, c, 2, err, sizeof err) != 0) fail_msg("batch: %s", err);
   if (memcmp(solo, both, (size_t)(3 * V) * 4))
     fail_msg("%s: a sequence batched with another differs from it alone", name);

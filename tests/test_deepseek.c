@@ -187,8 +187,8 @@ static void test_multi_sequence_batch(void **state) {
   assert_int_equal(df_model_forward(m, k2, g.prompt + 20, 12, DF_LOGITS_LAST, solo + V, err, sizeof err), 0);
   df_kv_truncate(k1, 0);
   df_kv_truncate(k2, 0);
-  df_batch_seq b[2] = {{k1, g.prompt, 9, DF_LOGITS_LAST, both},
-                       {k2, g.prompt + 20, 12, DF_LOGITS_LAST, both + V}};
+  df_batch_seq b[2] = {{k1, g.prompt, 9, DF_LOGITS_LAST, both, NULL},
+                       {k2, g.prompt + 20, 12, DF_LOGITS_LAST, both + V, NULL}};
   assert_int_equal(df_model_forward_batch(m, b, 2, err, sizeof err), 0);
   assert_memory_equal(solo, both, (size_t)(2 * V) * 4);
   df_kv_destroy(&k1);

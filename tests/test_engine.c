@@ -222,10 +222,10 @@ static void test_multi_sequence_batch(void **state) {
       if (t < 0 || t >= STEPS) continue;
       float *out = lg + ((int64_t)s * STEPS + t) * V;
       if (t == 0)
-        b[nb] = (df_batch_seq){kvs[s], prompt[s], plen[s], DF_LOGITS_LAST, out};
+        b[nb] = (df_batch_seq){kvs[s], prompt[s], plen[s], DF_LOGITS_LAST, out, NULL};
       else {
         next[s] = argmax(out - V, V);
-        b[nb] = (df_batch_seq){kvs[s], &next[s], 1, DF_LOGITS_LAST, out};
+        b[nb] = (df_batch_seq){kvs[s], &next[s], 1, DF_LOGITS_LAST, out, NULL};
       }
       who[nb++] = s;
     }
@@ -237,7 +237,7 @@ static void test_multi_sequence_batch(void **state) {
   /* errors leave every cache as it was */
   int32_t bad = 100000, ok = 1;
   int64_t len0 = kvs[0]->len, len1 = kvs[1]->len;
-  df_batch_seq eb[2] = {{kvs[0], &ok, 1, DF_LOGITS_NONE, NULL}, {kvs[1], &bad, 1, DF_LOGITS_NONE, NULL}};
+  df_batch_seq eb[2] = {{kvs[0], &ok, 1, DF_LOGITS_NONE, NULL, NULL}, {kvs[1], &bad, 1, DF_LOGITS_NONE, NULL, NULL}};
   assert_int_equal(df_model_forward_batch(m, eb, 2, err, sizeof err), -1);
   assert_non_null(strstr(err, "token id 100000"));
   eb[1].kv = kvs[0];
