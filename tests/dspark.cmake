@@ -23,6 +23,12 @@ foreach(name demo ds tied)
   set_tests_properties(dspark_ref_${name} PROPERTIES FIXTURES_SETUP dspark TIMEOUT 180
     LABELS "reference" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
 endforeach()
+# a drafter over a Kimi Linear fixture (KDA + MLA target), for generation only
+add_test(NAME dspark_kl
+  COMMAND ${DF_PYTHON} ${DF_REFERENCE}/dspark_ckpt.py --target ${DF_FIXTURES}/tiny-kl-mixed
+          --out ${DF_DSPARK_DIR}/kl --block 4)
+set_tests_properties(dspark_kl PROPERTIES FIXTURES_SETUP dspark TIMEOUT 120 LABELS "reference"
+  ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
 df_add_cmocka_test(test_dspark SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_dspark.c
   LIBS dfcoord PkgConfig::JANSSON)
 set_tests_properties(test_dspark PROPERTIES FIXTURES_REQUIRED dspark TIMEOUT 600)

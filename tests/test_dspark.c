@@ -13,7 +13,8 @@
  * forced rejections at every block position (df_spec_params.test_corrupt_at) and partial
  * acceptance of every length (test_oracle: the target's own continuation), adaptive and
  * fixed k; after each run the drafter's context holds exactly the target's rows of the
- * committed positions (compared byte for byte with a context built from scratch).
+ * committed positions (compared byte for byte with a context built from scratch). The same on
+ * a Kimi Linear target (KDA recurrent state rolled back beside the drafter's context).
  */
 #include <jansson.h>
 #include <math.h>
@@ -227,17 +228,20 @@ static df_spec_stats gen(df_model *t, df_dspark *b, df_spec_params pp, const int
   return st;
 }
 
-static void test_greedy_identical(void **state) {
-  (void)state;
-  df_model *t = load_target(DF_SOURCE_DIR "/models/demo-moe");
-  df_dspark *b = load_drafter(DF_BINARY_DIR "/dspark/demo/drafter", t);
+/* n_prompts prompts of ids below id_max through target_dir with the drafter in drafter_dir:
+ * greedy ids identical to the target alone, adaptive and fixed k, and (first four prompts)
+ * every rejection position / acceptance length. */
+static void greedy_identical(const char *target_dir, const char *drafter_dir, int n_prompts,
+                             int32_t id_max) {
+  df_model *t = load_target(target_dir);
+  df_dspark *b = load_drafter(drafter_dir, t);
   int r = df_dspark_block(b);
   int64_t drafted = 0, accepted = 0;
   int hist[DF_DSPARK_BLOCK_MAX + 1] = {0};
-  for (int p = 0; p < 20; p++) {
+  for (int p = 0; p < n_prompts; p++) {
     int32_t prompt[12];
     int64_t np = 3 + p % 9;
-    for (int64_t i = 0; i < np; i++) prompt[i] = (int32_t)((p * 7919 + i * 104729) % 151643);
+    for (int64_t i = 0; i < np; i++) prompt[i] = (int32_t)((p * 7919 + i * 104729) % id_max);
     int32_t want[N_NEW], got[N_NEW];
     int32_t oracle[256];
     gen(t, NULL, (df_spec_params){0}, prompt, np, want);
@@ -265,10 +269,24 @@ static void test_greedy_identical(void **state) {
         hist[runs[i].test_corrupt_at - 1] += (int)(st.accepted >= (st.rounds - 2) * (runs[i].test_corrupt_at - 1));
     }
   }
-  print_message("# 20 prompts: %lld drafted, %lld accepted\n", (long long)drafted, (long long)accepted);
+  print_message("# %d prompts: %lld drafted, %lld accepted\n", n_prompts, (long long)drafted,
+                (long long)accepted);
   for (int a = 0; a < r; a++) assert_true(hist[a] > 0); /* each acceptance length was reached */
   df_dspark_destroy(&b);
   df_model_destroy(&t);
+}
+
+static void test_greedy_identical(void **state) {
+  (void)state;
+  greedy_identical(DF_SOURCE_DIR "/models/demo-moe", DF_BINARY_DIR "/dspark/demo/drafter", 20,
+                   151643);
+}
+
+/* Kimi Linear (KDA layers: the target's recurrent state rolls back by replaying its logged
+ * rows after each partial acceptance, the drafter's context truncates beside it). */
+static void test_greedy_kimi_linear(void **state) {
+  (void)state;
+  greedy_identical(DF_FIXTURES "/tiny-kl-mixed", DF_BINARY_DIR "/dspark/kl", 8, 512);
 }
 
 /* The two capture points on Kimi K3 (Attention Residuals): MIX after the last layer is what
@@ -354,6 +372,7 @@ int main(void) {
       cmocka_unit_test(test_reference_deepseek),
       cmocka_unit_test(test_reference_tied),
       cmocka_unit_test(test_greedy_identical),
+      cmocka_unit_test(test_greedy_kimi_linear),
       cmocka_unit_test(test_capture_points),
       cmocka_unit_test(test_load_errors),
   };

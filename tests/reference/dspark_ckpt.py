@@ -58,17 +58,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_checkpoint as mc  # noqa: E402
 import safetensors_io as st  # noqa: E402
 
-TARGET_TYPES = ("qwen3", "qwen3_moe", "deepseek_v3", "kimi_k2")
+TARGET_TYPES = ("qwen3", "qwen3_moe", "deepseek_v3", "kimi_k2", "kimi_linear", "kimi_k3")
 EMBED = "model.embed_tokens.weight"
 
 
 def target_info(target_dir):
+    """The target's text config and tensor-name prefix: a K3-style wrapper keeps its text model
+    in "text_config" with tensors under "language_model." (only the checkpoint is made for such
+    targets; dspark_ref.py does not run them, docs/K3.md §7 D1)."""
     with open(os.path.join(target_dir, "config.json")) as f:
         tc = json.load(f)
     mt = tc.get("model_type")
     if mt not in TARGET_TYPES:
         raise SystemExit("dspark_ckpt: target model_type %r not supported (%s)" % (mt, ", ".join(TARGET_TYPES)))
-    return tc
+    if isinstance(tc.get("text_config"), dict):
+        return tc["text_config"], "language_model."
+    return tc, ""
 
 
 def default_capture(n_layers):
@@ -83,7 +88,8 @@ def row_norms(a):
 
 
 def build(target_dir, a):
-    tc = target_info(target_dir)
+    tc, prefix = target_info(target_dir)
+    EMBED = prefix + "model.embed_tokens.weight"
     ck = st.Checkpoint(target_dir)
     H, V, NL = int(tc["hidden_size"]), int(tc["vocab_size"]), int(tc["num_hidden_layers"])
     capture = default_capture(NL) if a.capture is None else [int(x) for x in a.capture.split(",") if x != ""]
@@ -104,7 +110,7 @@ def build(target_dir, a):
         if not 0 <= mask_id < V:
             raise SystemExit("dspark_ckpt: --mask-id must lie in 0..%d" % (V - 1))
     tied = bool(tc.get("tie_word_embeddings", False))
-    head_norms = emb_norms if tied else row_norms(ck.float32("lm_head.weight"))
+    head_norms = emb_norms if tied else row_norms(ck.float32(prefix + "lm_head.weight"))
     used = head_norms[head_norms > 0]
     g = a.logit_scale / float(np.sqrt((used * used).mean()))
     # o_proj / down_proj gain: the block rows start as target embeddings; with lm_head tied (or
