@@ -18,11 +18,14 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: df-node join HOST:PORT [--token-file F | --token T] [--memory BYTES]\n"
+          "usage: df-node join [HOST:PORT] [--token-file F | --token T] [--memory BYTES]\n"
           "                              [--model-dir DIR]\n"
           "                              [--state-dir DIR] [--name NAME] [--threads N] [--quiet]\n"
           "                              [--device cpu|cuda|cuda:N|auto]\n"
           "       df-node status [--state-dir DIR]\n"
+          "  HOST:PORT        the coordinator (port default 7070); without it, the coordinator\n"
+          "                   is found on the LAN by mDNS/DNS-SD: only an announcer of the key\n"
+          "                   the token (or the state directory) pins is dialled\n"
           "  --token-file F   read the join token from 'deltafin cluster token' from file F\n"
           "                   (mode 600; first join only: later joins use the key stored in\n"
           "                   the state directory); or set DELTAFIN_JOIN_TOKEN\n"
@@ -86,7 +89,7 @@ static int cmd_status(const char *state) {
   char key[64] = "", ep[256] = "";
   if (f && fscanf(f, "%63s %255s", key, ep) >= 1) {
     df_proto_key_fingerprint(key, fp);
-    printf("coordinator   %s (key fingerprint %s)\n", ep, fp);
+    printf("coordinator   %s (key fingerprint %s)\n", ep[0] ? ep : "to be found by discovery", fp);
   } else {
     printf("coordinator   none pinned\n");
   }
@@ -190,15 +193,15 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (optind != argc - 1) {
-    fprintf(stderr, "df-node join: expected one HOST:PORT argument\n");
+  if (optind < argc - 1) {
+    fprintf(stderr, "df-node join: expected at most one HOST:PORT argument\n");
     return 2;
   }
   char ep[512];
-  const char *hp = argv[optind];
-  if (!strchr(hp, ':')) snprintf(ep, sizeof ep, "tcp://%s:7070", hp);
-  else snprintf(ep, sizeof ep, "%s%s", strncmp(hp, "tcp://", 6) ? "tcp://" : "", hp);
-  o.endpoint = ep;
+  const char *hp = optind < argc ? argv[optind] : NULL; /* none: discovery (node/target.h) */
+  if (hp && !strchr(hp, ':')) snprintf(ep, sizeof ep, "tcp://%s:7070", hp);
+  else if (hp) snprintf(ep, sizeof ep, "%s%s", strncmp(hp, "tcp://", 6) ? "tcp://" : "", hp);
+  o.endpoint = hp ? ep : NULL;
   o.state_dir = state;
   if (!o.memory) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -22,6 +22,12 @@
  * key is wrong. An unreachable coordinator (connection refused, handshake timeouts) is
  * retried forever, as a restarting coordinator must be. Identical log lines are written at
  * most once per DF_PROTO_LOGRATE_WINDOW_MS (transport/lograte.h).
+ *
+ * Without an address (discovery, node/target.h) the endpoint comes from the LAN's
+ * `_deltafin._tcp` announcers whose fingerprint is the pinned key's; the handshake against the
+ * pinned key proves it. Such an endpoint that fails or refuses the handshake as above (a CURVE
+ * ERROR is unauthenticated), or completes none within REDISCOVER_MS (stale address, silent
+ * listener), is set aside and the node looks again: announcements can be forged.
  */
 #define _GNU_SOURCE
 #include "node/node.h"
@@ -36,11 +42,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "engine/device/admission.h"
-#include "engine/device/cuda_rt.h"
 #include "engine/experts/expert_local.h"
 #include "engine/tensor/torch_shim.h"
+#include "node/device.h"
 #include "node/store.h"
+#include "node/target.h"
 #include "transport/keys.h"
 #include "transport/lograte.h"
 #include "transport/sock.h"
@@ -54,6 +60,7 @@
 #define HS_QUICK_MS 5000      /* a failure this soon after the TCP connect was a refusal */
 #define HS_GAP_MS 10000       /* failures further apart do not count as "in a row" */
 #define MAX_HDR_BYTES (64ll << 20) /* header frame limit (docs/PROTOCOL.md §2), before decoding */
+#define REDISCOVER_MS 15000   /* discovery: no handshake with the endpoint this long, look again */
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int s) { (void)s; g_stop = 1; }
@@ -75,9 +82,9 @@ typedef struct pair_w {
 typedef struct node {
   const df_node_opts *o;
   df_proto_keypair kp;
-  char server_pub[DF_PROTO_Z85_KEY + 1];
-  char token_secret[DF_PROTO_SECRET_HEX + 1]; /* "" after a successful join */
-  df_proto_keypair join_kp; /* the token's join key (df_proto_token_join_keypair) */
+  df_node_target tg;        /* pinned coordinator key, token secret and join key, endpoint */
+  bool linked;              /* a CURVE handshake succeeded and the connection is up */
+  int64_t unlinked_ms;      /* since when not (socket opened, or disconnected) */
   bool via_token;           /* the socket is the token's join connection (own key refused) */
   void *ctx, *sock, *mon;
   int state;
@@ -191,7 +198,7 @@ static void close_socket(node *n) {
 static int open_socket(node *n, char *err, size_t errlen) {
   /* the largest legal inbound message: an FFN of max rows, or a shard chunk, + header */
   int64_t max_msg = (int64_t)MAX_ACT_BYTES + (64ll << 20);
-  n->sock = df_proto_client_socket(n->ctx, n->via_token ? &n->join_kp : &n->kp, n->server_pub,
+  n->sock = df_proto_client_socket(n->ctx, n->via_token ? &n->tg.join_kp : &n->kp, n->tg.pub,
                                    max_msg, err, errlen);
   if (!n->sock) return -1;
   char ep[64];
@@ -207,11 +214,12 @@ static int open_socket(node *n, char *err, size_t errlen) {
     return -1;
   }
   /* connected only now that the monitor exists: its handshake event starts the JOIN */
-  if (df_proto_client_connect(n->sock, n->o->endpoint, err, errlen) != 0) {
+  if (df_proto_client_connect(n->sock, n->tg.endpoint, err, errlen) != 0) {
     close_socket(n);
     return -1;
   }
-  n->last_rx = n->connected_ms = now_ms();
+  n->last_rx = n->connected_ms = n->unlinked_ms = now_ms();
+  n->linked = false;
   return 0;
 }
 
@@ -235,12 +243,12 @@ static void send_join(node *n) {
   else gethostname(host, sizeof host - 1);
   snprintf(m.name, sizeof m.name, "%s", host);
   if (n->via_token) { /* redeem the token for this node's own key (answered by ADMIT) */
-    snprintf(m.token, sizeof m.token, "%s", n->token_secret);
+    snprintf(m.token, sizeof m.token, "%s", n->tg.secret);
     snprintf(m.key, sizeof m.key, "%s", n->kp.pub);
   }
   if (send_msg(n, &m, NULL, 0) == 0) {
     n->join_sent = now_ms();
-    LOG(n, "joining %s%s", n->o->endpoint, n->via_token ? " with a token" : " with the stored key");
+    LOG(n, "joining %s%s", n->tg.endpoint, n->via_token ? " with a token" : " with the stored key");
   }
 }
 
@@ -436,7 +444,7 @@ static void on_assign(node *n, df_proto_msg *m) {
   n->assign = *m; /* take ownership of the arrays */
   memset(m, 0, sizeof *m);
   n->have_assign = true;
-  n->token_secret[0] = 0; /* admitted: the token is spent */
+  n->tg.secret[0] = 0; /* admitted: the token is spent */
   const df_proto_msg *a = &n->assign;
   if (a->n_pairs > 0 &&
       ((uint64_t)a->max_rows * (uint64_t)a->inter * 8 > MAX_ACT_BYTES || a->max_rows <= 0 ||
@@ -752,7 +760,7 @@ static int on_message(node *n, df_proto_frames *f, char *err, size_t errlen) {
       break;
     }
     LOG(n, "the token admitted this node's key; rejoining with it");
-    n->token_secret[0] = 0; /* spent */
+    n->tg.secret[0] = 0; /* spent */
     n->via_token = false;
     drop_connection(n);
     close_socket(n); /* reopened by the main loop with this node's key */
@@ -764,7 +772,7 @@ static int on_message(node *n, df_proto_frames *f, char *err, size_t errlen) {
     break;
   case DF_PROTO_ERROR:
     if (m.code == DF_PROTO_E_UNAUTHORIZED) { /* the one line is main's */
-      snprintf(err, errlen, "refused by the coordinator at %s: %s", n->o->endpoint, m.reason);
+      snprintf(err, errlen, "refused by the coordinator at %s: %s", n->tg.endpoint, m.reason);
       rc = 3;
     } else {
       LOG(n, "coordinator error %u: %s", m.code, m.reason);
@@ -795,13 +803,21 @@ static int on_handshake_failed(node *n, char *err, size_t errlen) {
     LOG(n, "the coordinator closed the CURVE handshake; retrying");
     return 0;
   }
-  char fp[17];
-  df_proto_key_fingerprint(n->server_pub, fp);
+  if (n->tg.discover) { /* a forged or stale announcement: try the other announcers first */
+    LOG(n, "discovery: %s closed the CURVE handshake %d times in a row, so it does not hold the "
+        "pinned key %s; looking for another announcer", n->tg.endpoint, n->hs_fails, n->tg.fp);
+    n->hs_fails = 0;
+    df_node_target_avoid(&n->tg);
+    drop_connection(n);
+    close_socket(n); /* the main loop finds another endpoint */
+    return 0;
+  }
+  const char *fp = n->tg.fp;
   snprintf(err, errlen, "wrong coordinator key: %s closed the CURVE handshake %d times in a row, "
            "so it does not hold the key %s this node pinned %s, which belongs to another "
            "coordinator (or this one was re-initialised, or another service listens there); run "
            "'deltafin cluster token' on that coordinator and join with the new --token",
-           n->o->endpoint, n->hs_fails, fp,
+           n->tg.endpoint, n->hs_fails, fp,
            n->o->token ? "from --token" : "at its first join");
   return 3;
 }
@@ -821,29 +837,42 @@ static int on_monitor(node *n, char *err, size_t errlen) {
     n->connected_ms = now_ms();
   } else if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
     n->hs_fails = 0;
+    n->linked = true;
+    char rerr[256]; /* the peer holds the pinned key: remember where it was */
+    if (n->tg.discover && df_node_target_record(&n->tg, n->o->state_dir, rerr, sizeof rerr))
+      LOG(n, "%s", rerr);
     drop_connection(n); /* a new session starts with a JOIN */
     send_join(n);
   } else if (ev == ZMQ_EVENT_DISCONNECTED) {
     if (n->state != JOINING || n->have_assign) LOG(n, "disconnected from the coordinator; reconnecting");
+    n->linked = false;
+    n->unlinked_ms = now_ms();
     drop_connection(n);
-  } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && !n->via_token && n->token_secret[0]) {
+  } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && !n->via_token && n->tg.secret[0]) {
     /* this node's key is not admitted yet: redeem the token on the token's own key */
     LOG(n, "this node's key is not admitted yet; joining with the token");
     n->via_token = true;
     drop_connection(n);
     close_socket(n); /* reopened by the main loop with the token's join key */
-  } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && n->via_token) {
-    snprintf(err, errlen, "refused by the coordinator at %s: the token is not open there (unknown, "
-             "expired or already used); make a fresh one with 'deltafin cluster token'",
-             n->o->endpoint);
-    rc = 3;
   } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-    char fp[17];
+    char fp[17], why[256];
     df_proto_key_fingerprint(n->kp.pub, fp);
-    snprintf(err, errlen, "refused by the coordinator at %s: this node's key %s is not admitted "
-             "(join with a fresh --token from 'deltafin cluster token' on that coordinator)",
-             n->o->endpoint, fp);
-    rc = 3;
+    if (n->via_token)
+      snprintf(why, sizeof why, "the token is not open there (unknown, expired or already used); "
+               "make a fresh one with 'deltafin cluster token'");
+    else
+      snprintf(why, sizeof why, "this node's key %s is not admitted (join with a fresh --token "
+               "from 'deltafin cluster token' on that coordinator)", fp);
+    if (!n->tg.discover) {
+      snprintf(err, errlen, "refused by the coordinator at %s: %s", n->tg.endpoint, why);
+      rc = 3;
+    } else { /* a CURVE ERROR is not authenticated: an impostor can send one, so look again */
+      LOG(n, "discovery: refused at %s: %s; looking for another announcer", n->tg.endpoint, why);
+      n->via_token = false;
+      df_node_target_avoid(&n->tg);
+      drop_connection(n);
+      close_socket(n); /* the main loop finds an endpoint again */
+    }
   } else {
     rc = on_handshake_failed(n, err, errlen);
   }
@@ -859,76 +888,11 @@ static int load_identity(node *n, char *err, size_t errlen) {
   if (df_proto_state_mkdir(o->state_dir, err, errlen) != 0) return -1;
   snprintf(p, sizeof p, "%s/node.key", o->state_dir);
   if (df_proto_keys_load(p, true, &n->kp, NULL, err, errlen) != 0) return -1;
-  snprintf(p, sizeof p, "%s/coordinator", o->state_dir);
-  if (o->token) {
-    if (df_proto_token_parse(o->token, n->server_pub, n->token_secret, err, errlen) != 0) return -1;
-    if (df_proto_token_join_keypair(n->token_secret, &n->join_kp) != 0) {
-      snprintf(err, errlen, "cannot derive the token's join key (libzmq without CURVE?)");
-      return -1;
-    }
-    char line[256];
-    int len = snprintf(line, sizeof line, "%s %s\n", n->server_pub, o->endpoint);
-    if (df_proto_write_atomic(p, line, (size_t)len, 0600, err, errlen) != 0) return -1;
-  } else {
-    FILE *f = fopen(p, "r");
-    char key[64] = "";
-    if (!f || fscanf(f, "%63s", key) != 1 || strlen(key) != DF_PROTO_Z85_KEY) {
-      if (f) fclose(f);
-      snprintf(err, errlen, "no --token and no stored coordinator key in %s (first join needs "
-               "a token from 'deltafin cluster token')", p);
-      return -1;
-    }
-    fclose(f);
-    memcpy(n->server_pub, key, DF_PROTO_Z85_KEY + 1);
-  }
-  return 0;
+  return df_node_target_load(&n->tg, o->state_dir, o->token, o->endpoint, err, errlen);
 }
 
-/* --device (docs/GPU.md): resolve it, admit (engine/device/admission.h: the reserve stays free, the
- * activation cap is charged, the rest up to --memory holds experts) and keep the experts
- * this node serves on the device as they are first used. Any failure: one line, and the
- * experts run on the CPU as without --device. */
-static void device_setup(node *n) {
-  const df_node_opts *o = n->o;
-  char nm[32], note[320];
-  df_t_device got;
-  if (o->device.kind == DF_T_DEV_CPU) return;
-  df_t_device_resolve(&o->device, &got, note, sizeof note);
-  if (got.kind == DF_T_DEV_CPU) {
-    fprintf(stderr, "df-node: device: %s\n",
-            note[0] ? note : "--device auto: no usable CUDA device; experts run on the CPU");
-    return;
-  }
-  df_t_device_name(&got, nm, sizeof nm);
-  uint64_t free_b = UINT64_MAX / 2, total_b = UINT64_MAX / 2;
-  if (got.kind == DF_T_DEV_CUDA && df_cuda_mem_info(got.index, &free_b, &total_b, note,
-                                                    sizeof note) != 0) {
-    fprintf(stderr, "df-node: device %s: cannot measure free memory (%s); experts run on the "
-            "CPU\n", nm, note);
-    return;
-  }
-  df_admit_in in = {.device = nm, .free_bytes = free_b, .total_bytes = total_b,
-                    .work_bytes = MAX_ACT_BYTES};
-  df_admit_plan p;
-  df_admit_plan_make(&in, NULL, &p);
-  if (!p.ok) {
-    fprintf(stderr, "df-node: device: %s\n", p.line);
-    return;
-  }
-  uint64_t budget = p.budget - p.charged < o->memory ? p.budget - p.charged : o->memory;
-  if (!(n->tx = df_tx_new(&got, budget, note, sizeof note))) {
-    fprintf(stderr, "df-node: device %s: %s; experts run on the CPU\n", nm, note);
-    return;
-  }
-  n->dev_budget = budget; /* <= --memory; the coordinator sends it the hottest experts */
-  if (got.kind == DF_T_DEV_CUDA)
-    fprintf(stderr, "df-node: device %s: up to %.1f MiB of experts kept there (%.2f GiB free, "
-            "%.2f GiB reserve), the rest on the CPU\n", nm, budget / 1048576.0,
-            free_b / 1073741824.0, p.reserve / 1073741824.0);
-  else /* torch-cpu: host memory, no device figures to report */
-    fprintf(stderr, "df-node: device %s (test device): up to %.1f MiB of experts kept there, "
-            "the rest on the CPU\n", nm, budget / 1048576.0);
-}
+/* df_node_target_find's lines go through the node's rate-limited log. */
+static void target_log(void *user, const char *line) { LOG((node *)user, "%s", line); }
 
 int df_node_run(const df_node_opts *o, char *err, size_t errlen) {
   node nd;
@@ -950,22 +914,30 @@ int df_node_run(const df_node_opts *o, char *err, size_t errlen) {
     goto done;
   if (!(n->store = df_node_store_new(o->state_dir, o->model_dir, err, errlen))) goto done;
   df_t_set_threads(o->threads);
-  device_setup(n);
+  n->tx = df_node_device_setup(&o->device, o->memory, MAX_ACT_BYTES, &n->dev_budget);
   if (!(n->ctx = zmq_ctx_new())) {
     snprintf(err, errlen, "zmq_ctx_new failed");
     goto done;
   }
   char fp[17];
   df_proto_key_fingerprint(n->kp.pub, fp);
-  LOG(n, "key %s, budget %.1f MiB, coordinator %s", fp, o->memory / 1048576.0, o->endpoint);
+  LOG(n, "key %s, budget %.1f MiB, coordinator %s%s%s", fp, o->memory / 1048576.0,
+      o->endpoint ? o->endpoint : "with key ", o->endpoint ? "" : n->tg.fp,
+      o->endpoint ? "" : ", found by discovery");
   while (!g_stop) {
     if (!n->sock) {
       drop_connection(n);
+      int found = n->tg.endpoint[0] ? 1 : df_node_target_find(&n->tg, &g_stop, target_log, n,
+                                                                err, errlen);
+      if (found < 0) goto done;
+      if (found == 0) break; /* stopped while looking */
       if (open_socket(n, err, errlen) != 0) goto done;
     }
     int64_t t = now_ms(), timeout = SILENCE_MS;
     if (n->state == JOINING && n->join_sent) timeout = n->join_sent + JOIN_REPLY_MS - t;
     else if (n->state != JOINING) timeout = n->last_rx + SILENCE_MS - t;
+    if (n->tg.discover && !n->linked && n->unlinked_ms + REDISCOVER_MS - t < timeout)
+      timeout = n->unlinked_ms + REDISCOVER_MS - t;
     if (timeout < 0) timeout = 0;
     zmq_pollitem_t it[2] = {{n->sock, 0, ZMQ_POLLIN, 0}, {n->mon, 0, ZMQ_POLLIN, 0}};
     int r = zmq_poll(it, 2, (long)timeout);
@@ -998,6 +970,11 @@ int df_node_run(const df_node_opts *o, char *err, size_t errlen) {
       close_socket(n);
     } else if (n->sock && n->state != JOINING && t - n->last_rx >= SILENCE_MS) {
       LOG(n, "coordinator silent for %d s; reconnecting", SILENCE_MS / 1000);
+      close_socket(n);
+    } else if (n->sock && n->tg.discover && !n->linked && t - n->unlinked_ms >= REDISCOVER_MS) {
+      LOG(n, "discovery: no CURVE handshake with %s for %d s; looking for the coordinator again",
+          n->tg.endpoint, REDISCOVER_MS / 1000);
+      df_node_target_avoid(&n->tg); /* stale or silent: the others first */
       close_socket(n);
     }
   }

@@ -19,7 +19,8 @@
 #include "engine/tensor/torch_shim.h"
 
 typedef struct df_node_opts {
-  const char *endpoint;  /* "tcp://HOST:PORT" of the coordinator */
+  const char *endpoint;  /* "tcp://HOST:PORT" of the coordinator, or NULL: found by DNS-SD
+                            discovery among announcers of the pinned key (node/target.h) */
   const char *state_dir; /* keys, pinned coordinator key, shard cache */
   const char *model_dir; /* own copy of the checkpoint, or NULL */
   const char *token;     /* join token, or NULL to rejoin with the stored key */
@@ -36,8 +37,13 @@ typedef struct df_node_opts {
  * in err naming what is wrong): the coordinator refused the token or does not admit this key,
  * or it closed the CURVE handshake 5 times in a row, quickly, because it does not hold the
  * coordinator key this node pinned (a token or stored key of another coordinator; the line
- * names the key's fingerprint). An unreachable coordinator is retried forever. Local errors
- * (bad token text, state directory, keys) return 1. Progress goes to stderr, one line per
+ * names the key's fingerprint). An unreachable coordinator is retried forever. Without an
+ * endpoint the coordinator is looked for by discovery, forever too; a discovered endpoint
+ * that closes the handshake so, refuses during it (a CURVE ERROR is not authenticated), or
+ * completes none within 15 s is set aside and another looked for: anyone can announce, so
+ * only a refusal after the handshake (ERROR to JOIN) returns 3 there. Local errors (bad token
+ * text, state directory, keys, no endpoint in a build without discovery and none recorded)
+ * return 1. Progress goes to stderr, one line per
  * event, prefixed "df-node:", identical lines at most once per 30 s. `o` and its strings are
  * borrowed for the call; err (errlen bytes) is written only on a non-zero return. */
 int df_node_run(const df_node_opts *o, char *err, size_t errlen);

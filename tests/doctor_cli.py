@@ -11,7 +11,9 @@ SCENARIO:
             tokens file: WARN, exit 1; a --model folder that does not exist: model FAIL naming
             it, exit 2; a folder whose pull manifest gives a wrong size: model FAIL naming the
             file; a df-node state directory whose coordinator address refuses: cluster WARN
-            naming HOST:PORT, exit 1
+            naming HOST:PORT, exit 1; one that recorded only the key (to find the coordinator
+            by discovery) with no avahi-daemon reachable: cluster WARN, discovery OK saying
+            it is unavailable
   inspect   inspect --json has the numbers the text output prints for models/demo-moe, and
             the checkpoint's byte counts from its safetensors header
   cluster   cluster status on an empty state directory (not running, no nodes, the
@@ -34,7 +36,8 @@ import time
 
 SCEN, DELTAFIN, MODELS, FIX, WORK = sys.argv[1:6]
 DEMO = os.path.join(MODELS, "demo-moe")
-CHECKS = ["isa", "libraries", "cuda", "model", "memory", "disk", "state-dir", "cluster"]
+CHECKS = ["isa", "libraries", "cuda", "model", "memory", "disk", "state-dir", "cluster",
+          "discovery"]
 failures = []
 
 
@@ -286,6 +289,19 @@ def scen_doctor():
           "cannot be reached" in cl[1] and "start the coordinator" in (cl[2] or ""),
           "unreachable recorded coordinator: cluster WARN naming 127.0.0.1:%d: %s" % (port, cl))
     check(r.returncode == 1, "unreachable coordinator: exit 1 (got %d)" % r.returncode)
+    # joined by discovery (the key recorded, no address yet) and no avahi-daemon to ask
+    fd = os.open(os.path.join(nstate, "coordinator"), os.O_WRONLY | os.O_TRUNC, 0o600)
+    os.write(fd, ("%s\n" % pub).encode())
+    os.close(fd)
+    nobus = {"DBUS_SYSTEM_BUS_ADDRESS": "unix:path=" + os.path.join(nstate, "no-such-bus")}
+    r = run("doctor", "--model", DEMO, "--state-dir", nstate, env=nobus)
+    g, _ = lines(r.stdout)
+    cl, dc = g.get("cluster", ["", "", ""]), g.get("discovery", ["", "", ""])
+    check(cl[0] == "WARN" and "no recorded address, and discovery is unavailable" in cl[1] and
+          "df-node join HOST:PORT" in (cl[2] or ""),
+          "a node to find its coordinator by discovery, without a daemon: cluster WARN: %s" % cl)
+    check(dc[0] == "OK" and dc[1].startswith("unavailable: ") and "HOST:PORT" in dc[1],
+          "discovery OK saying it is unavailable and what that means: %s" % dc)
 
     r = run("doctor", "--bogus")
     check(r.returncode == 2 and "unknown or incomplete option '--bogus'" in r.stderr,

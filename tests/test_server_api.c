@@ -242,12 +242,21 @@ static void test_sse_bytes(void **state) {
   assert_non_null(strstr(s, "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\"}],\"usage\":null}\n\n"));
   free(s);
   assert_null(df_api_sse_chunk(&m, &(df_api_part){.text = "\xe6\x9d", .text_len = 2}, &n)); /* split UTF-8 is refused */
-  df_api_usage u = {10, 5, 4};
+  df_api_usage u = {10, 5, 4, 0, 0};
   s = df_api_sse_usage(&m, &u, &n);
   assert_string_equal(s, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
                          "\"created\":17,\"model\":\"demo\",\"choices\":[],\"usage\":{"
                          "\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15,"
                          "\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n");
+  free(s);
+  /* an answer decoded with the draft: the extension usage.speculative follows */
+  df_api_usage ud = {10, 5, 4, 8, 6};
+  s = df_api_sse_usage(&m, &ud, &n);
+  assert_string_equal(s, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+                         "\"created\":17,\"model\":\"demo\",\"choices\":[],\"usage\":{"
+                         "\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15,"
+                         "\"prompt_tokens_details\":{\"cached_tokens\":4},\"speculative\":{"
+                         "\"draft_tokens\":8,\"accepted_tokens\":6}}}\n\n");
   free(s);
   df_api_meta c = {.kind = DF_API_COMPLETION, .id = "cmpl-2", .created = 3, .model = "demo"};
   s = df_api_sse_chunk(&c, &(df_api_part){.text = "hi", .text_len = 2}, &n);

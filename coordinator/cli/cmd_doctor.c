@@ -8,7 +8,8 @@
  * (engine/tensor/torch_shim.h, engine/device/cuda_rt.h), the model's memory plan and host
  * admission (engine/model.h, as `inspect` and `setup`), the pull manifest check
  * (coordinator/hub/verify.h, sizes only), the state directory's files (transport/keys.h,
- * docs/PROTOCOL.md §1) and its coordinator (coordinator/cluster/coord_state.h).
+ * docs/PROTOCOL.md §1) and its coordinator (coordinator/cluster/coord_state.h), discovery
+ * (transport/dnssd.h: built in? avahi-daemon reachable over the local D-Bus system bus?).
  * Nothing is written; the only network use is a TCP connect (2 s) to a coordinator the state
  * directory records. Exit status: 0 every check OK, 1 the worst is a WARN, 2 the worst is a
  * FAIL (or a usage error, as in every command).
@@ -40,6 +41,7 @@
 #include "engine/kernels/dispatch.h"
 #include "engine/model.h"
 #include "engine/tensor/torch_shim.h"
+#include "transport/dnssd.h"
 #include "transport/keys.h"
 
 #define PROBE_MS 2000                     /* TCP connect timeout of the cluster check */
@@ -483,10 +485,21 @@ static void check_cluster(report *r, const char *check, const char *dir) {
   int port = 0;
   snprintf(p, sizeof p, "%s/coordinator", dir);
   FILE *f = fopen(p, "r");
-  if (f) { /* a df-node's: "<coordinator public Z85> HOST:PORT" */
-    char key[64], addr[300];
-    int ok = fscanf(f, "%63s %299s", key, addr) == 2;
+  if (f) { /* a df-node's: "<coordinator public Z85>[ tcp://HOST:PORT]" */
+    char key[64] = "", addr[300] = "", fp[17], why[512];
+    int got = fscanf(f, "%63s %299s", key, addr), ok = got == 2;
     fclose(f);
+    if (got == 1 && strlen(key) == DF_PROTO_Z85_KEY) { /* joined without an address */
+      df_proto_key_fingerprint(key, fp);
+      if (df_proto_dnssd_probe(why, sizeof why) == 0)
+        emit(r, LV_OK, check, NULL, "this node's coordinator (key %s) has no recorded address: "
+             "df-node finds it by discovery (%s)", fp, why);
+      else
+        emit(r, LV_WARN, check, "start avahi-daemon here and on the coordinator, or give the "
+             "address: df-node join HOST:PORT", "this node's coordinator (key %s) has no "
+             "recorded address, and discovery is unavailable: %s", fp, why);
+      return;
+    }
     char *colon = ok ? strrchr(addr, ':') : NULL;
     if (!colon || (port = atoi(colon + 1)) <= 0 || port > 65535) {
       emit(r, LV_WARN, check, "join again with a token: df-node join HOST:PORT --token-file F",
@@ -496,7 +509,6 @@ static void check_cluster(report *r, const char *check, const char *dir) {
     *colon = 0;
     snprintf(host, sizeof host, "%s", addr[0] == '[' ? addr + 1 : addr);
     if (host[0] && host[strlen(host) - 1] == ']') host[strlen(host) - 1] = 0;
-    char fp[17];
     df_proto_key_fingerprint(key, fp);
     if (df_coord_tcp_probe(host, port, PROBE_MS, err, sizeof err) != 0) {
       snprintf(fix, sizeof fix, "start the coordinator (deltafin serve --cluster or run "
@@ -547,6 +559,26 @@ static void check_cluster(report *r, const char *check, const char *dir) {
        cs.nodes == 1 ? "" : "s", allowed);
 }
 
+/* mDNS/DNS-SD discovery of the coordinator (transport/dnssd.h). Optional: without it nodes
+ * are given the coordinator's address, so the check is OK either way and says which. */
+static void check_discovery(report *r) {
+  char msg[512];
+  if (!df_proto_dnssd_compiled()) {
+    emit(r, LV_OK, "discovery", NULL, "unavailable: not built in (libavahi-client-dev was "
+         "missing at build time): a --cluster coordinator is not announced and df-node join "
+         "needs HOST:PORT; install libavahi-client-dev and rebuild to have it");
+    return;
+  }
+  if (df_proto_dnssd_probe(msg, sizeof msg) != 0) {
+    emit(r, LV_OK, "discovery", NULL, "unavailable: %s: a --cluster coordinator is not "
+         "announced and df-node join needs HOST:PORT (or the address it recorded); start "
+         "avahi-daemon to have it", msg);
+    return;
+  }
+  emit(r, LV_OK, "discovery", NULL, "%s reachable: a --cluster coordinator announces %s, and "
+       "df-node join without HOST:PORT finds the one its token pins", msg, DF_PROTO_DNSSD_TYPE);
+}
+
 /* ---- the command ----------------------------------------------------------------------- */
 
 static void doctor_usage(FILE *f) {
@@ -566,6 +598,7 @@ static void doctor_usage(FILE *f) {
           "  cluster    the coordinator the state directory records: running? reachable\n"
           "             (a TCP connect, 2 s)? For a df-node's state directory, its\n"
           "             coordinator's address\n"
+          "  discovery  mDNS/DNS-SD of the coordinator: built in? avahi-daemon running?\n"
           "  --model DIR      model folder (default: the bundled demo model, as run uses)\n"
           "  --state-dir DIR  default ~/.local/state/deltafin, and ~/.local/state/deltafin-node\n"
           "                   too when it exists\n"
@@ -615,11 +648,13 @@ int df_cmd_doctor(int argc, char **argv) {
   check_isa(&r);
   check_libraries(&r);
   check_cuda(&r);
-  if (!model && access(DF_DEFAULT_MODEL "/config.json", R_OK) != 0) {
+  const char *dir = model ? model : df_cli_default_model();
+  char cfg[4300];
+  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+  if (!model && access(cfg, R_OK) != 0) {
     emit(&r, LV_OK, "model", NULL, "skipped: no --model given and the bundled demo model %s is "
-         "not there", DF_DEFAULT_MODEL);
+         "not there", dir);
   } else {
-    const char *dir = model ? model : DF_DEFAULT_MODEL;
     if (check_model(&r, dir)) check_memory(&r, dir);
     struct stat st;
     if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) check_disk(&r, dir);
@@ -642,6 +677,7 @@ int df_cmd_doctor(int argc, char **argv) {
       check_cluster(&r, "node-cluster", node_state);
     }
   }
+  check_discovery(&r);
   int rc = (int)r.worst;
   if (json) {
     json_t *o = json_pack("{s:s, s:i, s:o}", "status", lv_name[r.worst], "exit_status", rc,

@@ -5,13 +5,14 @@
  * by public key, connection = routing id + fd), placement epochs (cluster_place.h) and
  * ASSIGN/FETCH/SHARD_CHUNK/READY provisioning, routing of each MoE layer's groups, the FFN
  * round trips and their deadline, failure handling (a dropped node's groups come back as
- * DF_WHERE_FAILED and its pairs are re-placed), PING/STATS, and the status file read by
- * `deltafin cluster status`. Does not own: computing experts (the forward thread runs the
+ * DF_WHERE_FAILED and its pairs are re-placed), PING/STATS, the status file read by
+ * `deltafin cluster status`, and the mDNS/DNS-SD announcement while it listens (started and
+ * withdrawn here, run by transport/dnssd.c on its own thread). Does not own: computing experts (the forward thread runs the
  * coordinator's share through the local backend, expert_remote.c), keys/tokens files
  * (transport/keys.c). Protocol: docs/PROTOCOL.md.
  */
 #define _GNU_SOURCE
-#include "coordinator/cluster/cluster_internal.h"
+#include "coordinator/cluster/cluster_mgr.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -31,9 +32,10 @@
 #include "transport/lograte.h"
 #include "transport/sock.h"
 
-#define MAX_MEMBERS 256
 #define PING_MS 2000
 #define STATS_MS 10000
+#define SNAP_MS 500          /* the snapshot's refresh period while someone reads it */
+#define SNAP_WANTED_MS 5000  /* ... that is, asked for it within this many ms */
 #define MAX_INBOUND_HDR (64 << 10)
 #define DF_RESULT_MAX_ABS 1.2676506e30f /* 2^100: largest |value| a RESULT may hold */
 
@@ -46,72 +48,6 @@ typedef struct ctl_msg {
   int min_nodes;
   int result;
 } ctl_msg;
-
-typedef struct member {
-  char key[DF_PROTO_Z85_KEY + 1];
-  char fp[17];
-  char name[DF_PROTO_MAX_NAME + 1];
-  uint8_t rid[256];
-  size_t rid_len;
-  int fd;
-  bool alive, ready, has_model;
-  uint64_t budget, held;
-  uint64_t device;           /* of budget, bytes kept on its GPU (JOIN `device`; 0 = CPU) */
-  bool can_serve;            /* its JOIN `features` hold all the model's experts need
-                                (mf.needs); else it is given none of them */
-  uint64_t epoch;            /* of the assignment last sent */
-  int64_t *apairs, n_apairs; /* that assignment's pair indices, ascending */
-  uint64_t reply_id;         /* JOIN id to answer with the next ASSIGN (0 = none) */
-  int64_t last_tx_ms, last_ping_ms, rtt_us, joined_ms;
-  uint64_t ping_id, stats_id;
-  int64_t last_stats_ms;
-  uint64_t served, bytes_tx, bytes_rx, rounds;
-  /* the FFN in flight for the current job */
-  bool outstanding;
-  uint64_t out_id;
-  int32_t *grp;    /* [n_experts] group indices sent, in order */
-  int n_grp;
-  int64_t out_rows;
-  int32_t *ex;     /* [n_experts] scratch for the header */
-  int64_t *rows;   /* [n_experts] */
-  float *sendbuf;  /* gathered rows */
-  int64_t sendcap; /* floats */
-} member;
-
-struct df_cluster {
-  df_cluster_opts o;
-  const df_model *m;
-  df_cluster_manifest mf;
-  char state[4096];
-  char endpoint[300];
-  df_proto_keypair kp;
-  void *ctx, *router, *zap, *mon, *ctl_mgr, *ctl_fwd;
-  char admitted[8][DF_PROTO_Z85_KEY + 1]; /* keys a token admitted lately (for the join log) */
-  struct timespec nodes_mtime;            /* of STATE/nodes when members were last checked */
-  int claim_fd;                           /* STATE/coordinator.lock, held while running */
-  int64_t nodes_check_ms;                 /* when timers() next looks at STATE/nodes */
-  int n_admitted;
-  pthread_t thread;
-  bool thread_started;
-  /* members */
-  member mb[MAX_MEMBERS];
-  int n_mb;
-  uint64_t epoch_seq, id_seq;
-  int32_t *prim, *repl, *route; /* [n_pairs] member index or -1 */
-  uint64_t *heat;               /* [n_pairs] routing counts from o.heat, or NULL */
-  /* job */
-  df_cluster_job *job;
-  int64_t job_deadline;
-  int job_outstanding;
-  bool job_open; /* a job was handed over and its CTL_DONE is not sent yet */
-  /* wait */
-  bool waiting;
-  int64_t wait_deadline;
-  int wait_min;
-  bool stop;
-  int64_t status_due;
-  df_cluster_stats st;
-};
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -150,7 +86,6 @@ static void cl_log(const char *fmt, ...) {
 }
 
 static void replan(df_cluster *c);
-static void write_status(df_cluster *c);
 
 /* ---- sending ----------------------------------------------------------------------- */
 
@@ -245,6 +180,8 @@ static void fail_outstanding(df_cluster *c, member *mb) {
 static void drop_member(df_cluster *c, member *mb, const char *why, bool bye) {
   if (!mb->alive) return;
   cl_log("dropped node %s (%s): %s", mb->name, mb->fp, why);
+  if (!mb->said_bye) mb->errors++;
+  mb->said_bye = false;
   if (bye) {
     df_proto_msg b = {.op = DF_PROTO_BYE, .id = ++c->id_seq};
     snprintf(b.reason, sizeof b.reason, "%s", why);
@@ -601,6 +538,7 @@ static void on_router(df_cluster *c, df_proto_frames *f) {
     mb->held = m.held;
     break;
   case DF_PROTO_BYE:
+    mb->said_bye = true; /* leaving is not a fault */
     drop_member(c, mb, m.reason[0] ? m.reason : "node said bye", false);
     break;
   case DF_PROTO_ERROR:
@@ -609,6 +547,7 @@ static void on_router(df_cluster *c, df_proto_frames *f) {
       drop_member(c, mb, why, true);
     } else {
       cl_log("node %s reports error %u: %s", mb->name, m.code, m.reason);
+      mb->errors++;
       if (m.code == DF_PROTO_E_INTERNAL || m.code == DF_PROTO_E_BAD_REQUEST) drop_member(c, mb, m.reason, true);
     }
     break;
@@ -635,6 +574,9 @@ static void start_job(df_cluster *c, df_cluster_job *j) {
    * (no family does) runs here */
   bool act_ok = df_cluster_manifest_act_ok(&c->mf, req->act);
   c->job_open = true;
+  if (base >= 0) /* the heat the dashboard shows (/v1/cluster) */
+    for (int g = 0; g < req->n_groups; g++)
+      c->routed_rows[base + req->experts[g]] += (uint64_t)(req->offsets[g + 1] - req->offsets[g]);
   if (base < 0 || c->n_mb == 0 || !act_ok) {
     c->st.groups_local += (uint64_t)req->n_groups;
     ctl_reply(c, CTL_PLANNED, 0);
@@ -747,6 +689,87 @@ static void on_monitor(df_cluster *c) {
   }
 }
 
+/* The snapshot of c's state now (manager thread), or NULL when out of memory. */
+static df_cluster_snapshot *snapshot_build(df_cluster *c) {
+  df_cluster_snapshot *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  s->updated_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  snprintf(s->endpoint, sizeof s->endpoint, "%s", c->endpoint);
+  df_proto_key_fingerprint(c->kp.pub, s->key_fingerprint);
+  const df_cluster_manifest *mf = &c->mf;
+  s->n_layers = df_model_cfg(c->m)->num_hidden_layers;
+  s->n_experts = mf->n_pairs > 0 ? mf->n_experts : 0;
+  s->pairs = mf->n_pairs;
+  for (int64_t p = 0; p < mf->n_pairs; p++) s->pairs_on_coordinator += c->route[p] < 0;
+  s->pair_bytes = mf->pair_bytes;
+  s->dispatches = c->st.dispatches;
+  s->round_trips = c->st.round_trips;
+  s->bytes_tx = c->st.bytes_tx;
+  s->bytes_rx = c->st.bytes_rx;
+  s->groups_rerun = c->st.groups_rerun;
+  s->nodes_dropped = c->st.nodes_dropped;
+  size_t grid = (size_t)(s->n_layers * s->n_experts);
+  if (grid) {
+    if (!(s->holder = malloc(grid * sizeof *s->holder)) ||
+        !(s->heat = calloc(grid, sizeof *s->heat)))
+      goto fail;
+    for (size_t i = 0; i < grid; i++) s->holder[i] = -2;
+    for (int64_t p = 0; p < mf->n_pairs; p++) {
+      size_t at = (size_t)(mf->pairs[2 * p] * s->n_experts + mf->pairs[2 * p + 1]);
+      s->holder[at] = c->route[p];
+      s->heat[at] = c->routed_rows[p];
+    }
+  }
+  if (c->n_mb && !(s->nodes = calloc((size_t)c->n_mb, sizeof *s->nodes))) goto fail;
+  for (int i = 0; i < c->n_mb; i++) {
+    const member *mb = &c->mb[i];
+    df_cluster_node_info *n = &s->nodes[i];
+    s->n_nodes = i + 1;
+    snprintf(n->name, sizeof n->name, "%s", mb->name);
+    memcpy(n->key_fingerprint, mb->fp, sizeof n->key_fingerprint);
+    snprintf(n->health, sizeof n->health, "%s",
+             !mb->alive ? "dropped" : mb->ready ? "ready" : "provisioning");
+    n->rtt_us = mb->rtt_us;
+    n->budget = mb->budget;
+    n->device = mb->device;
+    n->held = mb->held;
+    n->experts = mb->n_apairs;
+    for (int64_t p = 0; p < mf->n_pairs; p++) n->routed += c->route[p] == i;
+    n->served = mb->served;
+    n->round_trips = mb->rounds;
+    n->errors = mb->errors;
+    size_t len = 0;
+    FILE *f = open_memstream(&n->placement, &len);
+    if (!f) goto fail;
+    if (mb->alive) df_cluster_manifest_pairs_text(mf, mb->apairs, mb->n_apairs, f);
+    if (fclose(f) != 0) goto fail;
+  }
+  return s;
+fail:
+  df_cluster_snapshot_destroy(&s);
+  return NULL;
+}
+
+/* Manager thread: build a fresh snapshot of c and publish it; out of memory keeps the
+ * previous one. */
+static void cluster_publish(df_cluster *c) { df_cluster_board_publish(&c->board, snapshot_build(c)); }
+
+/* Manager thread: publish, then write STATE/cluster-status.json from that snapshot, which
+ * `deltafin cluster status` reads. */
+static void cluster_write_status(df_cluster *c) {
+  cluster_publish(c);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/cluster-status.json", c->state);
+  df_cluster_board_write(&c->board, path);
+}
+
+int df_cluster_snapshot_get(df_cluster *c, df_cluster_snapshot **out) {
+  *out = NULL;
+  return c ? df_cluster_board_get(&c->board, out) : -1;
+}
+
 static void timers(df_cluster *c, int64_t t) {
   if (c->job && t >= c->job_deadline) {
     for (int i = 0; i < c->n_mb; i++)
@@ -768,8 +791,12 @@ static void timers(df_cluster *c, int64_t t) {
     }
   }
   if (t >= c->status_due) {
-    write_status(c);
+    cluster_write_status(c); /* publishes too */
     c->status_due = t + STATS_MS;
+    c->snap_due = t + SNAP_MS;
+  } else if (t >= c->snap_due && df_cluster_board_wanted(&c->board, SNAP_WANTED_MS)) {
+    cluster_publish(c); /* someone reads the snapshot (/v1/cluster): keep it fresh */
+    c->snap_due = t + SNAP_MS;
   }
   /* the allow-list changed (deltafin cluster revoke): drop members no longer on it; looked
    * at once a second, not on every pass of the loop (which runs per layer's round trip) */
@@ -791,67 +818,11 @@ static int64_t next_timeout(const df_cluster *c, int64_t t) {
   int64_t due = c->status_due;
   if (c->job && c->job_deadline < due) due = c->job_deadline;
   if (c->waiting && c->wait_deadline < due) due = c->wait_deadline;
+  if (df_cluster_board_wanted(&c->board, SNAP_WANTED_MS) && c->snap_due < due) due = c->snap_due;
   for (int i = 0; i < c->n_mb; i++)
     if (c->mb[i].alive && !c->mb[i].outstanding && c->mb[i].last_tx_ms + PING_MS < due)
       due = c->mb[i].last_tx_ms + PING_MS;
   return due > t ? due - t : 0;
-}
-
-static void write_status(df_cluster *c) {
-  char path[4200], *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) return;
-  char fp[17];
-  df_proto_key_fingerprint(c->kp.pub, fp);
-  int64_t local = 0;
-  for (int64_t p = 0; p < c->mf.n_pairs; p++) local += c->route[p] < 0;
-  /* the deltafin subcommand this coordinator runs under (argv[1]: "run", "serve"), for
-   * `deltafin cluster status`; kept to [a-z0-9-] */
-  char cmd[16] = "", args[256] = "";
-  FILE *cl = fopen("/proc/self/cmdline", "rb");
-  if (cl) {
-    size_t n = fread(args, 1, sizeof args - 1, cl), o = 0;
-    fclose(cl);
-    args[n] = 0;
-    const char *s = strlen(args) + 1 < n ? args + strlen(args) + 1 : "";
-    for (; *s && o + 1 < sizeof cmd; s++)
-      if ((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-') cmd[o++] = *s;
-    cmd[o] = 0;
-  }
-  fprintf(f, "{\n  \"pid\": %d,\n  \"command\": \"%s\",\n  \"updated\": %lld,\n  \"endpoint\": \"%s\",\n  \"key_fingerprint\": \"%s\",\n",
-          (int)getpid(), cmd, (long long)time(NULL), c->endpoint, fp);
-  fprintf(f, "  \"pairs\": %lld,\n  \"pairs_on_coordinator\": %lld,\n  \"pair_bytes\": %llu,\n",
-          (long long)c->mf.n_pairs, (long long)local, (unsigned long long)c->mf.pair_bytes);
-  fprintf(f, "  \"dispatches\": %llu,\n  \"round_trips\": %llu,\n  \"bytes_tx\": %llu,\n  \"bytes_rx\": %llu,\n"
-          "  \"groups_rerun\": %llu,\n  \"nodes\": [",
-          (unsigned long long)c->st.dispatches, (unsigned long long)c->st.round_trips,
-          (unsigned long long)c->st.bytes_tx, (unsigned long long)c->st.bytes_rx,
-          (unsigned long long)c->st.groups_rerun);
-  for (int i = 0; i < c->n_mb; i++) {
-    const member *mb = &c->mb[i];
-    int64_t routed = 0;
-    for (int64_t p = 0; p < c->mf.n_pairs; p++) routed += c->route[p] == i;
-    fprintf(f, "%s\n    {\"name\": \"", i ? "," : "");
-    for (const char *s = mb->name; *s; s++)
-      if (*s != '"' && *s != '\\' && (unsigned char)*s >= 0x20) fputc(*s, f);
-    fprintf(f, "\", \"key_fingerprint\": \"%s\", \"health\": \"%s\", \"rtt_us\": %lld, "
-            "\"budget\": %llu, \"device\": %llu, \"held\": %llu, \"experts\": %lld, "
-            "\"routed\": %lld, \"served\": %llu, \"round_trips\": %llu, \"placement\": \"",
-            mb->fp, !mb->alive ? "dropped" : mb->ready ? "ready" : "provisioning",
-            (long long)mb->rtt_us, (unsigned long long)mb->budget, (unsigned long long)mb->device,
-            (unsigned long long)mb->held,
-            (long long)mb->n_apairs, (long long)routed, (unsigned long long)mb->served,
-            (unsigned long long)mb->rounds);
-    if (mb->alive) df_cluster_manifest_pairs_text(&c->mf, mb->apairs, mb->n_apairs, f);
-    fprintf(f, "\"}");
-  }
-  fprintf(f, "\n  ]\n}\n");
-  fclose(f);
-  char err[256];
-  snprintf(path, sizeof path, "%s/cluster-status.json", c->state);
-  df_proto_write_atomic(path, buf, len, 0600, err, sizeof err);
-  free(buf);
 }
 
 /* ---- thread ------------------------------------------------------------------------ */
@@ -887,11 +858,12 @@ static void *cluster_main(void *arg) {
       snprintf(b.reason, sizeof b.reason, "coordinator shutting down");
       send_to(c, &c->mb[i], &b, NULL, 0);
     }
-  write_status(c);
+  cluster_write_status(c);
   return NULL;
 }
 
 static void cluster_free(df_cluster *c) {
+  df_proto_dnssd_announce_stop(&c->ann); /* withdrawn before the port closes */
   if (c->claim_fd >= 0) close(c->claim_fd); /* releases the state directory */
   /* the monitor stops before its reader closes (transport/sock.h): a node disconnecting
    * after our BYE used to land between the two and wedge the exit in libzmq forever */
@@ -909,6 +881,8 @@ static void cluster_free(df_cluster *c) {
     free(c->mb[i].sendbuf);
   }
   free(c->prim);
+  free(c->routed_rows);
+  df_cluster_board_destroy(&c->board);
   free(c->heat);
   free(c->repl);
   free(c->route);
@@ -921,6 +895,11 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
   if (c) c->claim_fd = -1;
   if (!c) {
     snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  if (df_cluster_board_init(&c->board) != 0) {
+    free(c);
+    snprintf(err, errlen, "cluster: cannot make a mutex");
     return NULL;
   }
   c->o = *o;
@@ -941,7 +920,8 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
   c->prim = malloc(np * sizeof *c->prim);
   c->repl = malloc(np * sizeof *c->repl);
   c->route = malloc(np * sizeof *c->route);
-  if (!c->prim || !c->repl || !c->route) {
+  c->routed_rows = calloc(np, sizeof *c->routed_rows);
+  if (!c->prim || !c->repl || !c->route || !c->routed_rows) {
     snprintf(err, errlen, "out of memory");
     goto fail;
   }
@@ -987,6 +967,9 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
   df_proto_key_fingerprint(c->kp.pub, fp);
   cl_log("listening on %s (key %s), %lld expert pairs of %.2f MiB", c->endpoint, fp,
        (long long)c->mf.n_pairs, c->mf.pair_bytes / 1048576.0);
+  cluster_publish(c); /* readers find a snapshot from the start */
+  c->ann = df_proto_dnssd_announce(c->kp.pub, o->port ? o->port : DF_PROTO_DEFAULT_PORT,
+                                   o->bind_host, "deltafin: cluster: "); /* NULL: not announced */
   if (pthread_create(&c->thread, NULL, cluster_main, c) != 0) {
     snprintf(err, errlen, "cluster: cannot start the manager thread");
     goto fail;

@@ -12,7 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordinator/cluster/cluster_status.h"
+
 struct df_model;
+typedef struct df_cluster df_cluster; /* the manager (cluster.c) */
 
 typedef struct df_cluster_opts {
   const char *bind_host; /* interface to bind; NULL = every interface ("*") */
@@ -31,15 +34,27 @@ typedef struct df_cluster_opts {
    * nodes (0 when wait_s is 0), and how many nodes were ready when the wait ended. */
   double *waited_s;
   int *nodes_ready;
+  /* Output of df_cluster_attach, NULL = not wanted: the running manager, for
+   * df_cluster_snapshot_get. Borrowed: the model owns it, and it is gone
+   * once the model is destroyed. */
+  df_cluster **manager;
 } df_cluster_opts;
 
 /* Start the cluster manager for model m (borrowed: the model owns the backend installed
  * here, and destroying the model stops the manager), wait up to o->wait_s for o->min_nodes
  * nodes to be ready (fewer, or none, is fine: the coordinator runs what no node holds), and
  * install the cluster expert backend with df_model_set_expert_backend. The wait's length
- * and the nodes then ready go to *o->waited_s and *o->nodes_ready when those are set.
+ * and the nodes then ready go to *o->waited_s and *o->nodes_ready when those are set, the
+ * manager to *o->manager (NULL on failure).
  * Errors (-1, one line): the state directory or key file, the port cannot be bound, the
  * model has no MoE layers to place is not an error (everything runs locally). */
 int df_cluster_attach(struct df_model *m, const df_cluster_opts *o, char *err, size_t errlen);
+
+/* A copy of the running manager's last published snapshot (cluster_status.h: members,
+ * placement, expert heat, traffic): *out is a new heap object owned by the caller (free with
+ * df_cluster_snapshot_destroy). Any thread; never waits for the manager thread. Also tells the
+ * manager that someone reads, so it refreshes the snapshot every 0.5 s for the next 5 s.
+ * Returns 0, or -1 with *out NULL when c is NULL or out of memory. */
+int df_cluster_snapshot_get(df_cluster *c, df_cluster_snapshot **out);
 
 #endif

@@ -114,6 +114,7 @@ df_expert_backend *df_expert_remote_new(const df_model *m, df_cluster *c, bool s
 }
 
 int df_cluster_attach(df_model *m, const df_cluster_opts *o, char *err, size_t errlen) {
+  if (o->manager) *o->manager = NULL;
   df_cluster *c = df_cluster_start(m, o, err, errlen);
   if (!c) return -1;
   double wait_s = o->wait_s < 0 ? 10 : o->wait_s;
@@ -134,6 +135,7 @@ int df_cluster_attach(df_model *m, const df_cluster_opts *o, char *err, size_t e
   df_expert_backend *be = df_expert_remote_new(m, c, o->stats, err, errlen);
   if (!be) return -1;
   df_model_set_expert_backend(m, be);
+  if (o->manager) *o->manager = c; /* the backend owns it now */
   /* the coordinator's device admitted every routed expert: the backend is never asked */
   const df_model_config *cfg = df_model_cfg(m);
   int64_t n_moe = 0;

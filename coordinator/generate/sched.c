@@ -151,6 +151,8 @@ static int job_emit(df_sched_job *j, const char *text, size_t len) {
   memcpy(j->out + j->out_len, text, len);
   j->out_len += len;
   j->news.completion_tokens = j->generated;
+  j->news.draft_tokens = j->ddrafted;
+  j->news.draft_accepted = j->daccepted;
   job_signal_locked(j);
 done:
   pthread_mutex_unlock(&j->mu);
@@ -162,6 +164,8 @@ static void job_finish(df_sched *s, df_sched_job *j, df_sched_finish f, const ch
   if (j->news.finish == DF_SCHED_RUNNING) {
     j->news.finish = f;
     j->news.completion_tokens = j->generated;
+    j->news.draft_tokens = j->ddrafted;
+    j->news.draft_accepted = j->daccepted;
     if (why) {
       size_t n = strlen(why);
       if (n >= sizeof j->news.error) n = sizeof j->news.error - 1;

@@ -154,6 +154,8 @@ typedef struct df_sched_news {
   int64_t prompt_tokens;     /* ids of the prompt */
   int64_t completion_tokens; /* ids generated so far (including an end-of-sequence id) */
   int64_t cached_tokens;     /* prompt ids taken from the prefix cache (not prefilled) */
+  int64_t draft_tokens;      /* draft ids proposed for this job so far (0: not drafted) */
+  int64_t draft_accepted;    /* of them, ids the target accepted */
   char error[256];           /* DF_SCHED_ERROR: one line */
 } df_sched_news;
 

@@ -499,10 +499,16 @@ static json_t *head(const df_api_meta *m, const char *object) {
 }
 
 static json_t *usage_obj(const df_api_usage *u) {
-  return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens,
-                   "completion_tokens", (json_int_t)u->completion_tokens, "total_tokens",
-                   (json_int_t)(u->prompt_tokens + u->completion_tokens), "prompt_tokens_details",
-                   "cached_tokens", (json_int_t)u->cached_tokens);
+  json_t *o = json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)u->prompt_tokens,
+                        "completion_tokens", (json_int_t)u->completion_tokens, "total_tokens",
+                        (json_int_t)(u->prompt_tokens + u->completion_tokens),
+                        "prompt_tokens_details", "cached_tokens", (json_int_t)u->cached_tokens);
+  /* extension: speculative decoding's share of the answer (only when it drafted) */
+  if (o && u->draft_tokens > 0)
+    json_object_set_new(o, "speculative", json_pack("{s:I, s:I}", "draft_tokens",
+                                                    (json_int_t)u->draft_tokens, "accepted_tokens",
+                                                    (json_int_t)u->draft_accepted));
+  return o;
 }
 
 /* A JSON string of text_len bytes, NULL when not valid UTF-8. */

@@ -70,6 +70,10 @@ typedef struct df_api_usage {
   int64_t completion_tokens;
   int64_t cached_tokens; /* prompt tokens taken from the prefix cache
                             (usage.prompt_tokens_details.cached_tokens) */
+  int64_t draft_tokens;  /* draft tokens proposed while decoding the answer; > 0 adds the
+                            extension usage.speculative {draft_tokens, accepted_tokens}
+                            (docs/API.md); 0 = no such key */
+  int64_t draft_accepted; /* of them, tokens the target accepted */
 } df_api_usage;
 
 /* One choice's part of a response: a streamed chunk, or the whole answer. */

@@ -552,7 +552,8 @@ static int next_event(conn *c) {
       }
       continue;
     case 2: {
-      df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens, c->news.cached_tokens};
+      df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens, c->news.cached_tokens,
+                        c->news.draft_tokens, c->news.draft_accepted};
       c->ev = df_api_sse_usage(&c->meta, &u, &c->ev_len);
       c->stage = 3;
       return c->ev ? 1 : -1;
@@ -914,7 +915,8 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
                      c->news.error[0] ? c->news.error : "cancelled");
     return df_srv_send_error(c, mc, &e);
   }
-  df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens, c->news.cached_tokens};
+  df_api_usage u = {c->news.prompt_tokens, c->news.completion_tokens, c->news.cached_tokens,
+                    c->news.draft_tokens, c->news.draft_accepted};
   size_t len = 0;
   df_api_part p = {.text = c->text ? c->text : "", .text_len = c->text_len,
                    .finish = finish_of(c), .logprobs = pending_logprobs(c)};

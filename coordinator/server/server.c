@@ -203,6 +203,8 @@ static enum route route_of(const char *url) {
   if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL_ONE;
   if (!strcmp(url, "/health")) return R_HEALTH;
   if (!strcmp(url, "/metrics")) return R_METRICS;
+  if (!strcmp(url, "/v1/cluster")) return R_CLUSTER;
+  if (df_srv_webui_has(url)) return R_UI;
   return R_OTHER;
 }
 
@@ -225,16 +227,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (ci) c->fd = ci->connect_fd;
     bool is_post = !strcmp(method, MHD_HTTP_METHOD_POST), is_get = !strcmp(method, MHD_HTTP_METHOD_GET);
     c->post = is_post;
-    bool v1 = c->route == R_CHAT || c->route == R_COMPL || c->route == R_MODELS || c->route == R_MODEL_ONE;
+    bool v1 = c->route == R_CHAT || c->route == R_COMPL || c->route == R_MODELS ||
+              c->route == R_MODEL_ONE || c->route == R_CLUSTER;
+    bool is_head = !strcmp(method, MHD_HTTP_METHOD_HEAD);
     if (c->route == R_OTHER) {
       df_api_error_set(&c->err, 404, NULL, NULL, "unknown_url", "Unknown request URL: %s %s. "
                        "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET "
-                       "/v1/models, GET /health, GET /metrics.", method, url);
+                       "/v1/models, GET /v1/cluster, GET /health, GET /metrics, GET / (web UI).",
+                       method, url);
       c->have_err = true;
-    } else if ((c->route == R_CHAT || c->route == R_COMPL) ? !is_post : !is_get) {
+    } else if ((c->route == R_CHAT || c->route == R_COMPL) ? !is_post
+               : c->route == R_UI ? !is_get && !is_head : !is_get) {
       df_api_error_set(&c->err, 405, NULL, NULL, "method_not_allowed",
                        "Method %s is not allowed on %s (use %s).", method, url,
-                       c->route == R_CHAT || c->route == R_COMPL ? "POST" : "GET");
+                       c->route == R_CHAT || c->route == R_COMPL ? "POST"
+                       : c->route == R_UI ? "GET or HEAD" : "GET");
       c->have_err = true;
     } else if (v1 && s->api_key && !key_ok(s, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization"))) {
       const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
@@ -331,6 +338,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     return df_srv_send_json(c, mc, 200, model_json(s));
   case R_HEALTH:
     return df_srv_send_json(c, mc, 200, strdup("{\"status\":\"ok\"}"));
+  case R_CLUSTER:
+    return df_srv_handle_cluster(c, mc);
+  case R_UI:
+    return df_srv_handle_webui(c, mc, url);
   case R_METRICS: {
     size_t n = 0;
     char *b = df_srv_metrics(s, &n);
@@ -351,7 +362,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
   conn *c = *con_cls;
   if (!c) return;
   if (c->job) df_sched_job_cancel(c->job); /* the request is over: nothing more to generate */
-  if (!c->srv->o.quiet && c->route != R_HEALTH && c->route != R_METRICS) {
+  /* not logged: probes, and what the web UI fetches (its dashboard polls every second) */
+  if (!c->srv->o.quiet && c->route != R_HEALTH && c->route != R_METRICS &&
+      c->route != R_CLUSTER && c->route != R_UI) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double dt = (double)(t1.tv_sec - c->t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - c->t0.tv_nsec);

@@ -6,7 +6,8 @@
  * body limits, turning requests into prompt ids (chat template / tokenizer), handing them to
  * the scheduler, streaming its text back as server-sent events or one JSON body, noticing
  * clients that go away (their generation is cancelled before the next step), and /health,
- * /v1/models, /metrics.
+ * /v1/models, /metrics, /v1/cluster (server_cluster.c) and the web UI's static files, compiled
+ * into the binary (server_webui.c, coordinator/server/webui/).
  * Does not own: request parsing (coordinator/server/api.h), generation
  * (coordinator/generate/sched.h), the model, tokenizer, chat template and scheduler
  * (borrowed; they must outlive the server).
@@ -14,6 +15,8 @@
  * Endpoints:
  *   POST /v1/chat/completions, POST /v1/completions   (API key when configured)
  *   GET  /v1/models, GET /v1/models/{id}                (API key when configured)
+ *   GET  /v1/cluster -> nodes, placement, heat, tok/s   (API key when configured)
+ *   GET  /  (and /app.js, /app.css) -> the web UI       (no key: it holds no data)
  *   GET  /health  -> 200 {"status":"ok"}                (no key)
  *   GET  /metrics -> Prometheus text format 0.0.4       (no key)
  * Errors are OpenAI-shaped JSON bodies (coordinator/server/api.h) with 400 (validation, limits,
@@ -74,6 +77,9 @@ typedef struct df_srv_opts {
                             in /metrics). 0 = no limit */
   int quiet;             /* no per-request log lines on stderr (errors are still logged) */
   int cluster;           /* routed experts run on df-node agents (reported in /metrics) */
+  struct df_cluster *cluster_mgr; /* the cluster manager GET /v1/cluster reports on
+                            (coordinator/cluster/cluster_status.h), borrowed: it must outlive the
+                            server; NULL = local mode (no nodes) */
   int reasoning_raw;     /* chat answers keep the model's reasoning in content, as written
                             (--reasoning-format none); 0 = split into reasoning_content
                             (engine/text/reasoning.h) */

@@ -13,7 +13,7 @@
 
 const char *const df_srv_route_name[R_N] = {"/v1/chat/completions", "/v1/completions",
                                             "/v1/models", "/v1/models/{id}", "/health",
-                                            "/metrics", "other"};
+                                            "/metrics", "/v1/cluster", "/ (web UI)", "other"};
 
 void df_srv_conn_unref(conn *c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
@@ -77,7 +77,8 @@ enum MHD_Result df_srv_send_body(conn *c, struct MHD_Connection *mc, int status,
   if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
   if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
   if (status == 405)
-    MHD_add_response_header(r, "Allow", c->route == R_CHAT || c->route == R_COMPL ? "POST" : "GET");
+    MHD_add_response_header(r, "Allow", c->route == R_CHAT || c->route == R_COMPL ? "POST"
+                                        : c->route == R_UI ? "GET, HEAD" : "GET");
   enum MHD_Result ret = MHD_queue_response(mc, (unsigned)status, r);
   MHD_destroy_response(r);
   df_srv_count(c->srv, c->route, status);

@@ -21,7 +21,8 @@
 #include "engine/text/reasoning.h"
 #include "engine/text/tool_calls.h"
 
-enum route { R_CHAT, R_COMPL, R_MODELS, R_MODEL_ONE, R_HEALTH, R_METRICS, R_OTHER, R_N };
+enum route { R_CHAT, R_COMPL, R_MODELS, R_MODEL_ONE, R_HEALTH, R_METRICS, R_CLUSTER, R_UI, R_OTHER,
+             R_N };
 extern const char *const df_srv_route_name[R_N];
 
 
@@ -124,5 +125,12 @@ void df_srv_conn_timeout(conn *c, bool generating);
 int64_t df_srv_now_ms(void);
 /* POST /v1/chat/completions and /v1/completions once the body is in (generate.c). */
 enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc);
+/* Whether url names one of the web UI's files ("/" is its page; server_webui.c). */
+bool df_srv_webui_has(const char *url);
+/* GET or HEAD of a web UI file: the embedded bytes with their Content-Type, ETag and
+ * Cache-Control: no-cache, or 304 when If-None-Match holds the ETag (server_webui.c). */
+enum MHD_Result df_srv_handle_webui(conn *c, struct MHD_Connection *mc, const char *url);
+/* GET /v1/cluster: the cluster document (docs/API.md; server_cluster.c). */
+enum MHD_Result df_srv_handle_cluster(conn *c, struct MHD_Connection *mc);
 
 #endif

@@ -23,7 +23,7 @@ static void check_text(const df_api_meta *m, const char *s, const char *const *s
   char *ev = df_api_sse_chunk(m, &(df_api_part){.text = s, .text_len = strlen(s)}, &n);
   if (!ev || n < 8 || memcmp(ev, "data: {", 7) || memcmp(ev + n - 2, "\n\n", 2)) __builtin_trap();
   free(ev);
-  df_api_usage u = {1, 2, 0};
+  df_api_usage u = {1, 2, 0, 3, 1};
   ev = df_api_response(m, &(df_api_part){.text = s, .text_len = strlen(s), .finish = "stop"}, &u, &n);
   if (!ev) __builtin_trap();
   free(ev);
