@@ -2,10 +2,12 @@
 #   make demo   install dependencies, build, run the main job on the bundled demo model
 #               (quietly: the build's output goes to $(BUILD)/build.log)
 #   make test   install dependencies, build, run the whole test suite (ctest)
+#   make deb    install dependencies, build, write $(BUILD)/package/deltafin_<version>_<arch>.deb
+#               (packaging/package.cmake)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: all deps build demo test clean
+.PHONY: all deps build demo test deb clean
 
 all: build
 
@@ -23,6 +25,9 @@ demo:
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+deb: build
+	@cd $(BUILD) && cpack -G DEB
 
 clean:
 	rm -rf $(BUILD)

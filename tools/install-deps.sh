@@ -21,11 +21,15 @@ DEBS=(
   libmbedtls-dev                           # SHA-256, HMAC, CTR-DRBG
   libmicrohttpd-dev                        # HTTP /v1 server
   libjansson-dev                           # JSON
+  libavahi-client-dev                      # mDNS/DNS-SD discovery of the coordinator (optional)
+  avahi-daemon avahi-utils dbus iproute2   # its test on a private LAN (tests/cluster_discovery.py)
   libpcre2-dev libutf8proc-dev             # tokenizer regex + unicode
   libcmocka-dev                            # unit tests
   python3 python3-torch python3-numpy python3-jinja2 python3-matplotlib  # reference + trainer
   python3-regex                            # tiktoken tokenizer oracle (&& class intersection)
   python3-jsonschema                       # structured-output checker (tests/json_grammar_check.py)
+  dpkg-dev debootstrap man-db              # make deb (dpkg-shlibdeps) and its test (tests/package_deb.py)
+  chromium chromium-driver                 # headless browser for the web UI test (tests/webui_test.js)
 )
 # Node.js: keep whatever provides node+npm already (e.g. a nodesource build that bundles npm).
 command -v node >/dev/null 2>&1 || DEBS+=(nodejs)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "coordinator/hub/pull_manifest.h"
 #include "engine/model.h"
@@ -136,4 +137,40 @@ int df_cli_device(const char *v, const char *model_dir, struct df_model_opts *mo
     mo->device_host_experts = true;
   if (model_dir) df_pull_manifest_free(&man);
   return 0;
+}
+
+#ifndef DF_DEFAULT_MODEL
+#define DF_DEFAULT_MODEL "models/demo-moe"
+#endif
+#ifndef DF_DEFAULT_DRAFT
+#define DF_DEFAULT_DRAFT "models/demo-draft"
+#endif
+
+/* PREFIX/share/deltafin/models/NAME (PREFIX: the folder above this executable's folder, /usr
+ * for /usr/bin/deltafin) when it holds a config.json, else FALLBACK. */
+static const char *demo_dir(const char *name, const char *fallback, char *buf, size_t cap) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return fallback;
+  exe[n] = 0;
+  for (int up = 0; up < 2; up++) { /* drop the file name, then its folder */
+    char *sl = strrchr(exe, '/');
+    if (!sl) return fallback;
+    *sl = 0;
+  }
+  char cfg[4200];
+  int k = snprintf(buf, cap, "%s/share/deltafin/models/%s", exe, name);
+  if (k <= 0 || (size_t)k >= cap) return fallback;
+  snprintf(cfg, sizeof cfg, "%s/config.json", buf);
+  return access(cfg, R_OK) == 0 ? buf : fallback;
+}
+
+const char *df_cli_default_model(void) {
+  static char buf[4200];
+  return demo_dir("demo-moe", DF_DEFAULT_MODEL, buf, sizeof buf);
+}
+
+const char *df_cli_default_draft(void) {
+  static char buf[4200];
+  return demo_dir("demo-draft", DF_DEFAULT_DRAFT, buf, sizeof buf);
 }

@@ -104,5 +104,13 @@ struct df_model_opts;
 int df_cli_device(const char *v, const char *model_dir, struct df_model_opts *mo);
 /* Monotonic clock in seconds. */
 double df_cli_now(void);
+/* The bundled demo pair, used by run, serve, tokenize and doctor without --model: an installed
+ * deltafin's copy, BINDIR/../share/deltafin/models/demo-moe (/usr/bin/deltafin ->
+ * /usr/share/deltafin/models/demo-moe, as the .deb installs it) when that folder has a
+ * config.json, else the source tree's models/ this binary was built from (DF_DEFAULT_MODEL,
+ * DF_DEFAULT_DRAFT), which the callers' errors then name. A path in a static buffer, valid
+ * until the next call of the same function; no errors. */
+const char *df_cli_default_model(void);
+const char *df_cli_default_draft(void);
 
 #endif

@@ -52,7 +52,9 @@ static void run_usage(FILE *f) {
           "  --ctx N              context capacity in tokens (default min(max_position, 4096))\n"
           "  --chunk N            prefill chunk size in tokens (default 64)\n"
           "  --threads N          compute threads (default: every online CPU)\n"
-          "  --draft DIR          draft model for speculative decoding (same vocabulary)\n"
+          "  --draft DIR          draft for speculative decoding: a model of the same vocabulary,\n"
+          "                       or a DSpark block drafter folder (it reads the target's\n"
+          "                       hidden states)\n"
           "  --no-draft           run the target alone\n"
           "  --draft-k K          first draft length, 1..8 (default 4; adapts unless --fixed-k)\n"
           "  --fixed-k            keep the draft length fixed\n"
@@ -262,12 +264,14 @@ int df_cmd_run(int argc, char **argv) {
     return 2;
   }
   if (!model_dir) {
-    model_dir = DF_DEFAULT_MODEL;
-    if (!draft_dir && !no_draft && access(DF_DEFAULT_DRAFT "/config.json", R_OK) == 0)
-      draft_dir = DF_DEFAULT_DRAFT;
-    if (access(DF_DEFAULT_MODEL "/config.json", R_OK) != 0) {
+    model_dir = df_cli_default_model();
+    char cfg[4300];
+    snprintf(cfg, sizeof cfg, "%s/config.json", df_cli_default_draft());
+    if (!draft_dir && !no_draft && access(cfg, R_OK) == 0) draft_dir = df_cli_default_draft();
+    snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
+    if (access(cfg, R_OK) != 0) {
       fprintf(stderr, "deltafin run: no --model given and the bundled demo model %s is missing; "
-              "pass --model DIR\n", DF_DEFAULT_MODEL);
+              "pass --model DIR\n", model_dir);
       return 2;
     }
   }
@@ -363,6 +367,7 @@ int df_cmd_run(int argc, char **argv) {
   }
 
   df_model *m = NULL, *dm = NULL;
+  df_dspark *bd = NULL; /* a block drafter (--draft naming a DSpark folder) */
   df_spec *gen = NULL;
   uint64_t *heat = NULL;
   char heat_note[DF_HEAT_NOTE_MAX] = ""; /* what df_heat_load said about the heat file */
@@ -406,12 +411,17 @@ int df_cmd_run(int argc, char **argv) {
      * runs alone; an embedding / lm_head identical to the target's is mapped once; the
      * draft loads with the target's thread count (a load sets the process's count) */
     load_label(label, sizeof label, "load draft", draft_dir);
-    df_progress_begin(&bar, bar_f, label, "layers", df_progress_now());
-    df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
-                         .threads = (int)threads, .progress = show_progress,
-                         .progress_ctx = &bar};
-    int rc_draft = df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err);
-    df_progress_end(&bar);
+    int rc_draft;
+    if (df_dspark_is_folder(draft_dir)) { /* a block drafter reading the target's rows */
+      rc_draft = df_dspark_load(draft_dir, m, df_model_max_ctx(m), &bd, err, sizeof err);
+    } else {
+      df_progress_begin(&bar, bar_f, label, "layers", df_progress_now());
+      df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
+                           .threads = (int)threads, .progress = show_progress,
+                           .progress_ctx = &bar};
+      rc_draft = df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err);
+      df_progress_end(&bar);
+    }
     if (rc_draft != 0) fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", err);
   }
   copts.stats = stats;
@@ -447,7 +457,12 @@ int df_cmd_run(int argc, char **argv) {
   }
   /* a switch-off while generating is reported after the output, not inside a line of it
    * (and, when it was the adaptive measurement's choice, only with --stats) */
-  bool drafting_at_start = dm && df_spec_get_stats(gen).drafting;
+  if (bd && df_spec_attach_block(gen, bd, err, sizeof err) != 0) {
+    fprintf(stderr, "deltafin: drafting off: block drafter %s: %s; the target runs alone\n",
+            draft_dir, err);
+    df_dspark_destroy(&bd);
+  }
+  bool drafting_at_start = (dm || bd) && df_spec_get_stats(gen).drafting;
   df_spec_set_quiet(gen, true);
   if (logits_path) {
     logits = malloc((size_t)n_prompt * (size_t)V * sizeof(float));
@@ -582,6 +597,7 @@ done:
   free(prompt);
   free(logits);
   df_spec_destroy(&gen);
+  df_dspark_destroy(&bd);
   df_model_destroy(&dm);
   df_model_destroy(&m);
   return rc;

@@ -82,7 +82,9 @@ static void serve_usage(FILE *f) {
           "                       (default ~/.local/state/deltafin)\n"
           "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
           "                       falls back to the CPU with one line (docs/GPU.md)\n"
-          "  --quiet              log only errors\n",
+          "  --quiet              log only errors\n"
+          "Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /v1/cluster, /health,\n"
+          "/metrics, and a web UI (chat, cluster dashboard) at / (docs/API.md).\n",
           DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SRV_MAX_CONNS,
           DF_SRV_DEFAULT_PER_HOST, DF_SRV_MAX_REQUEST_TIMEOUT, DF_SRV_DEFAULT_REQUEST_TIMEOUT,
           DF_SCHED_K_MAX);
@@ -131,7 +133,8 @@ int df_cmd_serve(int argc, char **argv) {
   bool no_draft = false;
   int64_t draft_k = 4, draft_seqs = 1, cport = 0, cnodes = 0;
   bool cluster = false;
-  df_cluster_opts copts = {.wait_s = -1};
+  df_cluster *cmgr = NULL; /* the cluster manager, for GET /v1/cluster (owned by the model) */
+  df_cluster_opts copts = {.wait_s = -1, .manager = &cmgr};
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
           threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10,
           per_host = DF_SRV_DEFAULT_PER_HOST, request_s = DF_SRV_DEFAULT_REQUEST_TIMEOUT;
@@ -238,12 +241,14 @@ int df_cmd_serve(int argc, char **argv) {
     return 2;
   }
   if (!model_dir) {
-    model_dir = DF_DEFAULT_MODEL;
-    if (!draft_dir && !no_draft && access(DF_DEFAULT_DRAFT "/config.json", R_OK) == 0)
-      draft_dir = DF_DEFAULT_DRAFT;
-    if (access(DF_DEFAULT_MODEL "/config.json", R_OK) != 0) {
+    model_dir = df_cli_default_model();
+    char cfg[4300];
+    snprintf(cfg, sizeof cfg, "%s/config.json", df_cli_default_draft());
+    if (!draft_dir && !no_draft && access(cfg, R_OK) == 0) draft_dir = df_cli_default_draft();
+    snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
+    if (access(cfg, R_OK) != 0) {
       fprintf(stderr, "deltafin serve: no --model given and the bundled demo model %s is "
-              "missing; pass --model DIR\n", DF_DEFAULT_MODEL);
+              "missing; pass --model DIR\n", model_dir);
       return 2;
     }
   }
@@ -356,7 +361,7 @@ int df_cmd_serve(int argc, char **argv) {
                     .max_per_host = (int)per_host,
                     .idle_timeout_s = (unsigned)idle_s,
                     .request_timeout_s = (unsigned)request_s, .quiet = quiet, .cluster = cluster,
-                    .reasoning_raw = reasoning_raw};
+                    .cluster_mgr = cmgr, .reasoning_raw = reasoning_raw};
   if (df_srv_start(&sv, sched, m, tok, tmpl, &srv, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: %s\n", err);
     goto done;

@@ -2,7 +2,7 @@
  * TEXT`.
  *
  * Owns: option parsing and printing for the tokenize subcommand; without --model it uses the
- * bundled demo model (DF_DEFAULT_MODEL), as run and serve do. Does not own: tokenization
+ * bundled demo model (df_cli_default_model), as run and serve do. Does not own: tokenization
  * (engine/text/tokenizer.c).
  */
 #include "coordinator/cli/cli.h"
@@ -130,10 +130,12 @@ int df_cmd_tokenize(int argc, char **argv) {
     return 2;
   }
   if (!model) {
-    model = DF_DEFAULT_MODEL;
-    if (access(DF_DEFAULT_MODEL "/tokenizer.json", R_OK) != 0) {
+    model = df_cli_default_model();
+    char tj[4300];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", model);
+    if (access(tj, R_OK) != 0) {
       fprintf(stderr, "deltafin tokenize: no --model given and the bundled demo model's "
-              "tokenizer %s/tokenizer.json is missing; pass --model DIR\n", DF_DEFAULT_MODEL);
+              "tokenizer %s is missing; pass --model DIR\n", tj);
       return 2;
     }
   }
