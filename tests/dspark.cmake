@@ -23,6 +23,13 @@ foreach(name demo ds tied)
   set_tests_properties(dspark_ref_${name} PROPERTIES FIXTURES_SETUP dspark TIMEOUT 180
     LABELS "reference" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
 endforeach()
+# the shipped drafter (models/demo-dspark, trained by tools/train/train_dspark.py; its folder
+# has no duplicate embedding) against the same reference on the demo target's round
+set(d ${DF_DSPARK_DIR}/shipped)
+add_test(NAME dspark_ref_shipped
+  COMMAND sh -c "rm -rf '${d}' && mkdir -p '${d}' && ln -s '${PROJECT_SOURCE_DIR}/models/demo-dspark' '${d}/drafter' && '${DF_PYTHON}' '${DF_REFERENCE}/dspark_ref.py' --target '${DF_DSPARK_TARGET_demo}' --drafter '${d}/drafter' --context-ids ${DF_DSPARK_IDS_demo} --anchor ${DF_DSPARK_ANCHOR_demo} --json --out-bin '${d}/ref' > '${d}/ref.json.tmp' && mv '${d}/ref.json.tmp' '${d}/ref.json'")
+set_tests_properties(dspark_ref_shipped PROPERTIES FIXTURES_SETUP dspark TIMEOUT 180
+  LABELS "reference" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
 # a drafter over a Kimi Linear fixture (KDA + MLA target), for generation only
 add_test(NAME dspark_kl
   COMMAND ${DF_PYTHON} ${DF_REFERENCE}/dspark_ckpt.py --target ${DF_FIXTURES}/tiny-kl-mixed

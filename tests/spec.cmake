@@ -15,7 +15,7 @@ set_tests_properties(test_spec_mem PROPERTIES FIXTURES_REQUIRED spec_drafts)
 # many prompts through one coordinator process (driven by spec_cli.py demo_cluster)
 add_executable(test_spec_cluster ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_cluster.c)
 target_link_libraries(test_spec_cluster PRIVATE dfcoord)
-foreach(scenario fallbacks cluster demo_cluster)
+foreach(scenario fallbacks block cluster demo_cluster)
   add_test(NAME spec_${scenario}
     COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/spec_cli.py ${scenario} ${PROJECT_BINARY_DIR}
             ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/spec-drafts ${PROJECT_BINARY_DIR}/spec-cli/${scenario}

@@ -14,6 +14,11 @@ SCENARIO:
              experts (budgets of 3, 5 and 9 of the 16 pairs): greedy ids with the draft
              (fixed k = 3, and adaptive k) equal the local --no-draft ids and the cluster
              --no-draft ids; the verify batches went through the nodes
+  block      models/demo-moe with the shipped block drafter models/demo-dspark (MODELS_DIR) on
+             an English prompt: greedy ids identical to --no-draft, adaptive and fixed k = 6,
+             with drafted tokens accepted (--stats); the block drafter of another target
+             (hidden size 128 against tiny-moe-sparse's) gives exit 0, the --no-draft ids and
+             one "drafting off" line
   demo_cluster
              models/demo-moe + models/demo-draft (MODELS_DIR) on three loopback nodes: 20
              prompts x 128 tokens in one coordinator process (tests/test_spec_cluster.c),
@@ -102,6 +107,30 @@ def scen_fallbacks():
     r1, r2, r3 = run(*samp, "--seed", "5"), run(*samp, "--seed", "5"), run(*samp, "--seed", "6")
     check(r1[0] == 0 and r1[1] == r2[1] and r1[1] != r3[1],
           "seeded sampling with a draft: same seed same ids, other seed other ids")
+
+
+def scen_block():
+    demo, dspark = os.path.join(MODELS, "demo-moe"), os.path.join(MODELS, "demo-dspark")
+    common = ["--model", demo, "--prompt", "The history of the county begins with",
+              "--max-new", "40", "--temperature", "0", "--ignore-eos"]
+    rc, base, err = run(*common, "--no-draft")
+    check(rc == 0 and len(base) > 0, "--no-draft generates text")
+    for extra in ([], ["--fixed-k", "--draft-k", "6"]):
+        rc, ids, err = run(*common, "--draft", dspark, "--stats", *extra)
+        st = [ln for ln in err.splitlines() if ln.startswith("draft:")]
+        acc = float(st[0].split("acceptance ")[1].split(",")[0]) if st else 0.0
+        check(rc == 0 and ids == base and not off_lines(err),
+              "block drafter %s: text identical to --no-draft" % (" ".join(extra) or "adaptive k"))
+        check(acc > 0, "block drafter %s: drafted tokens accepted (%s)"
+              % (" ".join(extra) or "adaptive k", st[0] if st else err.strip()[-200:]))
+    args = ["--model", TARGET, "--prompt-ids", PROMPT, "--max-new", "40", "--temperature", "0",
+            "--ignore-eos"]
+    rc, base, err = run(*args, "--no-draft")
+    rc, ids, err = run(*args, "--draft", dspark)
+    lines = off_lines(err)
+    check(rc == 0 and ids == base and len(lines) == 1 and "the target runs alone" in lines[0],
+          "block drafter of another target: --no-draft ids and one line (%s)"
+          % (lines[0] if lines else err.strip()[-200:]))
 
 
 # ---- cluster ----------------------------------------------------------------------------
@@ -244,7 +273,7 @@ def main():
         shutil.rmtree(WORK)
     os.makedirs(WORK)
     try:
-        {"fallbacks": scen_fallbacks, "cluster": scen_cluster,
+        {"fallbacks": scen_fallbacks, "cluster": scen_cluster, "block": scen_block,
          "demo_cluster": scen_demo_cluster}[SCEN]()
     finally:
         for q in procs:

@@ -167,6 +167,11 @@ static void test_reference_demo(void **state) {
   (void)state;
   reference_case(DF_SOURCE_DIR "/models/demo-moe", "demo");
 }
+/* the shipped, trained drafter (models/demo-dspark): no embed_tokens in its folder */
+static void test_reference_shipped(void **state) {
+  (void)state;
+  reference_case(DF_SOURCE_DIR "/models/demo-moe", "shipped");
+}
 static void test_reference_deepseek(void **state) {
   (void)state;
   reference_case(DF_FIXTURES "/tiny-ds-bf16", "ds");
@@ -369,6 +374,7 @@ static void test_load_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_demo),
+      cmocka_unit_test(test_reference_shipped),
       cmocka_unit_test(test_reference_deepseek),
       cmocka_unit_test(test_reference_tied),
       cmocka_unit_test(test_greedy_identical),
