@@ -18,7 +18,9 @@ SCENARIO:
              an English prompt: greedy ids identical to --no-draft, adaptive and fixed k = 6,
              with drafted tokens accepted (--stats); the block drafter of another target
              (hidden size 128 against tiny-moe-sparse's) gives exit 0, the --no-draft ids and
-             one "drafting off" line
+             one "drafting off" line; `deltafin serve --draft models/demo-dspark` answers two
+             greedy completions at once with the --no-draft run's text, drafted tokens
+             accepted (usage.speculative)
   demo_cluster
              models/demo-moe + models/demo-draft (MODELS_DIR) on three loopback nodes: 20
              prompts x 128 tokens in one coordinator process (tests/test_spec_cluster.c),
@@ -123,6 +125,36 @@ def scen_block():
               "block drafter %s: text identical to --no-draft" % (" ".join(extra) or "adaptive k"))
         check(acc > 0, "block drafter %s: drafted tokens accepted (%s)"
               % (" ".join(extra) or "adaptive k", st[0] if st else err.strip()[-200:]))
+    # the server: two concurrent greedy completions, each the text `run` printed
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import concurrent.futures
+    from server_util import Server, post
+    prompts = ["The history of the county begins with", "In the morning the committee"]
+    want = []
+    for p in prompts:
+        r = subprocess.run([DELTAFIN, "run", "--model", demo, "--prompt", p, "--max-new", "40",
+                            "--temperature", "0", "--ignore-eos", "--no-draft"],
+                           capture_output=True, text=True, timeout=180)
+        want.append(r.stdout)
+    srv = Server(DELTAFIN, demo, "--draft", dspark, "--parallel", "2", "--draft-max-seqs", "2",
+                 "--draft-k", "6")
+    try:
+        def complete(p):
+            return post(srv.port, "/v1/completions",
+                        {"model": "demo-moe", "prompt": p, "max_tokens": 40, "temperature": 0,
+                         "ignore_eos": True})
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            got = list(ex.map(complete, prompts))
+        for i, (status, _, body) in enumerate(got):
+            text = body["choices"][0]["text"] if status == 200 else str(body)
+            spec = body.get("usage", {}).get("speculative", {}) if status == 200 else {}
+            check(status == 200 and len(text) > 0 and text == want[i][:-1] and want[i][-1:] == "\n",
+                  "serve with the block drafter, request %d: the --no-draft text" % i)
+            check(spec.get("accepted_tokens", 0) > 0,
+                  "serve with the block drafter, request %d: drafted tokens accepted (%s)"
+                  % (i, spec))
+    finally:
+        srv.stop()
     args = ["--model", TARGET, "--prompt-ids", PROMPT, "--max-new", "40", "--temperature", "0",
             "--ignore-eos"]
     rc, base, err = run(*args, "--no-draft")

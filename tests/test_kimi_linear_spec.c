@@ -27,6 +27,7 @@
 #include "coordinator/generate/spec.h"
 #include "engine/sampler.h"
 #include "engine/text/tokenizer.h"
+#include "id_tokenizer.h"
 
 #define N_NEW 40
 
@@ -97,24 +98,6 @@ static void test_wrong_drafts_identical_ids(void **state) {
   df_model_destroy(&dense);
 }
 
-/* A tokenizer.json whose token i is the text "<iii>" (no merges). */
-static df_tok *id_tokenizer(void) {
-  char dir[600], path[700], err[512];
-  snprintf(dir, sizeof dir, "%s/kl-sched-tok", DF_BINARY_DIR);
-  mkdir(dir, 0755);
-  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fputs("{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {", f);
-  for (int i = 0; i < 512; i++) fprintf(f, "%s\"<%03d>\": %d", i ? ", " : "", i, i);
-  fputs("}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
-        "\"add_prefix_space\": false}, \"decoder\": {\"type\": \"ByteLevel\"}}", f);
-  fclose(f);
-  df_tok *t = NULL;
-  if (df_tok_load(dir, &t, err, sizeof err) != 0) fail_msg("tokenizer: %s", err);
-  return t;
-}
-
 #define S_NEW 24
 #define S_JOBS 6
 
@@ -122,7 +105,7 @@ static void test_scheduler_identical_text(void **state) {
   (void)state;
   static const char *targets[] = {DF_FIXTURES "/tiny-kl-48b", DF_FIXTURES "/tiny-kl-k3gate"};
   static const char *others[] = {DF_FIXTURES "/tiny-kl-mixed", DF_FIXTURES "/tiny-kl-48b"};
-  df_tok *tok = id_tokenizer();
+  df_tok *tok = id_tokenizer("kl-sched-tok");
   char err[1024];
   for (size_t ti = 0; ti < 2; ti++) {
     df_model *t = load(targets[ti]), *other = load(others[ti]), *self = load(targets[ti]);

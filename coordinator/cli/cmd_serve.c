@@ -21,6 +21,7 @@
 #include "coordinator/generate/sched.h"
 #include "coordinator/server/server.h"
 #include "coordinator/generate/spec.h"
+#include "engine/draft/dspark.h"
 #include "engine/text/chat_template.h"
 #include "config/fsutil.h"
 #include "engine/model.h"
@@ -67,7 +68,8 @@ static void serve_usage(FILE *f) {
           "                       the rest to content (default); none: content is the model's\n"
           "                       text as written\n"
           "  --threads N          compute threads (default: every online CPU)\n"
-          "  --draft DIR          draft model for speculative decoding of greedy requests\n"
+          "  --draft DIR          draft for speculative decoding of greedy requests: a model of\n"
+          "                       the same vocabulary, or a DSpark block drafter folder\n"
           "                       (default without --model: the bundled demo draft)\n"
           "  --no-draft           run the target alone\n"
           "  --draft-k K          draft tokens per round, 1..%d (default 4)\n"
@@ -267,6 +269,7 @@ int df_cmd_serve(int argc, char **argv) {
   int rc = 1;
   char err[1024];
   df_model *m = NULL, *dm = NULL;
+  df_dspark *bd = NULL; /* a block drafter (--draft naming a DSpark folder) */
   uint64_t *heat = NULL;
   char heat_note[DF_HEAT_NOTE_MAX] = ""; /* what df_heat_load said about the heat file */
   df_tok *tok = NULL;
@@ -306,7 +309,10 @@ int df_cmd_serve(int argc, char **argv) {
     /* a draft that cannot be used is not fatal: the target runs alone (as deltafin run) */
     df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
                          .threads = (int)threads};
-    if (df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err) != 0)
+    int rc_draft = df_dspark_is_folder(draft_dir)
+                       ? df_dspark_load(draft_dir, m, df_model_max_ctx(m), &bd, err, sizeof err)
+                       : df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err);
+    if (rc_draft != 0)
       fprintf(stderr, "deltafin serve: drafting off: %s; the target runs alone\n", err);
   }
   if (cluster && df_cluster_attach(m, &copts, err, sizeof err) != 0) {
@@ -349,7 +355,8 @@ int df_cmd_serve(int argc, char **argv) {
     }
   }
   df_sched_opts so = {.max_seqs = (int)par, .max_queue = (int)queue, .ctx = df_model_max_ctx(m),
-                      .prefill_budget = chunk, .draft = dm, .draft_k = (int)draft_k,
+                      .prefill_budget = chunk, .draft = dm, .block = bd,
+                      .draft_k = (int)draft_k,
                       .draft_max_seqs = (int)draft_seqs, .cache_bytes = pcache,
                       .no_prefix_cache = no_pcache};
   if (df_sched_new(m, tok, &so, &sched, err, sizeof err) != 0) {
@@ -390,6 +397,7 @@ done:
   df_chat_template_destroy(&tmpl);
   df_tok_destroy(&tok);
   df_model_destroy(&dm);
+  df_dspark_destroy(&bd);
   df_model_destroy(&m);
   free(dircopy);
   free(key_owned);

@@ -21,6 +21,7 @@
 
 #include "coordinator/generate/sched_slots.h"
 #include "coordinator/generate/sched_stop.h"
+#include "engine/draft/dspark.h"
 #include "engine/text/chat_template.h"
 
 struct df_sched_job {
@@ -88,7 +89,12 @@ struct df_sched {
   int n_run;
   df_slot_pool pool;
   df_sched_stats st;
-  df_model *draft;   /* NULL = no drafting */
+  df_model *draft;   /* NULL = no drafting with a draft model */
+  df_dspark *block;  /* NULL = no drafting with a block drafter */
+  int64_t bctx;      /* the block drafter's context capacity per sequence (tokens) */
+  int64_t bwidth;    /* floats per captured row (df_dspark_row_width) */
+  float *cap;        /* [cap_rows, bwidth] captured rows of the step's sequences */
+  int64_t cap_rows;
   double win_t0;     /* start of the tok/s window */
   int64_t win_tokens;
 };
@@ -461,7 +467,92 @@ static void draft_off(df_sched *s, const char *why) {
   fprintf(stderr, "deltafin serve: drafting off: %s; sequences run on the target alone\n", why);
   pthread_mutex_lock(&s->mu);
   s->draft = NULL;
+  s->block = NULL;
   pthread_mutex_unlock(&s->mu);
+}
+
+/* Slot sl's drafting state, empty: the draft model's cache (with its logits row) or the
+ * block drafter's context, and the verify logits. Failure ends drafting for good (-1). */
+static int slot_draft_init(df_sched *s, df_slot *sl) {
+  char err[512] = "out of memory";
+  bool ok = s->block ? (sl->dkv = df_dspark_kv_new(s->block, s->bctx, err, sizeof err)) != NULL
+                     : s->draft && (sl->dkv = df_model_kv_new(s->draft, s->o.ctx, err, sizeof err)) &&
+                           (sl->dlogits || (sl->dlogits = malloc((size_t)s->V * sizeof(float))));
+  if (ok && !sl->vlogits)
+    ok = (sl->vlogits = malloc((size_t)(DF_SCHED_K_MAX + 1) * (size_t)s->V * sizeof(float)));
+  if (!ok) {
+    char why[600];
+    snprintf(why, sizeof why, "%s: %s", s->block ? "block drafter context" : "draft cache", err);
+    df_kv_destroy(&sl->dkv);
+    draft_off(s, why);
+    return -1;
+  }
+  df_kv_truncate(sl->dkv, 0);
+  return 0;
+}
+
+/* df_slot_pool.draft_init: the scheduler thread, while it takes a slot for a new job. */
+static int pool_draft_init(void *ctx, df_slot *sl) {
+  df_sched *s = ctx;
+  return s->draft || s->block ? slot_draft_init(s, sl) : -1;
+}
+
+/* Block drafter: whether job j's slot keeps its drafter context in step with its target
+ * cache (then the step captures j's rows). A greedy, drafting sequence whose slot has no
+ * context yet gets one; one whose context lags its target cache (a prefix of another
+ * request that was not captured) stops drafting. */
+static bool block_tracks(df_sched *s, df_sched_job *j) {
+  if (!s->block || j->sp.temperature != 0 || j->no_draft) return false;
+  df_slot *sl = &s->pool.slots[j->slot];
+  if (!sl->dkv && slot_draft_init(s, sl) != 0) return false;
+  if (sl->dkv->len != sl->kv->len) j->no_draft = true;
+  return !j->no_draft;
+}
+
+/* Block drafter: add n captured rows of job j to its slot's context; a context that would
+ * pass its capacity ends j's drafting, a failure ends drafting for good. */
+static void block_append(df_sched *s, df_sched_job *j, const float *rows, int64_t n) {
+  df_slot *sl = &s->pool.slots[j->slot];
+  char err[512];
+  if (!s->block || n <= 0) return;
+  if (sl->dkv->len + n > s->bctx) {
+    j->no_draft = true;
+    return;
+  }
+  if (df_dspark_append(s->block, sl->dkv, rows, n, err, sizeof err) != 0) {
+    char why[600];
+    snprintf(why, sizeof why, "block drafter: %s", err);
+    draft_off(s, why);
+  }
+}
+
+/* Block drafter proposals for the greedy decoding sequences in who[0..n) whose contexts are
+ * in step (track[b]): up to min(draft_k, block) tokens after each one's pending id, one
+ * drafter forward per sequence; k[b] = 0 where nothing is proposed. */
+static void propose_block(df_sched *s, df_sched_job **who, int n, const bool *track, int *k,
+                          int32_t (*dtok)[DF_SCHED_K_MAX]) {
+  char err[512];
+  int r = df_dspark_block(s->block);
+  for (int b = 0; b < n && s->block; b++) {
+    df_sched_job *j = who[b];
+    k[b] = 0;
+    if (!track[b] || j->fed < j->n_prompt) continue;
+    df_slot *sl = &s->pool.slots[j->slot];
+    int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
+    int64_t kb = s->o.draft_k < r ? s->o.draft_k : r;
+    if (left < kb) kb = left;
+    if (s->bctx - sl->dkv->len < kb) kb = s->bctx - sl->dkv->len;
+    if (kb <= 0 || sl->dkv->len == 0) continue;
+    if (df_dspark_propose(s->block, sl->dkv, j->last, (int)kb, NULL, NULL, dtok[b], NULL, err,
+                          sizeof err) != 0) {
+      char why[600];
+      snprintf(why, sizeof why, "block drafter: %s", err);
+      draft_off(s, why);
+      for (int i = 0; i < n; i++) k[i] = 0;
+      return;
+    }
+    k[b] = (int)kb;
+  }
 }
 
 /* Speculative decoding for the greedy sequences in `who[0..n)` that are decoding: the draft
@@ -479,17 +570,7 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
     int kb = left < s->o.draft_k ? (int)left : s->o.draft_k;
     if (kb <= 0) continue;
     df_slot *sl = &s->pool.slots[j->slot];
-    if (!sl->dkv) {
-      if (!(sl->dkv = df_model_kv_new(s->draft, s->o.ctx, err, sizeof err)) ||
-          !(sl->vlogits = malloc((size_t)(DF_SCHED_K_MAX + 1) * (size_t)s->V * sizeof(float))) ||
-          !(sl->dlogits = malloc((size_t)s->V * sizeof(float)))) {
-        char why[600];
-        snprintf(why, sizeof why, "draft cache: %s", sl->dkv ? "out of memory" : err);
-        draft_off(s, why);
-        return;
-      }
-      df_kv_truncate(sl->dkv, 0);
-    }
+    if (!sl->dkv && slot_draft_init(s, sl) != 0) return;
     if (sl->dkv->len > j->len - 1) df_kv_truncate_or_reset(sl->dkv, j->len - 1);
     /* catch up: the draft's cache gets every committed id, then proposes d1 */
     q[nq] = (df_batch_seq){.kv = sl->dkv, .ids = j->seq + sl->dkv->len,
@@ -524,7 +605,8 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
 /* Greedy verification of a drafted sequence: accept d_i while it is the target's argmax,
  * then the target's own token; roll both caches back; emit. L is the committed length before
  * the step (the target cache held L - 1 ids, the draft's L + k - 1). */
-static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_t L) {
+static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_t L,
+                   const float *cap) {
   df_slot *sl = &s->pool.slots[j->slot];
   int a = 0;
   int32_t x = -1;
@@ -534,7 +616,8 @@ static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_
   }
   if (a == k) x = df_argmax_f32(sl->vlogits + (int64_t)k * s->V, s->V);
   df_kv_truncate(sl->kv, L + a);
-  if (sl->dkv->len > L + a) df_kv_truncate_or_reset(sl->dkv, L + a);
+  if (cap) block_append(s, j, cap, a + 1); /* the rows of the pending id and d_1..d_a */
+  else if (sl->dkv->len > L + a) df_kv_truncate_or_reset(sl->dkv, L + a);
   j->drounds++;
   j->ddrafted += k;
   j->daccepted += a;
@@ -563,6 +646,7 @@ static void step(df_sched *s) {
   int32_t dtok[DF_MODEL_MAX_BATCH][DF_SCHED_K_MAX];
   int32_t vids[DF_MODEL_MAX_BATCH][DF_SCHED_K_MAX + 1];
   int64_t L[DF_MODEL_MAX_BATCH];
+  bool track[DF_MODEL_MAX_BATCH] = {false}; /* block drafter: rows captured for it */
   int nb = 0;
   int64_t budget = s->o.prefill_budget, rows = 0, prompt_rows = 0;
   /* prompt rows share the step's budget in running order (the loop below takes them in the
@@ -579,6 +663,10 @@ static void step(df_sched *s) {
   }
   double t0 = now_s();
   if (s->draft && s->n_run <= s->o.draft_max_seqs) propose(s, who, nb, k, dtok);
+  if (s->block) {
+    for (int b = 0; b < nb; b++) track[b] = block_tracks(s, who[b]);
+    if (s->block && s->n_run <= s->o.draft_max_seqs) propose_block(s, who, nb, track, k, dtok);
+  }
   for (int b = 0; b < nb; b++) {
     df_sched_job *j = who[b];
     df_slot *sl = &s->pool.slots[j->slot];
@@ -607,7 +695,26 @@ static void step(df_sched *s) {
       q->logits = sl->logits;
     }
     q->kv = sl->kv;
+    q->capture = NULL;
     rows += q->n;
+  }
+  if (s->block) { /* the captured rows of the tracked sequences, one buffer for the step */
+    int64_t need = 0;
+    for (int b = 0; b < nb; b++) need += track[b] ? seqs[b].n : 0;
+    if (need > s->cap_rows) {
+      float *c = realloc(s->cap, (size_t)(need * s->bwidth) * sizeof(float));
+      if (c) {
+        s->cap = c;
+        s->cap_rows = need;
+      } else {
+        draft_off(s, "block drafter: out of memory for captured rows");
+      }
+    }
+    for (int b = 0, at = 0; s->block && b < nb; b++)
+      if (track[b]) {
+        seqs[b].capture = s->cap + at * s->bwidth;
+        at += (int)seqs[b].n;
+      }
   }
   char err[512];
   int rc = df_model_forward_batch(s->m, seqs, nb, err, sizeof err);
@@ -621,12 +728,16 @@ static void step(df_sched *s) {
     for (int b = 0; b < nb; b++) {
       df_sched_job *j = who[b];
       int64_t g0 = j->generated;
+      const float *cap = s->block ? seqs[b].capture : NULL;
       if (j->fed < j->n_prompt) {
         j->fed += seqs[b].n;
         if (j->fed == j->n_prompt) df_slot_prompt_done(&s->pool, j->slot);
       }
-      if (seqs[b].mode == DF_LOGITS_ALL) accept(s, j, k[b], dtok[b], L[b]);
-      else if (seqs[b].mode == DF_LOGITS_LAST) {
+      if (seqs[b].mode == DF_LOGITS_ALL) accept(s, j, k[b], dtok[b], L[b], cap);
+      else {
+        if (cap) block_append(s, j, cap, seqs[b].n);
+      }
+      if (seqs[b].mode == DF_LOGITS_LAST) {
         if (j->n_runs) grammar_mask(s, j, seqs[b].logits);
         int32_t id = df_sampler_sample(j->smp, seqs[b].logits);
         if (j->n_runs) grammar_accept(j, id);
@@ -733,6 +844,21 @@ int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sche
   }
   if (!s->o.ctx) s->o.ctx = df_model_max_ctx(m);
   if (!s->o.prefill_budget) s->o.prefill_budget = 256;
+  if (s->o.block) { /* the block drafter replaces a draft model */
+    int nc = 0;
+    const int64_t *layers = df_dspark_capture_layers(s->o.block, &nc);
+    char cerr[512];
+    s->draft = NULL;
+    if (df_model_set_capture(m, layers, nc, cerr, sizeof cerr) != 0) {
+      fprintf(stderr, "deltafin serve: drafting off: block drafter: %s; sequences run on the "
+              "target alone\n", cerr);
+    } else {
+      df_model_set_capture_point(m, df_dspark_capture_point(s->o.block));
+      s->block = s->o.block;
+      s->bwidth = df_dspark_row_width(s->block);
+      s->bctx = df_dspark_max_ctx(s->block) < s->o.ctx ? df_dspark_max_ctx(s->block) : s->o.ctx;
+    }
+  }
   if (s->o.max_seqs < 1 || s->o.max_seqs > DF_MODEL_MAX_BATCH) {
     snprintf(err, errlen, "parallel sequences must be in [1, %d], got %d", DF_MODEL_MAX_BATCH,
              s->o.max_seqs);
@@ -749,6 +875,8 @@ int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sche
   df_slot_pool_init(&s->pool, m, s->o.ctx, s->o.max_seqs,
                     s->o.cache_bytes ? s->o.cache_bytes : DF_SCHED_CACHE_DEFAULT,
                     !s->o.no_prefix_cache);
+  s->pool.draft_init = pool_draft_init;
+  s->pool.draft_ctx = s;
   s->st.max_queue = s->o.max_queue;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
@@ -784,6 +912,8 @@ void df_sched_destroy(df_sched **sp) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   df_slot_pool_free(&s->pool);
+  if (s->o.block) df_model_set_capture(s->m, NULL, 0, NULL, 0); /* the target stops capturing */
+  free(s->cap);
   free(s);
   *sp = NULL;
 }
@@ -897,7 +1027,7 @@ df_sched_stats df_sched_get_stats(df_sched *s) {
   df_sched_stats st = s->st;
   st.queued = s->n_queued;
   st.running = s->n_running;
-  st.drafting = s->draft != NULL;
+  st.drafting = s->draft != NULL || s->block != NULL;
   pthread_mutex_unlock(&s->mu);
   return st;
 }

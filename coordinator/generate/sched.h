@@ -27,6 +27,15 @@
  * follow the request's seed exactly as `deltafin run --no-draft` consumes it. A sequence
  * whose drafts are mostly rejected (acceptance < 1/4 after 8 rounds) stops drafting.
  *
+ * With a block drafter (engine/draft/dspark.h) instead of a draft model: the target's forwards
+ * capture the drafter's hidden-state rows of greedy sequences (df_model_set_capture), each
+ * slot's drafter context takes the rows of the positions the target committed (prompt chunks,
+ * decoded tokens, the accepted prefix of a verify), and one drafter forward per sequence
+ * proposes up to min(draft_k, block) tokens after the pending one; verification is the same.
+ * A context can only grow from captured rows: a sequence whose slot's context does not hold
+ * every position its target cache holds (a prefix reused from a sampled request) runs on the
+ * target alone.
+ *
  * Threads: df_sched_submit, the df_sched_job_* functions and df_sched_get_stats may be called
  * from any thread; a job handle belongs to one caller thread.
  */
@@ -53,6 +62,10 @@ typedef struct df_sched_opts {
   int64_t prefill_budget; /* prompt tokens fed per step over all sequences; 0 = 256 */
   df_model *draft;        /* draft model for speculative decoding (borrowed), or NULL; one
                              whose vocabulary or context does not fit is ignored (logged) */
+  struct df_dspark *block;/* block drafter reading the target's hidden states (borrowed,
+                             engine/draft/dspark.h; loaded against this target), or NULL;
+                             used instead of draft when both are set. The scheduler sets the
+                             target's capture layers and point for it. */
   int draft_k;            /* draft tokens per round, 1..DF_SCHED_K_MAX; 0 = 4 */
   int draft_max_seqs;     /* draft only while at most this many sequences run; 0 = 1 */
   /* Prefix cache (coordinator/generate/sched_slots.h): bytes of finished sequences' caches

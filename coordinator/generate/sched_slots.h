@@ -40,7 +40,8 @@
 typedef struct df_slot {
   df_kv_cache *kv;  /* the target's cache (ctx tokens), allocated on first use */
   float *logits;    /* [V] fp32 */
-  df_kv_cache *dkv; /* the draft's cache (ctx tokens), allocated when the slot first drafts */
+  df_kv_cache *dkv; /* the draft's cache (ctx tokens), allocated when the slot first drafts;
+                       with a block drafter, its context cache of target rows */
   float *vlogits;   /* [DF_SCHED_K_MAX + 1, V] verify logits */
   float *dlogits;   /* [V] draft logits */
   bool busy;        /* a running sequence owns it */
@@ -59,6 +60,12 @@ typedef struct df_slot_pool {
   bool recurrent;    /* the target's cache has a recurrent state: snapshot prompts */
   bool host;         /* caches in host memory (the engine's own kernels): prefixes can be
                         copied between slots */
+  /* Makes slot sl's drafting state (dkv and its logits buffers, empty) when a prefix is
+   * copied into sl from a slot that has one, so the draft's prefix is copied too (a block
+   * drafter's context cannot be rebuilt from ids). Returns 0, or -1 (the copy then skips the
+   * draft's prefix). NULL: no drafting. Set by the scheduler. */
+  int (*draft_init)(void *ctx, df_slot *sl);
+  void *draft_ctx;
   df_slot slots[DF_SLOTS_MAX];
   int64_t reused_tokens; /* prompt tokens taken from caches, total */
   int64_t evictions;     /* idle slots freed for the budget */
