@@ -3,7 +3,8 @@
 #
 # Installed (PREFIX: /usr in the .deb, CMAKE_INSTALL_PREFIX otherwise):
 #   PREFIX/bin/deltafin, PREFIX/bin/df-node
-#   PREFIX/share/deltafin/models/demo-moe, demo-draft   the demo pair; `deltafin run` without
+#   PREFIX/share/deltafin/models/demo-moe, demo-draft, demo-dspark   the demo target and its
+#       two drafters; `deltafin run` without
 #       --model finds it there, next to its own folder (coordinator/cli/cli.c
 #       df_cli_default_model), so an installed binary never reads the source tree
 #   PREFIX/share/man/man1/deltafin.1.gz, df-node.1.gz   (packaging/man/, gzip -9n)
@@ -32,6 +33,7 @@ set(DF_PKG_OUT ${PROJECT_BINARY_DIR}/packaging)
 
 install(TARGETS deltafin df-node RUNTIME DESTINATION bin)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/models/demo-moe ${PROJECT_SOURCE_DIR}/models/demo-draft
+  ${PROJECT_SOURCE_DIR}/models/demo-dspark
   DESTINATION share/deltafin/models
   FILE_PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ
   DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE

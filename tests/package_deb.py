@@ -153,7 +153,7 @@ def package(build, source, work, version, arch, pkgdir, deb):
                   "/lib/systemd/system/df-node.service",
                   "/lib/systemd/system/deltafin-serve.service",
                   "/etc/deltafin/df-node.conf", "/etc/deltafin/serve.conf"]
-    for m in ("demo-moe", "demo-draft"):
+    for m in ("demo-moe", "demo-draft", "demo-dspark"):
         for f in sorted(os.listdir(os.path.join(source, "models", m))):
             want_files.append("/usr/share/deltafin/models/%s/%s" % (m, f))
     missing = [f for f in want_files if f not in files]

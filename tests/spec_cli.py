@@ -20,7 +20,10 @@ SCENARIO:
              (hidden size 128 against tiny-moe-sparse's) gives exit 0, the --no-draft ids and
              one "drafting off" line; `deltafin serve --draft models/demo-dspark` answers two
              greedy completions at once with the --no-draft run's text, drafted tokens
-             accepted (usage.speculative)
+             accepted (usage.speculative); without --model and --draft, run drafts a raw
+             completion with the bundled draft model and a --chat turn with the bundled block
+             drafter (--stats says which and why; the --chat text equals --no-draft's); two
+             block drafters are a usage error
   demo_cluster
              models/demo-moe + models/demo-draft (MODELS_DIR) on three loopback nodes: 20
              prompts x 128 tokens in one coordinator process (tests/test_spec_cluster.c),
@@ -155,6 +158,23 @@ def scen_block():
                   % (i, spec))
     finally:
         srv.stop()
+    # the automatic choice with the bundled drafters (no --model, no --draft)
+    auto = ["--max-new", "24", "--temperature", "0", "--ignore-eos", "--stats"]
+    rc, ids, err = run("--prompt", "The history of the county begins with", *auto)
+    chosen = [ln for ln in err.splitlines() if ln.startswith("drafter:")]
+    check(rc == 0 and len(chosen) == 1 and "demo-draft (draft model for a raw completion)"
+          in chosen[0], "bundled drafters, raw completion: the draft model (%s)" % chosen)
+    chat = ["--chat", "--prompt", "Tell me about the county", *auto]
+    rc, base, err0 = run(*chat, "--no-draft")
+    rc, ids, err = run(*chat)
+    chosen = [ln for ln in err.splitlines() if ln.startswith("drafter:")]
+    check(rc == 0 and ids == base and len(chosen) == 1
+          and "demo-dspark (block drafter for a chat turn)" in chosen[0]
+          and not [ln for ln in err0.splitlines() if ln.startswith("drafter:")],
+          "bundled drafters, --chat: the block drafter, the --no-draft text (%s)" % chosen)
+    rc, _, err = run("--prompt", "x", "--draft", dspark, "--draft", dspark)
+    check(rc == 2 and "both block drafters" in err, "two block drafters: usage error (%s)"
+          % err.strip()[-160:])
     args = ["--model", TARGET, "--prompt-ids", PROMPT, "--max-new", "40", "--temperature", "0",
             "--ignore-eos"]
     rc, base, err = run(*args, "--no-draft")

@@ -307,15 +307,16 @@ static void test_greedy_kimi_linear(void **state) {
 #define S_TXT 4096
 
 /* Two rounds of S_JOBS requests (np[j] ids of prompts[j]; job 4 sampled at temperature 0.8
- * with seed 7, the rest greedy) through one scheduler of 3 slots with a prefill budget of 7
- * ids, drafted by b (NULL: none): the text of each into out[round][job]. The second round
- * reuses the first's prefixes (cached slots), whose drafter contexts must still match. */
+ * with seed 7, the rest greedy; odd jobs are chat requests) through one scheduler of 3 slots
+ * with a prefill budget of 7 ids, drafted by the block drafter b and the draft model dm
+ * (NULL: none): the text of each into out[round][job]. The second round reuses the first's
+ * prefixes (cached slots), whose drafter contexts must still match. */
 static df_sched_stats sched_texts(df_model *t, const df_tok *tok, df_dspark *b,
-                                  int32_t (*prompts)[16], const int64_t *np,
+                                  df_model *dm, int32_t (*prompts)[16], const int64_t *np,
                                   char (*out)[S_JOBS][S_TXT]) {
   char err[1024];
   df_sched_opts o = {.max_seqs = 3, .max_queue = S_JOBS, .ctx = 128, .prefill_budget = 7,
-                     .block = b, .draft_k = 6, .draft_max_seqs = 3};
+                     .block = b, .draft = dm, .draft_k = 6, .draft_max_seqs = 3};
   df_sched *s = NULL;
   if (df_sched_new(t, tok, &o, &s, err, sizeof err) != 0) fail_msg("sched: %s", err);
   for (int round = 0; round < 2; round++) {
@@ -323,7 +324,7 @@ static df_sched_stats sched_texts(df_model *t, const df_tok *tok, df_dspark *b,
     for (int j = 0; j < S_JOBS; j++) {
       df_sched_req r = {.prompt = prompts[j], .n_prompt = np[j], .max_tokens = S_NEW,
                         .sp = {.temperature = j == 4 ? 0.8 : 0, .top_p = 1, .seed = 7},
-                        .ignore_eos = true};
+                        .ignore_eos = true, .chat = j % 2 == 1};
       int status;
       if (df_sched_submit(s, &r, &jobs[j], &status, err, sizeof err) != 0)
         fail_msg("submit: %d %s", status, err);
@@ -357,14 +358,16 @@ static df_sched_stats sched_texts(df_model *t, const df_tok *tok, df_dspark *b,
 
 /* The scheduler's text with the drafter in drafter_dir equals its text without one, request
  * by request and in both rounds; greedy requests were drafted (min_accepted of the drafted
- * tokens accepted at least). */
-static void sched_case(const char *target_dir, const char *drafter_dir, df_tok *tok,
-                       int32_t (*prompts)[16], const int64_t *np, int64_t min_accepted) {
+ * tokens accepted at least). With a draft model in draft_dir too (NULL: none), the same
+ * text again, chat requests drafted by the block drafter and the others by the model. */
+static void sched_case(const char *target_dir, const char *drafter_dir, const char *draft_dir,
+                       df_tok *tok, int32_t (*prompts)[16], const int64_t *np,
+                       int64_t min_accepted) {
   df_model *t = load_target(target_dir);
   df_dspark *b = load_drafter(drafter_dir, t);
   static char want[2][S_JOBS][S_TXT], got[2][S_JOBS][S_TXT];
-  df_sched_stats st0 = sched_texts(t, tok, NULL, prompts, np, want);
-  df_sched_stats st = sched_texts(t, tok, b, prompts, np, got);
+  df_sched_stats st0 = sched_texts(t, tok, NULL, NULL, prompts, np, want);
+  df_sched_stats st = sched_texts(t, tok, b, NULL, prompts, np, got);
   for (int round = 0; round < 2; round++)
     for (int j = 0; j < S_JOBS; j++)
       if (strcmp(want[round][j], got[round][j]) != 0)
@@ -379,6 +382,26 @@ static void sched_case(const char *target_dir, const char *drafter_dir, df_tok *
   assert_true(st.drafting);
   assert_true(st.drafted > 0);
   assert_true(st.accepted >= min_accepted);
+  assert_int_equal(st.block_drafted, st.drafted); /* the only drafter: chat or not */
+  if (draft_dir) { /* both: chat requests (odd jobs) with the block drafter, the rest with the
+                      draft model; the same text */
+    df_model *dm = NULL;
+    char err[1024];
+    df_model_opts dmo = {.max_ctx = 256, .max_rows = DF_SCHED_K_MAX + 1, .threads = 1};
+    if (df_model_load(draft_dir, &dmo, &dm, err, sizeof err) != 0) fail_msg("%s", err);
+    st = sched_texts(t, tok, b, dm, prompts, np, got);
+    for (int round = 0; round < 2; round++)
+      for (int j = 0; j < S_JOBS; j++)
+        if (strcmp(want[round][j], got[round][j]) != 0)
+          fail_msg("%s round %d job %d: with both drafters \"%s\", without \"%s\"",
+                   target_dir, round, j, got[round][j], want[round][j]);
+    print_message("# both drafters: %lld drafted (%lld by the block drafter), %lld accepted "
+                  "(%lld)\n", (long long)st.drafted, (long long)st.block_drafted,
+                  (long long)st.accepted, (long long)st.block_accepted);
+    assert_true(st.block_drafted > 0);
+    assert_true(st.drafted > st.block_drafted);
+    df_model_destroy(&dm);
+  }
   df_dspark_destroy(&b);
   df_model_destroy(&t);
 }
@@ -409,8 +432,8 @@ static void test_scheduler_shipped(void **state) {
   /* 180 of 264 drafted tokens are accepted over both rounds; when the second round's
    * sequences could not draft (a prefix copied into a slot without the drafter's context),
    * 71 were: at least 150 means they drafted from the first round's contexts */
-  sched_case(DF_SOURCE_DIR "/models/demo-moe", DF_SOURCE_DIR "/models/demo-dspark", tok, prompts,
-             np, 150);
+  sched_case(DF_SOURCE_DIR "/models/demo-moe", DF_SOURCE_DIR "/models/demo-dspark",
+             DF_SOURCE_DIR "/models/demo-draft", tok, prompts, np, 150);
   df_tok_destroy(&tok);
 }
 
@@ -425,7 +448,7 @@ static void test_scheduler_kimi_linear(void **state) {
     np[j] = 3 + 2 * j;
     for (int64_t i = 0; i < np[j]; i++) prompts[j][i] = (int32_t)((j * 101 + i * 37 + 5) % 512);
   }
-  sched_case(DF_FIXTURES "/tiny-kl-mixed", DF_BINARY_DIR "/dspark/kl", tok, prompts, np, 0);
+  sched_case(DF_FIXTURES "/tiny-kl-mixed", DF_BINARY_DIR "/dspark/kl", NULL, tok, prompts, np, 0);
   df_tok_destroy(&tok);
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "coordinator/hub/pull_manifest.h"
+#include "engine/draft/dspark.h"
 #include "engine/model.h"
 
 int df_cli_int(const char *name, const char *v, int64_t lo, int64_t hi, int64_t *out) {
@@ -173,4 +174,35 @@ const char *df_cli_default_model(void) {
 const char *df_cli_default_draft(void) {
   static char buf[4200];
   return demo_dir("demo-draft", DF_DEFAULT_DRAFT, buf, sizeof buf);
+}
+
+const char *df_cli_default_block(void) {
+  static char buf[4200];
+  return demo_dir("demo-dspark", DF_DEFAULT_BLOCK, buf, sizeof buf);
+}
+
+int df_cli_drafters_sort(const char *cmd, const char *const *dirs, int n, bool use_bundled,
+                         df_cli_drafters *out) {
+  *out = (df_cli_drafters){0};
+  char cfg[4300];
+  if (n == 0 && use_bundled) {
+    const char *d[2] = {df_cli_default_draft(), df_cli_default_block()};
+    for (int i = 0; i < 2; i++) {
+      snprintf(cfg, sizeof cfg, "%s/config.json", d[i]);
+      if (access(cfg, R_OK) == 0) *(i ? &out->block : &out->text) = d[i];
+    }
+    return 0;
+  }
+  for (int i = 0; i < n; i++) {
+    bool block = df_dspark_is_folder(dirs[i]);
+    const char **slot = block ? &out->block : &out->text;
+    if (*slot) {
+      fprintf(stderr, "deltafin %s: --draft %s and --draft %s are both %s; give at most one "
+              "draft model and one block drafter\n", cmd, *slot, dirs[i],
+              block ? "block drafters" : "draft models");
+      return -1;
+    }
+    *slot = dirs[i];
+  }
+  return 0;
 }

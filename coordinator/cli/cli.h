@@ -112,5 +112,23 @@ double df_cli_now(void);
  * until the next call of the same function; no errors. */
 const char *df_cli_default_model(void);
 const char *df_cli_default_draft(void);
+/* The bundled block drafter for the demo model (demo-dspark), found as above
+ * (DF_DEFAULT_BLOCK). */
+const char *df_cli_default_block(void);
+
+/* The drafters a run or serve was given: at most one draft model (`text`, a folder of a
+ * language model) and one block drafter (`block`, a DSpark folder: engine/draft/dspark.h
+ * df_dspark_is_folder), each NULL when absent. */
+typedef struct df_cli_drafters {
+  const char *text;
+  const char *block;
+} df_cli_drafters;
+
+/* Sort the --draft folders dirs[0..n) (n 0..2) into *out; with n = 0 and use_bundled, the
+ * bundled demo draft and block drafter that exist. A folder that is neither kind's is taken as
+ * a draft model (its load then says what is wrong). Two of one kind: prints "deltafin CMD:
+ * ..." naming both and returns -1 (usage error); else 0. */
+int df_cli_drafters_sort(const char *cmd, const char *const *dirs, int n, bool use_bundled,
+                         df_cli_drafters *out);
 
 #endif

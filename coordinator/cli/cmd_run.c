@@ -54,7 +54,9 @@ static void run_usage(FILE *f) {
           "  --threads N          compute threads (default: every online CPU)\n"
           "  --draft DIR          draft for speculative decoding: a model of the same vocabulary,\n"
           "                       or a DSpark block drafter folder (it reads the target's\n"
-          "                       hidden states)\n"
+          "                       hidden states); give both kinds to let the prompt choose:\n"
+          "                       the block drafter for --chat, the draft model otherwise\n"
+          "                       (default without --model: the bundled demo drafters)\n"
           "  --no-draft           run the target alone\n"
           "  --draft-k K          first draft length, 1..8 (default 4; adapts unless --fixed-k)\n"
           "  --fixed-k            keep the draft length fixed\n"
@@ -198,6 +200,8 @@ int df_cmd_run(int argc, char **argv) {
       {"threads", required_argument, 0, O_THREADS},
       {0, 0, 0, 0}};
   const char *model_dir = NULL, *ids_arg = NULL, *logits_path = NULL, *draft_dir = NULL;
+  const char *draft_dirs[2];
+  int n_draft_dirs = 0;
   const char *text = NULL, *system = NULL, *device = NULL;
   bool chat = false, no_think = false;
   int64_t max_new = 32, top_k = -1, seed = -1, ctx = 0, chunk = 0, draft_k = 4, threads = 0;
@@ -223,7 +227,13 @@ int df_cmd_run(int argc, char **argv) {
     case O_STATS: stats = true; break;
     case O_NOEOS: ignore_eos = true; break;
     case O_LOGITS: logits_path = optarg; break;
-    case O_DRAFT: draft_dir = optarg; break;
+    case O_DRAFT:
+      if (n_draft_dirs == 2) {
+        fprintf(stderr, "deltafin run: --draft at most twice (a draft model and a block drafter)\n");
+        return 2;
+      }
+      draft_dirs[n_draft_dirs++] = optarg;
+      break;
     case O_NODRAFT: no_draft = true; break;
     case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SPEC_K_MAX, &draft_k)) return 2; break;
     case O_FIXEDK: fixed_k = true; break;
@@ -263,11 +273,26 @@ int df_cmd_run(int argc, char **argv) {
     fprintf(stderr, "deltafin run: --system and --no-think apply to --chat prompts only\n");
     return 2;
   }
+  /* the drafter: a chat turn drafts with the block drafter when there is one (it reads the
+   * target's own hidden states), a raw completion with the draft model when there is one;
+   * without --model and --draft, the bundled demo drafters */
+  df_cli_drafters drafters;
+  if (df_cli_drafters_sort("run", draft_dirs, n_draft_dirs, !model_dir && !no_draft,
+                           &drafters) != 0)
+    return 2;
+  const char *draft_why = NULL;
+  if (!no_draft) {
+    bool block = drafters.block && (chat || !drafters.text);
+    draft_dir = block ? drafters.block : drafters.text;
+    draft_why = !draft_dir ? NULL
+                : block && drafters.text ? "block drafter for a chat turn"
+                : block ? "block drafter, the only drafter given"
+                : drafters.block ? "draft model for a raw completion"
+                : "draft model, the only drafter given";
+  }
   if (!model_dir) {
     model_dir = df_cli_default_model();
     char cfg[4300];
-    snprintf(cfg, sizeof cfg, "%s/config.json", df_cli_default_draft());
-    if (!draft_dir && !no_draft && access(cfg, R_OK) == 0) draft_dir = df_cli_default_draft();
     snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
     if (access(cfg, R_OK) != 0) {
       fprintf(stderr, "deltafin run: no --model given and the bundled demo model %s is missing; "
@@ -560,6 +585,9 @@ int df_cmd_run(int argc, char **argv) {
               "repeats %s)\n", sp.temperature, (long long)sp.top_k, sp.top_p, (long long)seed,
               (long long)seed, drafting_at_start && !fixed_k ? "the draws; the text too when "
               "adaptive drafting picks the same draft lengths" : "this run");
+    if (draft_dir && draft_why)
+      fprintf(stderr, "drafter: %s (%s)%s\n", draft_dir, draft_why,
+              dm || bd ? "" : "; it could not be used");
     if (st.rounds) {
       fprintf(stderr,
               "draft: %lld rounds, acceptance %.3f, mean accepted length %.2f (+1 target token "

@@ -69,8 +69,9 @@ static void serve_usage(FILE *f) {
           "                       text as written\n"
           "  --threads N          compute threads (default: every online CPU)\n"
           "  --draft DIR          draft for speculative decoding of greedy requests: a model of\n"
-          "                       the same vocabulary, or a DSpark block drafter folder\n"
-          "                       (default without --model: the bundled demo draft)\n"
+          "                       the same vocabulary, or a DSpark block drafter folder; with\n"
+          "                       both kinds, chat requests draft with the block drafter\n"
+          "                       (default without --model: the bundled demo drafters)\n"
           "  --no-draft           run the target alone\n"
           "  --draft-k K          draft tokens per round, 1..%d (default 4)\n"
           "  --draft-max-seqs N   draft only while at most N sequences run (default 1)\n"
@@ -128,7 +129,9 @@ int df_cmd_serve(int argc, char **argv) {
       {"no-prefix-cache", no_argument, 0, O_NOPCACHE},
       {"reasoning-format", required_argument, 0, O_REASONING},
       {0, 0, 0, 0}};
-  const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL, *draft_dir = NULL;
+  const char *model_dir = NULL, *name = NULL, *host = "127.0.0.1", *key = NULL;
+  const char *draft_dirs[2];
+  int n_draft_dirs = 0;
   const char *key_file = NULL;
   char *key_owned = NULL; /* the key read from --api-key-file */
   const char *device = NULL;
@@ -181,7 +184,14 @@ int df_cmd_serve(int argc, char **argv) {
       }
       reasoning_raw = !strcmp(optarg, "none");
       break;
-    case O_DRAFT: draft_dir = optarg; break;
+    case O_DRAFT:
+      if (n_draft_dirs == 2) {
+        fprintf(stderr, "deltafin serve: --draft at most twice (a draft model and a block "
+                "drafter)\n");
+        return 2;
+      }
+      draft_dirs[n_draft_dirs++] = optarg;
+      break;
     case O_NODRAFT: no_draft = true; break;
     case O_DRAFTK: if (df_cli_int("draft-k", optarg, 1, DF_SCHED_K_MAX, &draft_k)) return 2; break;
     case O_CLUSTER: cluster = true; break;
@@ -242,11 +252,15 @@ int df_cmd_serve(int argc, char **argv) {
             "to serve without one\n");
     return 2;
   }
+  /* both drafters stay loaded: chat requests draft with the block drafter, raw completions
+   * with the draft model (coordinator/generate/sched.h) */
+  df_cli_drafters drafters;
+  if (df_cli_drafters_sort("serve", draft_dirs, n_draft_dirs, !model_dir && !no_draft,
+                           &drafters) != 0)
+    return 2;
   if (!model_dir) {
     model_dir = df_cli_default_model();
     char cfg[4300];
-    snprintf(cfg, sizeof cfg, "%s/config.json", df_cli_default_draft());
-    if (!draft_dir && !no_draft && access(cfg, R_OK) == 0) draft_dir = df_cli_default_draft();
     snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
     if (access(cfg, R_OK) != 0) {
       fprintf(stderr, "deltafin serve: no --model given and the bundled demo model %s is "
@@ -305,16 +319,19 @@ int df_cmd_serve(int argc, char **argv) {
   }
   if (df_model_device_note(m)[0])
     fprintf(stderr, "deltafin serve: device: %s\n", df_model_device_note(m));
-  if (draft_dir && !no_draft) {
+  if (drafters.text && !no_draft) {
     /* a draft that cannot be used is not fatal: the target runs alone (as deltafin run) */
     df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
                          .threads = (int)threads};
-    int rc_draft = df_dspark_is_folder(draft_dir)
-                       ? df_dspark_load(draft_dir, m, df_model_max_ctx(m), &bd, err, sizeof err)
-                       : df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err);
-    if (rc_draft != 0)
-      fprintf(stderr, "deltafin serve: drafting off: %s; the target runs alone\n", err);
+    if (df_spec_draft_load(m, model_dir, drafters.text, &dmo, &dm, err, sizeof err) != 0)
+      fprintf(stderr, "deltafin serve: drafting off: %s; %s\n", err,
+              drafters.block ? "the block drafter drafts for every request"
+                             : "the target runs alone");
   }
+  if (drafters.block && !no_draft &&
+      df_dspark_load(drafters.block, m, df_model_max_ctx(m), &bd, err, sizeof err) != 0)
+    fprintf(stderr, "deltafin serve: drafting off: %s; %s\n", err,
+            dm ? "the draft model drafts for every request" : "the target runs alone");
   if (cluster && df_cluster_attach(m, &copts, err, sizeof err) != 0) {
     fprintf(stderr, "deltafin serve: cluster: %s\n", err);
     goto done;

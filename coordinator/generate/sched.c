@@ -63,6 +63,7 @@ struct df_sched_job {
   int32_t *seq;       /* [n_prompt + max_tokens] committed ids: prompt, then generated */
   int64_t len;
   bool no_draft;      /* drafting did not pay for this sequence */
+  bool chat;          /* df_sched_req.chat */
   bool failed;        /* a forward failed: the slot's cache is not kept for prefixes */
   int64_t drounds, ddrafted, daccepted;
   df_sampler *smp;
@@ -462,39 +463,58 @@ static void admit(df_sched *s) {
   }
 }
 
-/* Drafting off for good (the draft failed): one log line. */
-static void draft_off(df_sched *s, const char *why) {
-  fprintf(stderr, "deltafin serve: drafting off: %s; sequences run on the target alone\n", why);
+/* Drafting with one kind (DF_SLOT_DRAFT_MODEL / _BLOCK) off for good (it failed): one log
+ * line. */
+static void draft_off(df_sched *s, int kind, const char *why) {
   pthread_mutex_lock(&s->mu);
-  s->draft = NULL;
-  s->block = NULL;
+  if (kind == DF_SLOT_DRAFT_BLOCK) s->block = NULL;
+  else s->draft = NULL;
+  bool other = s->draft || s->block;
   pthread_mutex_unlock(&s->mu);
+  fprintf(stderr, "deltafin serve: drafting with the %s off: %s; %s\n",
+          kind == DF_SLOT_DRAFT_BLOCK ? "block drafter" : "draft model", why,
+          other ? "the other drafter drafts for every request" : "sequences run on the target alone");
 }
 
-/* Slot sl's drafting state, empty: the draft model's cache (with its logits row) or the
- * block drafter's context, and the verify logits. Failure ends drafting for good (-1). */
-static int slot_draft_init(df_sched *s, df_slot *sl) {
+/* Which drafter job j drafts with now: none (sampled, constrained, or drafting did not pay),
+ * the block drafter (chat requests, or every request without a draft model), or the draft
+ * model. */
+static int job_drafter(const df_sched *s, const df_sched_job *j) {
+  if (j->sp.temperature != 0 || j->no_draft) return 0;
+  if (s->block && (j->chat || !s->draft)) return DF_SLOT_DRAFT_BLOCK;
+  return s->draft ? DF_SLOT_DRAFT_MODEL : 0;
+}
+
+/* Slot sl's drafting state of the given kind, empty (one of another kind is dropped): the
+ * draft model's cache with its logits row, or the block drafter's context; and the verify
+ * logits. Failure ends drafting with that kind for good (-1). */
+static int slot_draft_init(df_sched *s, df_slot *sl, int kind) {
   char err[512] = "out of memory";
-  bool ok = s->block ? (sl->dkv = df_dspark_kv_new(s->block, s->bctx, err, sizeof err)) != NULL
-                     : s->draft && (sl->dkv = df_model_kv_new(s->draft, s->o.ctx, err, sizeof err)) &&
-                           (sl->dlogits || (sl->dlogits = malloc((size_t)s->V * sizeof(float))));
+  df_kv_destroy(&sl->dkv);
+  sl->dkind = 0;
+  bool ok = kind == DF_SLOT_DRAFT_BLOCK
+                ? s->block && (sl->dkv = df_dspark_kv_new(s->block, s->bctx, err, sizeof err))
+                : s->draft && (sl->dkv = df_model_kv_new(s->draft, s->o.ctx, err, sizeof err)) &&
+                      (sl->dlogits || (sl->dlogits = malloc((size_t)s->V * sizeof(float))));
   if (ok && !sl->vlogits)
     ok = (sl->vlogits = malloc((size_t)(DF_SCHED_K_MAX + 1) * (size_t)s->V * sizeof(float)));
   if (!ok) {
     char why[600];
-    snprintf(why, sizeof why, "%s: %s", s->block ? "block drafter context" : "draft cache", err);
+    snprintf(why, sizeof why, "%s: %s", kind == DF_SLOT_DRAFT_BLOCK ? "context" : "cache", err);
     df_kv_destroy(&sl->dkv);
-    draft_off(s, why);
+    draft_off(s, kind, why);
     return -1;
   }
   df_kv_truncate(sl->dkv, 0);
+  sl->dkind = kind;
   return 0;
 }
 
 /* df_slot_pool.draft_init: the scheduler thread, while it takes a slot for a new job. */
-static int pool_draft_init(void *ctx, df_slot *sl) {
+static int pool_draft_init(void *ctx, df_slot *sl, int kind) {
   df_sched *s = ctx;
-  return s->draft || s->block ? slot_draft_init(s, sl) : -1;
+  bool have = kind == DF_SLOT_DRAFT_BLOCK ? s->block != NULL : kind == DF_SLOT_DRAFT_MODEL && s->draft;
+  return have ? slot_draft_init(s, sl, kind) : -1;
 }
 
 /* Block drafter: whether job j's slot keeps its drafter context in step with its target
@@ -502,9 +522,11 @@ static int pool_draft_init(void *ctx, df_slot *sl) {
  * context yet gets one; one whose context lags its target cache (a prefix of another
  * request that was not captured) stops drafting. */
 static bool block_tracks(df_sched *s, df_sched_job *j) {
-  if (!s->block || j->sp.temperature != 0 || j->no_draft) return false;
+  if (job_drafter(s, j) != DF_SLOT_DRAFT_BLOCK) return false;
   df_slot *sl = &s->pool.slots[j->slot];
-  if (!sl->dkv && slot_draft_init(s, sl) != 0) return false;
+  if ((!sl->dkv || sl->dkind != DF_SLOT_DRAFT_BLOCK) &&
+      slot_draft_init(s, sl, DF_SLOT_DRAFT_BLOCK) != 0)
+    return false;
   if (sl->dkv->len != sl->kv->len) j->no_draft = true;
   return !j->no_draft;
 }
@@ -520,9 +542,7 @@ static void block_append(df_sched *s, df_sched_job *j, const float *rows, int64_
     return;
   }
   if (df_dspark_append(s->block, sl->dkv, rows, n, err, sizeof err) != 0) {
-    char why[600];
-    snprintf(why, sizeof why, "block drafter: %s", err);
-    draft_off(s, why);
+    draft_off(s, DF_SLOT_DRAFT_BLOCK, err);
   }
 }
 
@@ -535,8 +555,9 @@ static void propose_block(df_sched *s, df_sched_job **who, int n, const bool *tr
   int r = df_dspark_block(s->block);
   for (int b = 0; b < n && s->block; b++) {
     df_sched_job *j = who[b];
+    if (!track[b]) continue; /* k[b] is another drafter's (or 0) */
     k[b] = 0;
-    if (!track[b] || j->fed < j->n_prompt) continue;
+    if (j->fed < j->n_prompt) continue;
     df_slot *sl = &s->pool.slots[j->slot];
     int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
     int64_t kb = s->o.draft_k < r ? s->o.draft_k : r;
@@ -545,10 +566,9 @@ static void propose_block(df_sched *s, df_sched_job **who, int n, const bool *tr
     if (kb <= 0 || sl->dkv->len == 0) continue;
     if (df_dspark_propose(s->block, sl->dkv, j->last, (int)kb, NULL, NULL, dtok[b], NULL, err,
                           sizeof err) != 0) {
-      char why[600];
-      snprintf(why, sizeof why, "block drafter: %s", err);
-      draft_off(s, why);
-      for (int i = 0; i < n; i++) k[i] = 0;
+      draft_off(s, DF_SLOT_DRAFT_BLOCK, err);
+      for (int i = 0; i < n; i++)
+        if (track[i]) k[i] = 0;
       return;
     }
     k[b] = (int)kb;
@@ -565,12 +585,14 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
   for (int b = 0; b < n; b++) {
     df_sched_job *j = who[b];
     k[b] = 0;
-    if (j->fed < j->n_prompt || j->sp.temperature != 0 || j->no_draft) continue;
+    if (j->fed < j->n_prompt || job_drafter(s, j) != DF_SLOT_DRAFT_MODEL) continue;
     int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
     int kb = left < s->o.draft_k ? (int)left : s->o.draft_k;
     if (kb <= 0) continue;
     df_slot *sl = &s->pool.slots[j->slot];
-    if (!sl->dkv && slot_draft_init(s, sl) != 0) return;
+    if ((!sl->dkv || sl->dkind != DF_SLOT_DRAFT_MODEL) &&
+        slot_draft_init(s, sl, DF_SLOT_DRAFT_MODEL) != 0)
+      return;
     if (sl->dkv->len > j->len - 1) df_kv_truncate_or_reset(sl->dkv, j->len - 1);
     /* catch up: the draft's cache gets every committed id, then proposes d1 */
     q[nq] = (df_batch_seq){.kv = sl->dkv, .ids = j->seq + sl->dkv->len,
@@ -593,8 +615,8 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
     }
     if (df_model_forward_batch(s->draft, q, nq, err, sizeof err) != 0) {
       char why[600];
-      snprintf(why, sizeof why, "draft forward: %s", err);
-      draft_off(s, why);
+      snprintf(why, sizeof why, "forward: %s", err);
+      draft_off(s, DF_SLOT_DRAFT_MODEL, why);
       for (int b = 0; b < n; b++) k[b] = 0;
       return;
     }
@@ -626,6 +648,10 @@ static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_
   s->st.draft_rounds++;
   s->st.drafted += k;
   s->st.accepted += a;
+  if (cap) {
+    s->st.block_drafted += k;
+    s->st.block_accepted += a;
+  }
   pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < a; i++)
     if (on_token(s, j, d[i], sl->vlogits + (int64_t)i * s->V)) return;
@@ -707,7 +733,7 @@ static void step(df_sched *s) {
         s->cap = c;
         s->cap_rows = need;
       } else {
-        draft_off(s, "block drafter: out of memory for captured rows");
+        draft_off(s, DF_SLOT_DRAFT_BLOCK, "out of memory for captured rows");
       }
     }
     for (int b = 0, at = 0; s->block && b < nb; b++)
@@ -848,7 +874,6 @@ int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sche
     int nc = 0;
     const int64_t *layers = df_dspark_capture_layers(s->o.block, &nc);
     char cerr[512];
-    s->draft = NULL;
     if (df_model_set_capture(m, layers, nc, cerr, sizeof cerr) != 0) {
       fprintf(stderr, "deltafin serve: drafting off: block drafter: %s; sequences run on the "
               "target alone\n", cerr);
@@ -959,6 +984,7 @@ int df_sched_submit(df_sched *s, const df_sched_req *r, df_sched_job **out, int 
   j->max_tokens = r->max_tokens;
   j->sp = r->sp;
   j->ignore_eos = r->ignore_eos;
+  j->chat = r->chat;
   j->logprobs = r->logprobs;
   j->n_keep_special = r->n_keep_special < 0 ? 0
                       : r->n_keep_special > DF_TOK_STREAM_KEEP_MAX ? DF_TOK_STREAM_KEEP_MAX

@@ -27,7 +27,8 @@
  * follow the request's seed exactly as `deltafin run --no-draft` consumes it. A sequence
  * whose drafts are mostly rejected (acceptance < 1/4 after 8 rounds) stops drafting.
  *
- * With a block drafter (engine/draft/dspark.h) instead of a draft model: the target's forwards
+ * With a block drafter (engine/draft/dspark.h) (for chat requests when there is also a draft
+ * model, for every greedy request otherwise): the target's forwards
  * capture the drafter's hidden-state rows of greedy sequences (df_model_set_capture), each
  * slot's drafter context takes the rows of the positions the target committed (prompt chunks,
  * decoded tokens, the accepted prefix of a verify), and one drafter forward per sequence
@@ -63,9 +64,10 @@ typedef struct df_sched_opts {
   df_model *draft;        /* draft model for speculative decoding (borrowed), or NULL; one
                              whose vocabulary or context does not fit is ignored (logged) */
   struct df_dspark *block;/* block drafter reading the target's hidden states (borrowed,
-                             engine/draft/dspark.h; loaded against this target), or NULL;
-                             used instead of draft when both are set. The scheduler sets the
-                             target's capture layers and point for it. */
+                             engine/draft/dspark.h; loaded against this target), or NULL. With
+                             both, chat requests (df_sched_req.chat) draft with the block
+                             drafter and the others with the draft model. The scheduler sets
+                             the target's capture layers and point for it. */
   int draft_k;            /* draft tokens per round, 1..DF_SCHED_K_MAX; 0 = 4 */
   int draft_max_seqs;     /* draft only while at most this many sequences run; 0 = 1 */
   /* Prefix cache (coordinator/generate/sched_slots.h): bytes of finished sequences' caches
@@ -138,6 +140,9 @@ typedef struct df_sched_req {
    * decode to nothing. At most DF_TOK_STREAM_KEEP_MAX (more are ignored). */
   const int32_t *keep_special;
   int n_keep_special;
+  bool chat;              /* a chat turn (its prompt is a chat template's): drafted by the block
+                             drafter when there is one; raw completions by the draft model when
+                             there is one (df_sched_opts) */
 } df_sched_req;
 
 /* Most grammars one request may give (a forced call of one of up to this many tools). */
@@ -203,6 +208,7 @@ typedef struct df_sched_stats {
   double busy_s;             /* seconds spent in steps (draft and target forwards) */
   int64_t draft_rounds;      /* verifications of drafted tokens */
   int64_t drafted, accepted; /* draft tokens proposed / accepted */
+  int64_t block_drafted, block_accepted; /* of them, the block drafter's */
   bool drafting;             /* a draft model is in use */
   double gen_tok_s;          /* generated ids per second over the last few seconds */
   int64_t cached_tokens;     /* prompt ids taken from the prefix cache, total */

@@ -152,10 +152,12 @@ int df_slot_take(df_slot_pool *p, const int32_t *prompt, int64_t n, int64_t *reu
         df_kv_truncate(dst->kv, 0);
       }
       memcpy(dst->ids, src->ids, (size_t)best_r * sizeof *dst->ids);
-      if (!dst->dkv && src->dkv && src->dkv->len >= best_r && best_r > 0 && p->draft_init)
-        p->draft_init(p->draft_ctx, dst);
+      if (src->dkv && src->dkv->len >= best_r && best_r > 0 && p->draft_init &&
+          (!dst->dkv || dst->dkind != src->dkind))
+        p->draft_init(p->draft_ctx, dst, src->dkind);
       if (dst->dkv) {
-        if (best_r > 0 && src->dkv && src->dkv->len >= best_r && !df_kv_has_rec(src->dkv))
+        if (best_r > 0 && src->dkv && src->dkind == dst->dkind && src->dkv->len >= best_r &&
+            !df_kv_has_rec(src->dkv))
           copy_prefix(dst->dkv, src->dkv, best_r);
         else
           df_kv_truncate(dst->dkv, 0);

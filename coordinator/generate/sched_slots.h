@@ -34,6 +34,10 @@
 /* Cached ids past a shared prefix worth keeping: a slot holding more is copied from, not cut. */
 #define DF_SLOTS_KEEP_TAIL 16
 
+/* df_slot.dkind: a draft model's KV cache, a block drafter's context cache. */
+#define DF_SLOT_DRAFT_MODEL 1
+#define DF_SLOT_DRAFT_BLOCK 2
+
 /* Most slots: DF_MODEL_MAX_BATCH working ones plus idle ones kept for their prefixes. */
 #define DF_SLOTS_MAX (DF_MODEL_MAX_BATCH + 64)
 
@@ -42,6 +46,7 @@ typedef struct df_slot {
   float *logits;    /* [V] fp32 */
   df_kv_cache *dkv; /* the draft's cache (ctx tokens), allocated when the slot first drafts;
                        with a block drafter, its context cache of target rows */
+  int dkind;        /* what dkv is: 0 none, DF_SLOT_DRAFT_MODEL, DF_SLOT_DRAFT_BLOCK */
   float *vlogits;   /* [DF_SCHED_K_MAX + 1, V] verify logits */
   float *dlogits;   /* [V] draft logits */
   bool busy;        /* a running sequence owns it */
@@ -61,10 +66,10 @@ typedef struct df_slot_pool {
   bool host;         /* caches in host memory (the engine's own kernels): prefixes can be
                         copied between slots */
   /* Makes slot sl's drafting state (dkv and its logits buffers, empty) when a prefix is
-   * copied into sl from a slot that has one, so the draft's prefix is copied too (a block
-   * drafter's context cannot be rebuilt from ids). Returns 0, or -1 (the copy then skips the
-   * draft's prefix). NULL: no drafting. Set by the scheduler. */
-  int (*draft_init)(void *ctx, df_slot *sl);
+   * copied into sl from a slot that has one of that kind (dkind), so the draft's prefix is
+   * copied too (a block drafter's context cannot be rebuilt from ids). Returns 0, or -1 (the
+   * copy then skips the draft's prefix). NULL: no drafting. Set by the scheduler. */
+  int (*draft_init)(void *ctx, df_slot *sl, int kind);
   void *draft_ctx;
   df_slot slots[DF_SLOTS_MAX];
   int64_t reused_tokens; /* prompt tokens taken from caches, total */

@@ -858,6 +858,7 @@ enum MHD_Result df_srv_handle_generate(conn *c, struct MHD_Connection *mc) {
       /* the markup the parsers read (Kimi K2's call markers and K2 Thinking's <think> are
        * special tokens) */
       .keep_special = keep,
+      .chat = kind == DF_API_CHAT, /* the block drafter's traffic when both drafters exist */
       .n_keep_special = (int)n_keep};
   c->logprobs = rq.logprobs;
   int status;

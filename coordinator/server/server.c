@@ -178,11 +178,14 @@ char *df_srv_metrics(df_srv *s, size_t *len) {
   for (int i = 1; i < 5; i++)
     appendf(&b, &n, &cap, "deltafin_generations_total{reason=\"%s\"} %lld\n", why[i],
             (long long)st.finished[i]);
-  HDR("deltafin_draft_enabled", "gauge", "1 when a draft model is used for speculative decoding.");
+  HDR("deltafin_draft_enabled", "gauge", "1 when a draft model or a block drafter is used for speculative decoding.");
   appendf(&b, &n, &cap, "deltafin_draft_enabled %d\n", st.drafting ? 1 : 0);
   HDR("deltafin_draft_tokens_total", "counter", "Draft tokens proposed and accepted.");
   appendf(&b, &n, &cap, "deltafin_draft_tokens_total{result=\"proposed\"} %lld\n", (long long)st.drafted);
   appendf(&b, &n, &cap, "deltafin_draft_tokens_total{result=\"accepted\"} %lld\n", (long long)st.accepted);
+  HDR("deltafin_draft_block_tokens_total", "counter", "Of the draft tokens, those the block drafter proposed and that were accepted.");
+  appendf(&b, &n, &cap, "deltafin_draft_block_tokens_total{result=\"proposed\"} %lld\n", (long long)st.block_drafted);
+  appendf(&b, &n, &cap, "deltafin_draft_block_tokens_total{result=\"accepted\"} %lld\n", (long long)st.block_accepted);
   HDR("deltafin_draft_acceptance_ratio", "gauge", "Draft tokens accepted / proposed so far (0 before any draft).");
   appendf(&b, &n, &cap, "deltafin_draft_acceptance_ratio %.4f\n",
           st.drafted ? (double)st.accepted / (double)st.drafted : 0.0);
