@@ -60,6 +60,55 @@ static int parse_size(const char *s, uint64_t *out) {
   return 0;
 }
 
+/* The coordinator argument, HOST, HOST:PORT, [V6]:PORT, each optionally after tcp://, as a
+ * ZeroMQ endpoint "tcp://HOST:PORT" (port default 7070). A missing host or a port that is
+ * not 1..65535 is a usage error: the node would otherwise retry it forever. */
+static int parse_endpoint(const char *arg, char *ep, size_t cap) {
+  const char *rest = strncmp(arg, "tcp://", 6) ? arg : arg + 6;
+  const char *host = rest, *port = NULL;
+  size_t hlen;
+  if (rest[0] == '[') { /* [v6] or [v6]:PORT */
+    const char *end = strchr(rest, ']');
+    if (!end || (end[1] && end[1] != ':')) {
+      fprintf(stderr, "df-node join: '%s': expected [ADDRESS]:PORT for an IPv6 address\n", arg);
+      return -1;
+    }
+    hlen = (size_t)(end - rest) + 1;
+    if (end[1] == ':') port = end + 2;
+    if (hlen == 2) hlen = 0;
+  } else {
+    const char *colon = strchr(rest, ':');
+    hlen = colon ? (size_t)(colon - rest) : strlen(rest);
+    if (colon) port = colon + 1;
+  }
+  if (!hlen) {
+    fprintf(stderr, "df-node join: '%s': no host (expected HOST:PORT, e.g. "
+            "coordinator.lan:7070)\n", arg);
+    return -1;
+  }
+  for (size_t i = 0; i < hlen; i++)
+    if (host[i] == '/' || host[i] == ' ' || host[i] == '*') {
+      fprintf(stderr, "df-node join: '%s': '%.*s' is not a host name or address (expected "
+              "HOST:PORT, e.g. coordinator.lan:7070)\n", arg, (int)hlen, host);
+      return -1;
+    }
+  long pn = 7070;
+  if (port) {
+    char *end = NULL;
+    pn = port[0] >= '0' && port[0] <= '9' ? strtol(port, &end, 10) : -1;
+    if (pn < 1 || pn > 65535 || *end) {
+      fprintf(stderr, "df-node join: '%s': port '%s' is not a number from 1 to 65535 "
+              "(expected HOST:PORT, e.g. coordinator.lan:7070)\n", arg, port);
+      return -1;
+    }
+  }
+  if ((size_t)snprintf(ep, cap, "tcp://%.*s:%ld", (int)hlen, host, pn) >= cap) {
+    fprintf(stderr, "df-node join: '%.80s...': too long for a HOST:PORT\n", arg);
+    return -1;
+  }
+  return 0;
+}
+
 static int state_dir_of(const char *given, char *buf, size_t cap) {
   char err[256];
   if (given) {
@@ -171,6 +220,17 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  /* the coordinator's address first: a wrong one is a usage error before anything is read */
+  char ep[512];
+  const char *hp = NULL; /* none: discovery (node/target.h) */
+  if (!strcmp(cmd, "join")) {
+    if (optind < argc - 1) {
+      fprintf(stderr, "df-node join: expected at most one HOST:PORT argument\n");
+      return 2;
+    }
+    hp = optind < argc ? argv[optind] : NULL;
+    if (hp && parse_endpoint(hp, ep, sizeof ep) != 0) return 2;
+  }
   if (token_file && o.token) {
     fprintf(stderr, "df-node: give --token-file or --token, not both\n");
     return 2;
@@ -193,14 +253,6 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (optind < argc - 1) {
-    fprintf(stderr, "df-node join: expected at most one HOST:PORT argument\n");
-    return 2;
-  }
-  char ep[512];
-  const char *hp = optind < argc ? argv[optind] : NULL; /* none: discovery (node/target.h) */
-  if (hp && !strchr(hp, ':')) snprintf(ep, sizeof ep, "tcp://%s:7070", hp);
-  else if (hp) snprintf(ep, sizeof ep, "%s%s", strncmp(hp, "tcp://", 6) ? "tcp://" : "", hp);
   o.endpoint = hp ? ep : NULL;
   o.state_dir = state;
   if (!o.memory) {

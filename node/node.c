@@ -855,14 +855,16 @@ static int on_monitor(node *n, char *err, size_t errlen) {
     drop_connection(n);
     close_socket(n); /* reopened by the main loop with the token's join key */
   } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-    char fp[17], why[256];
+    char fp[17], why[4600];
     df_proto_key_fingerprint(n->kp.pub, fp);
     if (n->via_token)
       snprintf(why, sizeof why, "the token is not open there (unknown, expired or already used); "
                "make a fresh one with 'deltafin cluster token'");
-    else
-      snprintf(why, sizeof why, "this node's key %s is not admitted (join with a fresh --token "
-               "from 'deltafin cluster token' on that coordinator)", fp);
+    else /* revoked keys are never admitted again, not even with a token: a new key is */
+      snprintf(why, sizeof why, "this node's key %s is not admitted there (revoked, or not on "
+               "its allow-list); to join again, remove %s/node.key and join with a fresh token "
+               "from 'deltafin cluster token' on that coordinator (--token-file F)", fp,
+               n->o->state_dir);
     if (!n->tg.discover) {
       snprintf(err, errlen, "refused by the coordinator at %s: %s", n->tg.endpoint, why);
       rc = 3;

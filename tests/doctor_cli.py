@@ -10,15 +10,18 @@ SCENARIO:
             coordinator.key: state-dir FAIL naming the file and `chmod 600` it, exit 2; a 0644
             tokens file: WARN, exit 1; a --model folder that does not exist: model FAIL naming
             it, exit 2; a folder whose pull manifest gives a wrong size: model FAIL naming the
-            file; a df-node state directory whose coordinator address refuses: cluster WARN
-            naming HOST:PORT, exit 1; one that recorded only the key (to find the coordinator
+            file; one without tokenizer.json: model FAIL naming it, exit 2; a df-node state
+            directory whose coordinator address refuses: cluster WARN naming HOST:PORT, exit
+            1; one recording tcp://HOST:PORT that listens: cluster OK; one that recorded only
+            the key (to find the coordinator
             by discovery) with no avahi-daemon reachable: cluster WARN, discovery OK saying
             it is unavailable
   inspect   inspect --json has the numbers the text output prints for models/demo-moe, and
             the checkpoint's byte counts from its safetensors header
   cluster   cluster status on an empty state directory (not running, no nodes, the
-            allow-listed key), with a running `serve --cluster` (running, its pid, "serve";
-            doctor reaches its port) and after it stopped, and after a `run --cluster` (its
+            allow-listed key), on a status file of a coordinator gone (its node offline in
+            --json as in the text), with a running `serve --quiet --cluster` (running, its
+            pid, "serve"; doctor reaches its port; no cluster progress lines) and after it stopped, and after a `run --cluster` (its
             pid, "run")
 Exit 77 (skipped) when the demo model is not there.
 """
@@ -254,11 +257,22 @@ def scen_doctor():
                        "commit": "0" * 40, "created": "2026-01-01T00:00:00Z", "mode": "full",
                        "complete": True, "files": fs, "pending": []}, f)
     manifest(files)
+    # weights that match but no tokenizer: run and serve cannot use it
+    r = run("doctor", "--model", pulled, "--state-dir", state)
+    g, _ = lines(r.stdout)
+    check(g.get("model", [""])[0] == "FAIL" and g["model"][1] == pulled + ": no tokenizer.json "
+          "(or tiktoken.model): deltafin run and serve need it" and r.returncode == 2,
+          "a folder without tokenizer.json: model FAIL naming it, exit 2: %s" % g.get("model"))
+    shutil.copy(os.path.join(DEMO, "tokenizer.json"), pulled)
+    b = open(os.path.join(pulled, "tokenizer.json"), "rb").read()
+    files.append({"path": "tokenizer.json", "size": len(b),
+                  "sha256": hashlib.sha256(b).hexdigest()})
+    manifest(files)
     r = run("doctor", "--model", pulled, "--state-dir", state)
     g, _ = lines(r.stdout)
     check(g.get("model", [""])[0] == "OK" and g["model"][1].startswith(
-        pulled + ": 3 files match the sizes in its pull manifest"),
-        "a pulled folder: model OK, 3 files match the manifest: %s" % g.get("model"))
+        pulled + ": 4 files match the sizes in its pull manifest"),
+        "a pulled folder: model OK, 4 files match the manifest: %s" % g.get("model"))
     bad = [dict(f) for f in files]
     bad[2]["size"] += 1
     manifest(bad)
@@ -289,6 +303,20 @@ def scen_doctor():
           "cannot be reached" in cl[1] and "start the coordinator" in (cl[2] or ""),
           "unreachable recorded coordinator: cluster WARN naming 127.0.0.1:%d: %s" % (port, cl))
     check(r.returncode == 1, "unreachable coordinator: exit 1 (got %d)" % r.returncode)
+    # as df-node writes it (node/target.c: "KEY tcp://HOST:PORT"), with a listener there
+    lsn = socket.socket()
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(4)
+    lport = lsn.getsockname()[1]
+    fd = os.open(os.path.join(nstate, "coordinator"), os.O_WRONLY | os.O_TRUNC, 0o600)
+    os.write(fd, ("%s tcp://127.0.0.1:%d\n" % (pub, lport)).encode())
+    os.close(fd)
+    r = run("doctor", "--model", DEMO, "--state-dir", nstate)
+    lsn.close()
+    cl = lines(r.stdout)[0].get("cluster", ["", "", ""])
+    check(cl[0] == "OK" and "this node's coordinator 127.0.0.1:%d" % lport in cl[1] and
+          cl[1].endswith("accepts connections"),
+          "a df-node's recorded tcp://127.0.0.1:%d that listens: cluster OK: %s" % (lport, cl))
     # joined by discovery (the key recorded, no address yet) and no avahi-daemon to ask
     fd = os.open(os.path.join(nstate, "coordinator"), os.O_WRONLY | os.O_TRUNC, 0o600)
     os.write(fd, ("%s\n" % pub).encode())
@@ -430,18 +458,39 @@ def scen_cluster():
     check(js["allow_listed"] == [{"key_fingerprint": fp, "name": "n1"}],
           "an allow-listed key: its name and fingerprint %s: %s" % (fp, js["allow_listed"]))
 
+    # a status file whose coordinator is gone, with a node it last saw ready: offline in both
+    gone = fresh("state-gone")
+    os.makedirs(gone, mode=0o700)
+    with open(os.path.join(gone, "cluster-status.json"), "w") as f:
+        json.dump({"pid": 999999999, "command": "serve", "updated": 1700000000,
+                   "endpoint": "tcp://127.0.0.1:7070", "key_fingerprint": fp, "pairs": 192,
+                   "pairs_on_coordinator": 0, "pair_bytes": 1024,
+                   "nodes": [{"name": "n1", "key_fingerprint": fp, "health": "ready",
+                              "rtt_us": 500, "budget": 1 << 20, "device": 0, "held": 1 << 20,
+                              "experts": 192, "routed": 7, "placement": "L0:0-31"}]}, f)
+    js = json.loads(run("cluster", "status", "--state-dir", gone, "--json").stdout)
+    r = run("cluster", "status", "--state-dir", gone)
+    row = [ln for ln in r.stdout.splitlines() if ln.startswith("n1 ")]
+    check(js["coordinator"]["running"] is False and [n["health"] for n in js["nodes"]] ==
+          ["offline"] and len(row) == 1 and row[0].split()[2] == "offline",
+          "no coordinator running: the node's health is offline in --json and text: %s / %s"
+          % ([n.get("health") for n in js["nodes"]], row))
+
     # a running serve --cluster
     port = free_port()
     log = os.path.join(WORK, "serve.log")
     with open(log, "wb") as f:
         p = subprocess.Popen([DELTAFIN, "serve", "--model", DEMO, "--port", "0", "--no-draft",
-                              "--parallel", "1", "--cluster", "--cluster-bind", "127.0.0.1",
+                              "--quiet", "--parallel", "1", "--cluster", "--cluster-bind", "127.0.0.1",
                               "--cluster-port", str(port), "--cluster-wait", "0",
                               "--state-dir", state], stdout=f, stderr=f)
     try:
         wait_for(lambda: "listening on http://" in read(log), "serve to listen")
         wait_for(lambda: os.path.exists(os.path.join(state, "cluster-status.json")),
                  "the status file")
+        check("deltafin: cluster: listening on" not in read(log) and
+              "deltafin serve: loading" not in read(log),
+              "serve --quiet --cluster: no loading or cluster listening line: %r" % read(log))
         r = run("cluster", "status", "--state-dir", state, "--json")
         js = json.loads(r.stdout)
         co = js["coordinator"]

@@ -161,6 +161,8 @@ def bad_files(exe, model, work):
     path = heat_path(state, model)
     rc, ref, err = run(run_args(exe, model, state))
     check(rc == 0 and ref and path not in err, f"first run, no heat file yet: exit {rc}, {ref}")
+    hmode = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
+    check(hmode == 0o700, f"STATE/heat is created mode 700, as the state directory: {hmode:03o}")
     for what, data, expect in corrupt:
         open(path, "wb").write(data)
         rc, out, err = run(run_args(exe, model, state))

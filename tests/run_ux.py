@@ -7,7 +7,8 @@ SCENARIO:
             nothing on stderr; drafting that switches itself off because it does not pay (a
             tiny target with the perturbed draft of DRAFTS_DIR, tests/make_spec_drafts.py)
             prints nothing without --stats and, with it, one line after the output
-            ("deltafin: drafting went off: it does not pay ...") before the figures
+            ("deltafin: drafting went off: it does not pay ...") before the figures; a
+            request past the demo's 512 tokens names the model's limit (not --ctx)
   clock     --stats' "load" counts from the process's creation (start-up reported, and load
             + prefill reach the first generated token's arrival within a step); a one-token
             prefill's rate is "n/a", a longer one's a number; --cluster reports the wait for
@@ -99,6 +100,15 @@ def scen_quiet():
     r = run("--prompt-ids", "785,12801,4961,429,279,501,2906", "--max-new", "48")
     check(r.returncode == 0 and len(r.stdout.split()) == 48 and r.stderr == "",
           "default run (--prompt-ids): 48 ids, nothing on stderr (got %r)" % r.stderr[:300])
+    # too long a request: --ctx is the fix only below the model's limit (512 for the demo)
+    r = run("--prompt-ids", "785,12801,4961,429,279,501,2906", "--max-new", "600")
+    check(r.returncode != 0 and "exceeds the context of 512 tokens, the model's limit" in
+          r.stderr and "--max-new 505 or less" in r.stderr and "raise --ctx" not in r.stderr,
+          "prompt 7 + max-new 600 at the model's 512: says the limit, not --ctx (%s)"
+          % r.stderr.strip())
+    r = run("--prompt-ids", "785,12801,4961,429,279,501,2906", "--max-new", "600", "--ctx", "64")
+    check(r.returncode != 0 and "raise --ctx, up to max_position_embeddings 512" in r.stderr,
+          "with --ctx 64: raise --ctx, up to 512 (%s)" % r.stderr.strip())
     # a switch-off the measurement decides: silent by default, one line with --stats
     common = ["--model", os.path.join(FIX, "tiny-moe-sparse"), "--draft",
               os.path.join(DRAFTS, "perturbed"), "--prompt-ids", "400,3,77,1,0,12,5,6,9,100",

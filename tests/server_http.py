@@ -386,6 +386,10 @@ def test_key_queue_cancel(exe):
     check(s == 401 and o["error"]["code"] == "invalid_api_key", "wrong key: 401 invalid_api_key")
     s, h, o = post(port, CMPL, body, {"Authorization": "Bearer sekret"})
     check(s == 200, "right key (DELTAFIN_API_KEY): 200")
+    s, h, o = post(port, CMPL, body, {"Authorization": "bearer sekret"})
+    check(s == 200, "the scheme is case-insensitive (RFC 7235): 'bearer KEY' gets 200 (%s)" % s)
+    s, h, o = post(port, CMPL, body, {"Authorization": "bearer wrong"})
+    check(s == 401, "'bearer wrong': still 401 (%s)" % s)
     # without the key, the answer comes on the header: a client that then drips its body
     # (one byte a second of a declared 100000) holds nothing
     sk = socket.create_connection(("127.0.0.1", port))

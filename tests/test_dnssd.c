@@ -329,9 +329,9 @@ static void test_announce_no_daemon(void **state) {
   char p[512], err[256];
   snprintf(p, sizeof p, "%s/ann.key", g_dir);
   assert_int_equal(df_proto_keys_load(p, true, &kp, NULL, err, sizeof err), 0);
-  assert_null(df_proto_dnssd_announce(kp.pub, 7070, "127.0.0.1", "test: "));
-  assert_null(df_proto_dnssd_announce(kp.pub, 7070, "no-such-host.invalid", "test: "));
-  df_proto_dnssd_ann *a = df_proto_dnssd_announce(kp.pub, 7070, NULL, "test: ");
+  assert_null(df_proto_dnssd_announce(kp.pub, 7070, "127.0.0.1", "test: ", false));
+  assert_null(df_proto_dnssd_announce(kp.pub, 7070, "no-such-host.invalid", "test: ", false));
+  df_proto_dnssd_ann *a = df_proto_dnssd_announce(kp.pub, 7070, NULL, "test: ", false);
   usleep(300 * 1000); /* its thread tries the bus meanwhile */
   df_proto_dnssd_announce_stop(&a);
   assert_null(a);

@@ -232,8 +232,16 @@ check(r.returncode == 3 and "detached HEAD" in r.stderr and ("detached HEAD at %
 g(clone, "checkout", "-q", "main")
 g(clone, "branch", "-q", "--unset-upstream")
 r = up("--yes")
-check(r.returncode == 3 and "has no upstream" in r.stderr and "--set-upstream-to" in r.stderr
+check(r.returncode == 3 and "has no upstream" in r.stderr and
+      "branch --set-upstream-to=origin/main main" in r.stderr
       and head() == v1, "no upstream: stopped with the recovery command", both(r))
+g(clone, "checkout", "-q", "-b", "topic")  # a branch origin does not have
+r = up("--yes")
+check(r.returncode == 3 and "origin has no branch topic" in r.stderr and
+      "push -u origin topic" in r.stderr and "origin/topic" not in r.stderr,
+      "no upstream, no origin/topic: suggests pushing it, not origin/topic", both(r))
+g(clone, "checkout", "-q", "main")
+g(clone, "branch", "-q", "-D", "topic")
 g(clone, "branch", "-q", "--set-upstream-to=origin/main")
 g(clone, "remote", "set-url", "origin", os.path.join(work, "missing.git"))
 r = up("--yes")

@@ -6,9 +6,13 @@
 // text the API returns for the same request; the answer shows tokens/s and the draft's
 // acceptance; the conversation survives a reload (localStorage); Stop ends a long answer; the
 // dashboard lists the three nodes, draws placement and heat, and shows two ready nodes within
-// a bounded time after one is killed. Also: the static files need no key and answer 304 to
-// their ETag; /v1/cluster needs the key; unknown URLs keep their 404 JSON.
-// Screenshots (chat.png, cluster-3.png, cluster-2.png) and every log stay in WORK_DIR.
+// a bounded time after one is killed. Also: the static files need no key, answer 304 to
+// their ETag and HEAD without a body; /v1/cluster needs the key; unknown URLs keep their 404
+// JSON. The page refuses a non-ASCII key (typed or stored), keeps a message sent before the
+// key, sends a default max_tokens (half the context), gives a failed turn back to the prompt
+// box instead of resending it, leaves the oldest turns out when the context is full, and
+// polls /v1/cluster only while the dashboard is shown.
+// Screenshots (chat.png, context.png, cluster-3.png, cluster-2.png) and every log stay in WORK_DIR.
 //
 // usage: node webui_test.js DELTAFIN DF_NODE MODEL_DIR DRAFT_DIR TOOLS_DIR WORK_DIR
 // Fails (never skips) when chromium or playwright-core is missing: tools/install-deps.sh
@@ -140,11 +144,15 @@ async function main() {
   let r = await http(port, 'GET', '/');
   check(r.status === 200 && r.headers.get('content-type') === 'text/html; charset=utf-8' &&
         r.text.includes('<script src="/app.js"'), 'GET / without the key: the page (text/html)');
-  const etag = r.headers.get('etag');
+  const etag = r.headers.get('etag'), pageLen = Buffer.byteLength(r.text);
   check(/^"[0-9a-f]{16}"$/.test(etag || '') && r.headers.get('cache-control') === 'no-cache',
         `the page has a strong ETag (${etag}) and Cache-Control: no-cache`);
   r = await http(port, 'GET', '/', { headers: { 'If-None-Match': etag } });
   check(r.status === 304 && r.text === '', 'If-None-Match with its ETag: 304, no body');
+  r = await http(port, 'HEAD', '/');
+  check(r.status === 200 && r.text === '' && r.headers.get('etag') === etag &&
+        Number(r.headers.get('content-length')) === pageLen,
+        `HEAD /: 200, the ETag and Content-Length (${r.headers.get('content-length')}), no body`);
   r = await http(port, 'GET', '/app.js');
   check(r.status === 200 && r.headers.get('content-type') === 'text/javascript; charset=utf-8', 'GET /app.js: text/javascript');
   r = await http(port, 'GET', '/app.css');
@@ -166,6 +174,11 @@ async function main() {
     model: NAME, messages, temperature: 0, max_tokens: MAX_TOKENS } });
   const want = JSON.parse(r.text).choices[0].message.content;
   check(r.status === 200 && want.length > 0, `the API's answer (${JSON.stringify(want)})`);
+  r = await http(port, 'GET', '/v1/models', { key: KEY });
+  const ctxLen = JSON.parse(r.text).data[0].max_model_len;
+  const defaultMax = Math.min(4096, Math.floor(ctxLen / 2));
+  // prompt texts by their length in tokens: ~7 tokens a sentence (checked below)
+  const sentences = (n) => 'The committee reported that the new school '.repeat(n).trim();
 
   // ---- the browser ----------------------------------------------------------------------
   const browser = await playwright.chromium.launch({ executablePath: CHROMIUM, headless: true, env,
@@ -175,13 +188,40 @@ async function main() {
     const page = await ctx.newPage();
     const pageErrors = [];
     page.on('pageerror', (e) => pageErrors.push(String(e)));
-    page.on('console', (msg) => { if (msg.type() === 'error' && !/401/.test(msg.text())) pageErrors.push(msg.text()); });
+    // the browser logs the 401s before the key and the 400s of the context checks
+    page.on('console', (msg) => { if (msg.type() === 'error' && !/status of 40[01]/.test(msg.text())) pageErrors.push(msg.text()); });
+    const requests = []; // every request the page makes: [path, JSON body]
+    page.on('request', (q) => requests.push([new URL(q.url()).pathname, q.postData()]));
+    const clusterPolls = () => requests.filter(([u]) => u === '/v1/cluster').length;
+    const chatBodies = () => requests.filter(([u]) => u === '/v1/chat/completions').map(([, b]) => JSON.parse(b));
     page.setDefaultTimeout(20000);
     await page.goto(`http://127.0.0.1:${port}/`);
     log('page loaded');
 
     await page.waitForSelector('#key-dialog[open]');
     check(true, 'the page asks for the API key');
+    // a key fetch() cannot send (not Latin-1): refused by the dialog, which stays open
+    await page.fill('#key-input', 'ключ');
+    await page.click('#key-save');
+    const keyErr = await page.textContent('#key-error');
+    check(!!(await page.$('#key-dialog[open]')) && /ASCII/.test(keyErr) &&
+          (await page.textContent('#model-name')) !== 'server unreachable',
+          `a non-ASCII key is refused and the dialog stays open (${keyErr})`);
+    // ... and one stored by an older page is ignored
+    await page.evaluate(() => localStorage.setItem('deltafin.apiKey', 'ключ'));
+    await page.reload();
+    await page.waitForSelector('#key-dialog[open]');
+    await page.waitForFunction(() => document.getElementById('model-name').textContent === 'API key needed');
+    check((await page.evaluate(() => localStorage.getItem('deltafin.apiKey'))) === null,
+          'a stored non-ASCII key is ignored (and removed): the page asks for the key');
+    // a message sent before the key is kept in the box, and the key is asked for again
+    await page.keyboard.press('Escape');
+    await page.waitForFunction(() => !document.getElementById('key-dialog').open);
+    await page.fill('#prompt', 'sent before the key');
+    await page.click('#send');
+    await page.waitForSelector('#key-dialog[open]');
+    check((await page.inputValue('#prompt')) === 'sent before the key' && (await page.$$('.msg')).length === 0,
+          'Send before the key: the dialog comes back and the message stays in the box');
     await page.fill('#key-input', KEY);
     await page.click('#key-save');
     await page.waitForSelector('body[data-ready="1"]');
@@ -232,7 +272,44 @@ async function main() {
     await page.waitForSelector('.msg.assistant:last-of-type[data-state="stopped"]', { timeout: 10000 });
     check(!(await page.$eval('#send', (b) => b.disabled)), 'Stop ends a streaming answer and Send is enabled again');
 
+    // ---- the context ----------------------------------------------------------------------
+    // a prompt longer than the context: refused (400), the turn is not kept, its text is back
+    // in the box; an empty max_tokens field sends half the context
+    await page.click('#new-chat');
+    await page.fill('#max-tokens', '');
+    const long = sentences(Math.ceil(ctxLen / 7) + 5);
+    await page.fill('#prompt', long);
+    let nChat = chatBodies().length;
+    await page.click('#send');
+    await page.waitForFunction(() => document.getElementById('chat-status').textContent.startsWith('Not sent'));
+    let sent = chatBodies().slice(nChat);
+    const why = await page.textContent('#chat-status');
+    check(sent.length === 1 && sent[0].max_tokens === defaultMax,
+          `an empty max_tokens field sends ${defaultMax}, half the context of ${ctxLen} (${sent.map((b) => b.max_tokens)})`);
+    check((await page.inputValue('#prompt')) === long && (await page.$$('.msg')).length === 0 && /context/.test(why),
+          `a prompt too long for the context: not kept in the conversation, its text back in the box (${why})`);
+    // a conversation that outgrows the context: the oldest turn is left out, the turn is sent
+    await page.fill('#max-tokens', '8');
+    const first = sentences(Math.floor(ctxLen * 0.7 / 7));
+    await page.fill('#prompt', first);
+    await page.click('#send');
+    await page.waitForSelector('.msg.assistant[data-state="done"]', { timeout: 30000 });
+    const second = sentences(Math.floor(ctxLen * 0.4 / 7));
+    await page.fill('#prompt', second);
+    nChat = chatBodies().length;
+    await page.click('#send');
+    await page.waitForSelector('.msg.assistant:last-of-type[data-state="done"]', { timeout: 30000 });
+    sent = chatBodies().slice(nChat).map((b) => b.messages.filter((m) => m.role !== 'system'));
+    const last = sent.length ? sent[sent.length - 1] : [];
+    const faded = await page.$$eval('.msg', (els) => els.map((e) => e.classList.contains('dropped')));
+    const note = await page.textContent('#chat-status');
+    await page.screenshot({ path: path.join(WORK, 'context.png') });
+    check(sent.length === 2 && sent[0].length === 3 && last.length === 1 && last[0].content === second &&
+          faded.join() === 'true,true,false,false' && /left out/.test(note),
+          `a full context: the oldest turn is left out (shown faded) and the new turn is answered (${sent.length} requests; ${note})`);
+
     // ---- the dashboard ------------------------------------------------------------------
+    check(clusterPolls() === 0, `no /v1/cluster request while the chat is shown (${clusterPolls()})`);
     await page.click('#tab-cluster');
     const readyRows = () => page.$$eval('#nodes tr[data-health="ready"]', (t) => t.map((e) => e.dataset.name).sort().join(','));
     await waitFor(async () => (await readyRows()) === 'node-a,node-b,node-c', 'the dashboard to list 3 ready nodes', 15000);
@@ -259,6 +336,12 @@ async function main() {
     check(dt < 15, `after kill -9 of node-b the dashboard shows 2 ready nodes in ${dt.toFixed(1)} s (bound: 15 s)`);
     check((await page.textContent('#node-count')).startsWith('2 /'), 'the node count says 2 ready');
     await page.screenshot({ path: path.join(WORK, 'cluster-2.png'), fullPage: true });
+    // back on the chat, the polling stops (it runs every second while the dashboard is shown)
+    await page.click('#tab-chat');
+    await new Promise((res) => setTimeout(res, 200)); // one answer may still be on its way
+    const polls = clusterPolls();
+    await new Promise((res) => setTimeout(res, 1200)); // more than one period
+    check(clusterPolls() === polls, `no /v1/cluster request after going back to the chat (${clusterPolls() - polls})`);
     check(pageErrors.length === 0, `no script errors in the page (${pageErrors.join('; ')})`);
   } finally {
     await browser.close();

@@ -159,9 +159,9 @@ int df_proto_dnssd_probe(char *msg, size_t len) {
 }
 
 df_proto_dnssd_ann *df_proto_dnssd_announce(const char *pub_z85, int port, const char *bind_host,
-                                            const char *log_prefix) {
+                                            const char *log_prefix, bool quiet) {
   (void)pub_z85;
-  if (bind_interface(bind_host) == -2) return NULL; /* loopback: nothing to say */
+  if (bind_interface(bind_host) == -2 || quiet) return NULL; /* loopback: nothing to say */
   fprintf(stderr, "%sdiscovery: not announced: %s; nodes must be given this coordinator's "
           "address (df-node join HOST:%d)\n", log_prefix ? log_prefix : "", NOT_BUILT, port);
   return NULL;
@@ -225,6 +225,7 @@ struct df_proto_dnssd_ann {
   char prefix[64];
   int port, ifindex;
   bool said_waiting, said_up;
+  bool quiet; /* failures only (ann_info writes nothing) */
 };
 
 static void ann_log(const df_proto_dnssd_ann *a, const char *fmt, ...)
@@ -238,12 +239,18 @@ static void ann_log(const df_proto_dnssd_ann *a, const char *fmt, ...) {
   fprintf(stderr, "%sdiscovery: %s\n", a->prefix, line);
 }
 
+/* A line that reports progress, not a failure: not written when quiet. */
+#define ann_info(a, ...)                   \
+  do {                                     \
+    if (!(a)->quiet) ann_log(a, __VA_ARGS__); \
+  } while (0)
+
 static void ann_rename(df_proto_dnssd_ann *a) {
   char *alt = avahi_alternative_service_name(a->name);
   if (!alt) return;
   avahi_free(a->name);
   a->name = alt;
-  ann_log(a, "another service has this name; announcing as '%s'", a->name);
+  ann_info(a, "another service has this name; announcing as '%s'", a->name);
 }
 
 static void group_cb(AvahiEntryGroup *g, AvahiEntryGroupState st, void *ud);
@@ -278,7 +285,7 @@ static void group_cb(AvahiEntryGroup *g, AvahiEntryGroupState st, void *ud) {
   a->group = g;
   if (st == AVAHI_ENTRY_GROUP_ESTABLISHED && !a->said_up) {
     a->said_up = true;
-    ann_log(a, "announced '%s' as %s on port %d (key %s)", a->name, DF_PROTO_DNSSD_TYPE, a->port,
+    ann_info(a, "announced '%s' as %s on port %d (key %s)", a->name, DF_PROTO_DNSSD_TYPE, a->port,
             a->fp);
   } else if (st == AVAHI_ENTRY_GROUP_COLLISION) { /* a remote service took the name */
     ann_rename(a);
@@ -304,7 +311,7 @@ static void client_cb(AvahiClient *c, AvahiClientState st, void *ud) {
     if (a->group) avahi_entry_group_free(a->group);
     a->group = NULL;
     if (!a->said_waiting)
-      ann_log(a, "avahi-daemon is not running, so this coordinator is not announced: nodes must "
+      ann_info(a, "avahi-daemon is not running, so this coordinator is not announced: nodes must "
               "be given its address (df-node join HOST:%d); it is announced once the daemon "
               "starts", a->port);
     a->said_waiting = true;
@@ -336,15 +343,16 @@ static void ann_start(AvahiTimeout *t, void *ud) {
                                     client_cb, a, &e);
   a->client = c;
   if (!c)
-    ann_log(a, "not announced: no D-Bus system bus (%s): nodes must be given this "
+    ann_info(a, "not announced: no D-Bus system bus (%s): nodes must be given this "
             "coordinator's address (df-node join HOST:%d)", avahi_strerror(e), a->port);
   avahi_threaded_poll_get(a->tp)->timeout_free(t);
 }
 
 df_proto_dnssd_ann *df_proto_dnssd_announce(const char *pub_z85, int port, const char *bind_host,
-                                            const char *log_prefix) {
+                                            const char *log_prefix, bool quiet) {
   df_proto_dnssd_ann *a = calloc(1, sizeof *a);
   if (!a) return NULL;
+  a->quiet = quiet;
   snprintf(a->prefix, sizeof a->prefix, "%s", log_prefix ? log_prefix : "");
   df_proto_key_fingerprint(pub_z85, a->fp);
   a->port = port;

@@ -47,10 +47,11 @@ typedef struct df_proto_dnssd_ann df_proto_dnssd_ann;
  * announcement follows when the daemon starts); a renamed instance after a name collision;
  * a failure. Returns the announcer, to free with df_proto_dnssd_announce_stop, or NULL when
  * nothing is announced (not built in, loopback, bind_host not on this machine, no D-Bus
- * system bus, out of memory), each but loopback after one line saying why. pub_z85 and
- * log_prefix are copied. */
+ * system bus, out of memory), each but loopback after one line saying why. With quiet only
+ * failures are written (not the announcement, a rename, nor a missing daemon or bus, which
+ * leave the cluster working by address). pub_z85 and log_prefix are copied. */
 df_proto_dnssd_ann *df_proto_dnssd_announce(const char *pub_z85, int port, const char *bind_host,
-                                            const char *log_prefix);
+                                            const char *log_prefix, bool quiet);
 
 /* Withdraw the announcement, stop its thread, free; NULLs *a (may be NULL or hold NULL). */
 void df_proto_dnssd_announce_stop(df_proto_dnssd_ann **a);

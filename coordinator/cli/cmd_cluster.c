@@ -120,6 +120,12 @@ static int status_cmd(const char *state, bool json) {
   if (json) {
     /* the status file's fields as the coordinator wrote them, plus what is known now */
     if (!root) root = json_pack("{s:[]}", "nodes");
+    if (!cs.running) { /* as the text says: no coordinator, so no node is connected to it */
+      size_t i;
+      json_t *n;
+      json_array_foreach(json_object_get(root, "nodes"), i, n)
+        if (json_is_object(n)) json_object_set_new(n, "health", json_string("offline"));
+    }
     json_object_set_new(root, "state_dir", json_string(state));
     json_object_set_new(root, "coordinator",
                         json_pack("{s:b, s:o, s:o, s:o, s:o}", "running", cs.running, "pid",
@@ -245,6 +251,14 @@ int df_cmd_cluster(int argc, char **argv) {
     int n = df_proto_allow_revoke(state, who, removed, sizeof removed, err, sizeof err);
     if (n < 0) {
       fprintf(stderr, "deltafin: %s\n", err);
+      return 1;
+    }
+    size_t wl = strlen(who);
+    if (n == 0 && wl < 8 && strspn(who, "0123456789abcdefABCDEF") == wl) {
+      /* matched no name; too short to be taken as a fingerprint (transport/keys.h) */
+      fprintf(stderr, "deltafin cluster revoke: no allow-listed key has the name '%s', and a "
+              "fingerprint must be given by at least 8 of its 16 hex characters (see 'deltafin "
+              "cluster status')\n", who);
       return 1;
     }
     if (n == 0) {

@@ -238,6 +238,13 @@ static bool check_model(report *r, const char *dir) {
          res.problems == 1 ? "" : "s", v.first);
     return false;
   }
+  if (!v.tok[0]) { /* verify checks a tokenizer when present; run and serve need one */
+    snprintf(fix, sizeof fix, "copy the model's tokenizer.json (with tokenizer_config.json) "
+             "into %s, or deltafin pull ORG/NAME again", dir);
+    emit(r, LV_FAIL, "model", fix, "%s: no tokenizer.json (or tiktoken.model): deltafin run "
+         "and serve need it", dir);
+    return true; /* the weights load: memory can still be sized */
+  }
   char tail[600];
   snprintf(tail, sizeof tail, "%s%s%s", v.tensors[0] ? v.tensors : "weights load",
            v.tok[0] ? "; " : "", v.tok);
@@ -500,14 +507,16 @@ static void check_cluster(report *r, const char *check, const char *dir) {
              "recorded address, and discovery is unavailable: %s", fp, why);
       return;
     }
-    char *colon = ok ? strrchr(addr, ':') : NULL;
-    if (!colon || (port = atoi(colon + 1)) <= 0 || port > 65535) {
+    /* df-node records "tcp://HOST:PORT" (node/target.c); older files may lack the scheme */
+    char *hp = strncmp(addr, "tcp://", 6) ? addr : addr + 6;
+    char *colon = ok ? strrchr(hp, ':') : NULL;
+    if (!colon || colon == hp || (port = atoi(colon + 1)) <= 0 || port > 65535) {
       emit(r, LV_WARN, check, "join again with a token: df-node join HOST:PORT --token-file F",
            "%s records no usable coordinator address", p);
       return;
     }
     *colon = 0;
-    snprintf(host, sizeof host, "%s", addr[0] == '[' ? addr + 1 : addr);
+    snprintf(host, sizeof host, "%s", hp[0] == '[' ? hp + 1 : hp);
     if (host[0] && host[strlen(host) - 1] == ']') host[strlen(host) - 1] = 0;
     df_proto_key_fingerprint(key, fp);
     if (df_coord_tcp_probe(host, port, PROBE_MS, err, sizeof err) != 0) {

@@ -463,10 +463,17 @@ int df_cmd_run(int argc, char **argv) {
   const df_gen_config *gcfg = df_model_gen_cfg(m);
   int64_t V = cfg->vocab_size;
   if (n_prompt + max_new > df_model_max_ctx(m)) {
-    fprintf(stderr, "deltafin: prompt %lld + max-new %lld tokens exceeds the context of %lld "
-            "tokens (raise --ctx, up to max_position_embeddings %lld)\n", (long long)n_prompt,
-            (long long)max_new, (long long)df_model_max_ctx(m),
-            (long long)cfg->max_position_embeddings);
+    int64_t ctx = df_model_max_ctx(m), mpe = cfg->max_position_embeddings;
+    if (mpe > ctx)
+      fprintf(stderr, "deltafin: prompt %lld + max-new %lld tokens exceeds the context of %lld "
+              "tokens (raise --ctx, up to max_position_embeddings %lld)\n", (long long)n_prompt,
+              (long long)max_new, (long long)ctx, (long long)mpe);
+    else /* --ctx cannot go past the model's own limit */
+      fprintf(stderr, "deltafin: prompt %lld + max-new %lld tokens exceeds the context of %lld "
+              "tokens, the model's limit (max_position_embeddings in config.json): use "
+              "--max-new %lld or less, or a shorter prompt\n", (long long)n_prompt,
+              (long long)max_new, (long long)ctx,
+              (long long)(ctx - n_prompt > 0 ? ctx - n_prompt : 0));
     goto done;
   }
   if (seed < 0) seed = random_seed(); /* --stats prints it; --seed repeats it */

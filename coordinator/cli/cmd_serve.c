@@ -85,7 +85,8 @@ static void serve_usage(FILE *f) {
           "                       (default ~/.local/state/deltafin)\n"
           "  --device D           cpu (default), cuda, cuda:N or auto: where the target computes;\n"
           "                       falls back to the CPU with one line (docs/GPU.md)\n"
-          "  --quiet              log only errors\n"
+          "  --quiet              log only errors, warnings and the listening line (no\n"
+          "                       request, cluster or discovery progress lines)\n"
           "Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /v1/cluster, /health,\n"
           "/metrics, and a web UI (chat, cluster dashboard) at / (docs/API.md).\n",
           DF_MODEL_MAX_BATCH, DF_SRV_MAX_CONNS, DF_SRV_DEFAULT_CONNS, DF_SRV_MAX_CONNS,
@@ -175,7 +176,7 @@ int df_cmd_serve(int argc, char **argv) {
     case O_BODY: if (df_cli_int("max-body", optarg, 1024, 1 << 30, &body)) return 2; break;
     case O_CHUNK: if (df_cli_int("chunk", optarg, 1, 1 << 16, &chunk)) return 2; break;
     case O_THREADS: if (df_cli_int("threads", optarg, 1, 4096, &threads)) return 2; break;
-    case O_QUIET: quiet = true; break;
+    case O_QUIET: quiet = true, copts.quiet = true; break;
     case O_REASONING:
       if (strcmp(optarg, "split") && strcmp(optarg, "none")) {
         fprintf(stderr, "deltafin serve: --reasoning-format: expected split or none, got '%s'\n",

@@ -722,9 +722,29 @@ int df_cmd_upgrade(int argc, char **argv) {
     snprintf(why, sizeof why, "branch %s has no upstream (or its upstream branch is missing)",
              u.branch);
     print_state(&u, why, "not touched");
-    fprintf(stderr, "  to recover: give it the upstream it should follow, e.g.\n"
-                    "    $ git -C %s branch --set-upstream-to=origin/%s %s\n  then run `",
-            qs, u.branch, u.branch);
+    /* suggest origin/BRANCH only where it exists; else pushing the branch there */
+    char ref[1100], sha[128], qbuf[2100], rem[4096] = "";
+    snprintf(ref, sizeof ref, "refs/remotes/origin/%s", u.branch);
+    const char *qb = df_cli_shell_word(u.branch, qbuf, sizeof qbuf);
+    bool has_origin_branch = git_line(&u, sha, sizeof sha, "rev-parse", "--verify", "-q", ref,
+                                      NULL) == 0;
+    bool has_origin = git_line(&u, rem, sizeof rem, "remote", "get-url", "origin", NULL) == 0;
+    if (has_origin_branch)
+      fprintf(stderr, "  to recover: give it the upstream it should follow, e.g.\n"
+                      "    $ git -C %s branch --set-upstream-to=origin/%s %s\n  then run `",
+              qs, qb, qb);
+    else if (has_origin)
+      fprintf(stderr, "  to recover: origin has no branch %s; push it there and follow it\n"
+                      "    $ git -C %s push -u origin %s\n"
+                      "  or follow a remote branch that exists (git -C %s branch -r lists them):\n"
+                      "    $ git -C %s branch --set-upstream-to=REMOTE/BRANCH %s\n  then run `",
+              qb, qs, qb, qs, qs, qb);
+    else
+      fprintf(stderr, "  to recover: the checkout has no remote 'origin'; add the repository it "
+                      "comes from and follow its branch\n"
+                      "    $ git -C %s remote add origin URL && git -C %s fetch origin\n"
+                      "    $ git -C %s branch --set-upstream-to=origin/BRANCH %s\n  then run `",
+              qs, qs, qs, qb);
     print_rerun(&u, stderr);
     fprintf(stderr, "` again. Nothing changed.\n");
     ret = UP_REFUSED;

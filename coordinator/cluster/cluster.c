@@ -85,6 +85,12 @@ static void cl_log(const char *fmt, ...) {
   pthread_mutex_unlock(&g_log_mu);
 }
 
+/* An informational line (listening, joined, ready, ...): not written with o.quiet. */
+#define cl_info(c, ...)                        \
+  do {                                         \
+    if (!(c)->o.quiet) cl_log(__VA_ARGS__);    \
+  } while (0)
+
 static void replan(df_cluster *c);
 
 /* ---- sending ----------------------------------------------------------------------- */
@@ -268,7 +274,7 @@ static void replan(df_cluster *c) {
     int64_t t0 = now_ms();
     if (df_cluster_manifest_hash(&c->mf, c->m, c->state, err, sizeof err) != 0)
       cl_log("manifest: %s", err);
-    if (now_ms() - t0 > 500) cl_log("hashed %.1f MiB of expert tensors in %.1f s", c->mf.total_bytes / 1048576.0,
+    if (now_ms() - t0 > 500) cl_info(c, "hashed %.1f MiB of expert tensors in %.1f s", c->mf.total_bytes / 1048576.0,
                                   (now_ms() - t0) / 1000.0);
   }
   int64_t *list = malloc((size_t)(P ? P : 1) * sizeof *list);
@@ -320,7 +326,7 @@ static void on_token_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m, co
     return;
   }
   df_proto_key_fingerprint(m->key, kfp);
-  cl_log("a token admitted key %s", kfp);
+  cl_info(c, "a token admitted key %s", kfp);
   snprintf(c->admitted[c->n_admitted++ % 8], DF_PROTO_Z85_KEY + 1, "%s", m->key);
   df_proto_msg a = {.op = DF_PROTO_ADMIT, .id = m->id};
   df_proto_send(c->router, f->rid, f->rid_len, &a, NULL, 0, ZMQ_DONTWAIT, why, sizeof why);
@@ -351,7 +357,7 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
       return;
     }
     if (reuse) {
-      cl_log("slot of departed node %s (%s) reused", reuse->name, reuse->fp);
+      cl_info(c, "slot of departed node %s (%s) reused", reuse->name, reuse->fp);
       free(reuse->grp);
       free(reuse->ex);
       free(reuse->rows);
@@ -396,7 +402,7 @@ static void on_join(df_cluster *c, df_proto_frames *f, df_proto_msg *m) {
   mb->joined_ms = mb->last_tx_ms = now_ms();
   char dev[64] = "";
   if (mb->device) snprintf(dev, sizeof dev, " (%.1f MiB on its device)", mb->device / 1048576.0);
-  cl_log("node %s (%s) joined%s: budget %.1f MiB%s%s", mb->name, fp,
+  cl_info(c, "node %s (%s) joined%s: budget %.1f MiB%s%s", mb->name, fp,
          by_token ? " with a token" : " with its stored key",
        mb->budget / 1048576.0, dev, mb->has_model ? ", has the checkpoint" : "");
   if (!mb->can_serve && c->mf.n_pairs > 0)
@@ -522,7 +528,7 @@ static void on_router(df_cluster *c, df_proto_frames *f) {
     if (m.epoch == mb->epoch && !mb->ready) {
       mb->ready = true;
       mb->held = m.held;
-      cl_log("node %s ready: %lld experts, %.1f MiB", mb->name, (long long)mb->n_apairs, m.held / 1048576.0);
+      cl_info(c, "node %s ready: %lld experts, %.1f MiB", mb->name, (long long)mb->n_apairs, m.held / 1048576.0);
       recompute_routes(c);
       c->status_due = 0;
       check_wait(c, false);
@@ -965,11 +971,12 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
   }
   char fp[17];
   df_proto_key_fingerprint(c->kp.pub, fp);
-  cl_log("listening on %s (key %s), %lld expert pairs of %.2f MiB", c->endpoint, fp,
+  cl_info(c, "listening on %s (key %s), %lld expert pairs of %.2f MiB", c->endpoint, fp,
        (long long)c->mf.n_pairs, c->mf.pair_bytes / 1048576.0);
   cluster_publish(c); /* readers find a snapshot from the start */
   c->ann = df_proto_dnssd_announce(c->kp.pub, o->port ? o->port : DF_PROTO_DEFAULT_PORT,
-                                   o->bind_host, "deltafin: cluster: "); /* NULL: not announced */
+                                   o->bind_host, "deltafin: cluster: ",
+                                   o->quiet); /* NULL: not announced */
   if (pthread_create(&c->thread, NULL, cluster_main, c) != 0) {
     snprintf(err, errlen, "cluster: cannot start the manager thread");
     goto fail;

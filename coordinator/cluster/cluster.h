@@ -25,6 +25,9 @@ typedef struct df_cluster_opts {
   int min_nodes;         /* stop waiting once this many nodes are ready; 0 = 1 */
   double timeout_s;      /* deadline of one layer's FFN round trip; 0 = 30 */
   bool stats;            /* print traffic figures to stderr when the model is destroyed */
+  bool quiet;            /* log only errors and warnings (serve --quiet): no lines for
+                            listening, nodes joining / ready, the wait, nor the discovery
+                            announcement */
   const uint64_t *heat;  /* routing counts [heat_n] layer-major (STATE/heat, expert_heat.h), or
                             NULL; copied at start; ignored unless heat_n = n_layers *
                             num_experts. Placement gives the hottest pairs to the nodes that

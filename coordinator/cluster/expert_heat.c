@@ -228,7 +228,9 @@ int df_heat_save(const char *state, const char *model_dir, const df_model *m, ch
   if (heat_path(state, model_dir, path, sizeof path, err, errlen) != 0) goto done;
   snprintf(dir, sizeof dir, "%s", path);
   *strrchr(dir, '/') = 0;
-  if (df_fs_mkdirs(dir, err, errlen) != 0 || (lk = heat_lock(dir, err, errlen)) < 0) goto done;
+  /* mode 700 as the rest of the state directory (transport/keys.h) */
+  if (df_proto_state_mkdir(dir, err, errlen) != 0 || (lk = heat_lock(dir, err, errlen)) < 0)
+    goto done;
   int kind = heat_read(path, &old, &old_n, why, sizeof why);
   if (kind == HEAT_CORRUPT || kind == HEAT_UNUSABLE) heat_note(found, sizeof found, path, kind, why);
   if (kind == HEAT_UNUSABLE) {

@@ -129,8 +129,9 @@ int df_cluster_attach(df_model *m, const df_cluster_opts *o, char *err, size_t e
     if (o->waited_s)
       *o->waited_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (o->nodes_ready) *o->nodes_ready = n;
-    fprintf(stderr, "deltafin: cluster: %d node%s ready%s\n", n, n == 1 ? "" : "s",
-            n ? "" : "; running every expert locally until nodes join");
+    if (!o->quiet)
+      fprintf(stderr, "deltafin: cluster: %d node%s ready%s\n", n, n == 1 ? "" : "s",
+              n ? "" : "; running every expert locally until nodes join");
   }
   df_expert_backend *be = df_expert_remote_new(m, c, o->stats, err, errlen);
   if (!be) return -1;
@@ -141,7 +142,7 @@ int df_cluster_attach(df_model *m, const df_cluster_opts *o, char *err, size_t e
   int64_t n_moe = 0;
   for (int64_t l = 0; l < cfg->num_hidden_layers; l++)
     n_moe += cfg->is_moe_layer[l] ? cfg->num_experts : 0;
-  if (n_moe > 0 && df_model_experts_on_device(m) == n_moe) {
+  if (n_moe > 0 && df_model_experts_on_device(m) == n_moe && !o->quiet) {
     char nm[32];
     df_t_device d = df_model_device(m);
     fprintf(stderr, "deltafin: cluster: all %lld routed experts are on this machine's %s; the "

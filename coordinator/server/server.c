@@ -58,10 +58,12 @@
 
 
 
-/* Constant-time comparison of the Authorization header with "Bearer KEY". */
+/* Constant-time comparison of the Authorization header with "Bearer KEY" (the scheme is
+ * case-insensitive and followed by one or more spaces: RFC 7235 §2.1, RFC 6750 §2.1). */
 static bool key_ok(const df_srv *s, const char *hdr) {
-  if (!hdr || strncmp(hdr, "Bearer ", 7)) return false;
+  if (!hdr || strncasecmp(hdr, "Bearer ", 7)) return false;
   const char *k = hdr + 7;
+  while (*k == ' ') k++;
   size_t a = strlen(k), b = strlen(s->api_key);
   unsigned char diff = (unsigned char)(a != b);
   for (size_t i = 0; i < b; i++) diff |= (unsigned char)(k[i < a ? i : 0] ^ s->api_key[i]);

@@ -1,5 +1,6 @@
 /* coordinator/server/server_webui.c — GET / : the web UI's files (chat and cluster dashboard),
- * served from the copies compiled into the binary (webui_assets.h).
+ * served from the copies compiled into the binary (webui_assets.h). HEAD gets the same answer
+ * without its body (libmicrohttpd leaves the body out and keeps Content-Length).
  *
  * Owns: which URLs name a file ("/" is index.html), their headers — Content-Type by extension,
  * a strong ETag (the file's SHA-256), Cache-Control: no-cache (a browser revalidates and gets

@@ -8,9 +8,21 @@
   const STORE = { key: 'deltafin.apiKey', convs: 'deltafin.conversations',
                   current: 'deltafin.current', settings: 'deltafin.settings' };
   const POLL_MS = 1000;
+  const MAX_TOKENS_CAP = 4096; // the default max_tokens: half the context, at most this
+  const MAX_TOKENS_FALLBACK = 256; // ... or this while the context is not known
 
+  // An HTTP header carries Latin-1 at most and fetch() throws on anything else; the server's
+  // keys are ASCII text, so anything else is refused at the dialog (and ignored when stored).
+  const validKey = (k) => /^[\x20-\x7e]*$/.test(k);
   let apiKey = localStorage.getItem(STORE.key) || '';
+  if (!validKey(apiKey)) {
+    apiKey = '';
+    localStorage.removeItem(STORE.key);
+  }
   let modelId = null;
+  let ctxLen = null; // the served model's context (max_model_len of /v1/models)
+  let keyNeeded = false; // the server refused the key we have (or its absence): 401
+  let probed = false; // the first GET /v1/models has answered
   let busy = null; // the AbortController of the answer being streamed
 
   // ---- small helpers ------------------------------------------------------------------
@@ -91,11 +103,19 @@
   }
 
   $('key-button').addEventListener('click', () => askKey(''));
-  $('key-form').addEventListener('submit', () => {
-    apiKey = $('key-input').value.trim();
+  $('key-form').addEventListener('submit', (ev) => {
+    const k = $('key-input').value.trim();
+    if (!validKey(k)) { // the dialog stays open
+      ev.preventDefault();
+      $('key-error').textContent = 'An API key is ASCII text: this one has other characters.';
+      $('key-input').focus();
+      return;
+    }
+    apiKey = k;
     if (apiKey) localStorage.setItem(STORE.key, apiKey);
     else localStorage.removeItem(STORE.key);
-    probe();
+    keyNeeded = false;
+    probe().then(() => poll());
   });
   $('key-forget').addEventListener('click', () => {
     apiKey = '';
@@ -109,18 +129,26 @@
       const r = await fetch('/v1/models', { headers: authHeaders() });
       if (r.status === 401) {
         modelId = null;
+        keyNeeded = true;
         $('model-name').textContent = 'API key needed';
         askKey(apiKey ? 'The server refused this key.' : '');
         return false;
       }
+      keyNeeded = false;
       const j = await r.json();
-      modelId = j.data && j.data.length ? j.data[0].id : null;
+      const m = j.data && j.data.length ? j.data[0] : null;
+      modelId = m ? m.id : null;
+      ctxLen = m && m.max_model_len > 0 ? m.max_model_len : null;
+      $('max-tokens').placeholder = 'default ' + defaultMaxTokens() +
+        (ctxLen ? ' (context ' + ctxLen + ')' : '');
       $('model-name').textContent = modelId || '(no model)';
       document.body.dataset.ready = modelId ? '1' : '0';
       return !!modelId;
     } catch (e) {
       $('model-name').textContent = 'server unreachable';
       return false;
+    } finally {
+      probed = true;
     }
   }
 
@@ -209,6 +237,8 @@
 
   function updateMessageEl(box, m) {
     box.dataset.state = m.state || 'done';
+    box.classList.toggle('dropped', !!m.dropped);
+    box.title = m.dropped ? 'left out of the requests: the conversation outgrew the context' : '';
     box.querySelector('.content').textContent = m.content;
     if (m.role !== 'assistant') return;
     const rs = box.querySelector('.reasoning');
@@ -244,16 +274,27 @@
     });
   }
 
-  // The request's sampling fields: only those set (empty = the server's default).
+  const num = (id) => ($(id).value.trim() === '' ? null : Number($(id).value));
+
+  // The request's sampling fields: only those set (empty = the server's default). max_tokens
+  // is apart (maxTokens).
   function sampling() {
     const o = {};
-    const num = (id) => ($(id).value.trim() === '' ? null : Number($(id).value));
-    const t = num('temperature'), p = num('top-p'), n = num('max-tokens'), s = num('seed');
+    const t = num('temperature'), p = num('top-p'), s = num('seed');
     if (t != null) o.temperature = t;
     if (p != null) o.top_p = p;
-    if (n != null) o.max_tokens = Math.round(n);
     if (s != null) o.seed = Math.round(s);
     return o;
+  }
+
+  // Without max_tokens the server lets a chat answer run to the end of the context, which
+  // leaves no room for the next turn: an empty field sends half the context instead.
+  function defaultMaxTokens() {
+    return ctxLen ? Math.max(1, Math.min(MAX_TOKENS_CAP, Math.floor(ctxLen / 2))) : MAX_TOKENS_FALLBACK;
+  }
+  function userMaxTokens() {
+    const n = num('max-tokens');
+    return n != null && n >= 1 ? Math.round(n) : null;
   }
 
   // ---- sending ------------------------------------------------------------------------
@@ -264,31 +305,63 @@
     $('stop').disabled = !controller;
   }
 
+  function setStatus(text, error) {
+    $('chat-status').textContent = text || '';
+    $('chat-status').className = 'status' + (error ? ' error' : '');
+  }
+
+  // Which earlier messages go to the server as history: not those left out for the context,
+  // not a failed answer, and not the user turn that failed with it (never sent again).
+  function included(msgs, i) {
+    const m = msgs[i], next = msgs[i + 1];
+    if (m.dropped || m.error || m.state === 'error' || m.content === '') return false;
+    return !(m.role === 'user' && next && next.role === 'assistant' && next.state === 'error');
+  }
+
+  // Leaves the oldest turn (a user message and its answer) out of the requests; false when
+  // there is none before `upto`.
+  function dropOldest(conv, upto) {
+    const msgs = conv.messages, end = msgs.indexOf(upto);
+    for (let i = 0; i < end; i++) {
+      if (!included(msgs, i)) continue;
+      msgs[i].dropped = true;
+      for (let k = i + 1; k < end && msgs[k].role !== 'user'; k++) msgs[k].dropped = true;
+      return true;
+    }
+    return false;
+  }
+
   async function send(text) {
     if (busy) return;
-    if (!modelId && !(await probe())) return;
+    const controller = new AbortController();
+    setBusy(controller); // also while probing: one send at a time
+    setStatus('');
+    if (!modelId && !(await probe())) { // the text stays in the box
+      setBusy(null);
+      if (keyNeeded) askKey(apiKey ? 'The server refused this key.' : 'Enter the API key to send.');
+      setStatus(keyNeeded ? 'Not sent: this server needs an API key.'
+                          : 'Not sent: ' + $('model-name').textContent + '.', true);
+      return;
+    }
+    $('prompt').value = '';
     const conv = current();
-    const history = conv.messages.filter((m) => !m.error && m.content !== '')
-      .map((m) => ({ role: m.role, content: m.content }));
-    const system = $('system').value;
-    const messages = (system.trim() ? [{ role: 'system', content: system }] : [])
-      .concat(history, [{ role: 'user', content: text }]);
     const user = { role: 'user', content: text };
     const a = { role: 'assistant', content: '', reasoning: '', state: 'streaming' };
-    if (!conv.messages.length) conv.title = text.slice(0, 48);
+    const titled = !conv.messages.length;
+    if (titled) conv.title = text.slice(0, 48);
     conv.messages.push(user, a);
     saveConvs();
     renderConvList();
     const list = $('messages');
-    list.append(messageEl(user));
+    const ubox = messageEl(user);
+    list.append(ubox);
     const box = messageEl(a);
     list.append(box);
     list.scrollTop = list.scrollHeight;
 
-    const controller = new AbortController();
-    setBusy(controller);
-    const body = Object.assign({ model: modelId, messages, stream: true,
-                                 stream_options: { include_usage: true } }, sampling());
+    const requested = userMaxTokens();
+    let maxTokens = requested != null ? requested : defaultMaxTokens();
+    let dropped = 0;
     const t0 = performance.now();
     let tFirst = null, tLast = null, usage = null, finish = null;
     const onEvent = (data) => {
@@ -308,13 +381,41 @@
       if (ch.finish_reason) finish = ch.finish_reason;
     };
     try {
-      const r = await fetch('/v1/chat/completions', {
-        method: 'POST', headers: authHeaders({ 'Content-Type': 'application/json' }),
-        body: JSON.stringify(body), signal: controller.signal });
-      if (!r.ok) {
+      let r;
+      for (;;) {
+        const system = $('system').value;
+        const history = conv.messages.slice(0, -2).filter((m, i, all) => included(all, i))
+          .map((m) => ({ role: m.role, content: m.content }));
+        const messages = (system.trim() ? [{ role: 'system', content: system }] : [])
+          .concat(history, [{ role: 'user', content: text }]);
+        const body = Object.assign({ model: modelId, messages, stream: true,
+                                     stream_options: { include_usage: true } }, sampling());
+        if (maxTokens != null) body.max_tokens = maxTokens;
+        r = await fetch('/v1/chat/completions', {
+          method: 'POST', headers: authHeaders({ 'Content-Type': 'application/json' }),
+          body: JSON.stringify(body), signal: controller.signal });
+        if (r.ok) break;
         const j = await r.json().catch(() => null);
-        if (r.status === 401) askKey('The server refused this key.');
-        throw new Error((j && j.error && j.error.message) || 'HTTP ' + r.status);
+        const err = (j && j.error) || {};
+        if (r.status === 400 && err.code === 'context_length_exceeded') {
+          // too long for the context: leave the oldest turn out and try again, and at last,
+          // with nothing left to leave out and no max_tokens of the user's, let the answer
+          // have the rest of the context
+          if (dropOldest(conv, user)) { dropped++; continue; }
+          if (requested == null && maxTokens != null && err.param === 'max_tokens') { maxTokens = null; continue; }
+        }
+        if (r.status === 401) {
+          keyNeeded = true;
+          askKey('The server refused this key.');
+        }
+        throw new Error(err.message || 'HTTP ' + r.status);
+      }
+      if (dropped) {
+        Array.from(list.children).forEach((e, i) => updateMessageEl(e, conv.messages[i]));
+        const left = conv.messages.filter((m) => m.dropped).length;
+        setStatus('The conversation no longer fits the model\'s context' + (ctxLen ? ' (' + ctxLen + ' tokens)' : '') +
+                  ': ' + left + ' earlier message' + (left === 1 ? ' is' : 's are') +
+                  ' left out of the requests (faded above). "New chat" starts afresh.');
       }
       const reader = r.body.getReader();
       const dec = new TextDecoder();
@@ -342,6 +443,22 @@
         a.error = e.message;
       }
     }
+    if (a.state === 'error' && !a.content && !a.reasoning) {
+      // nothing came back: the turn is taken out of the conversation (it is never sent again)
+      // and its text goes back into the box, to be changed or sent again
+      conv.messages.splice(conv.messages.indexOf(user), 2);
+      if (titled) conv.title = 'New chat';
+      ubox.remove();
+      box.remove();
+      const p = $('prompt');
+      p.value = p.value.trim() ? text + '\n\n' + p.value : text;
+      setStatus('Not sent: ' + a.error + (/[.!?]$/.test(a.error) ? '' : '.') +
+                ' Your message is back in the box.', true);
+      saveConvs();
+      renderConvList();
+      setBusy(null);
+      return;
+    }
     const n = usage ? usage.completion_tokens : null;
     let tokS = null;
     if (n != null && n > 1 && tLast > tFirst) tokS = (n - 1) / ((tLast - tFirst) / 1000);
@@ -358,8 +475,7 @@
     ev.preventDefault();
     const text = $('prompt').value;
     if (!text.trim() || busy) return;
-    $('prompt').value = '';
-    send(text);
+    send(text); // it empties the box once the message is on its way
   });
   $('prompt').addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
@@ -371,6 +487,7 @@
   $('new-chat').addEventListener('click', () => {
     if (busy) return;
     newConv();
+    setStatus('');
     renderAll();
     $('prompt').focus();
   });
@@ -384,7 +501,8 @@
       $('view-' + b.dataset.view).hidden = !on;
     }
     if (location.hash !== '#' + view) history.replaceState(null, '', '#' + view);
-    if (view === 'cluster') poll();
+    if (view !== 'cluster') $('live').textContent = '– tok/s'; // measured by the dashboard's polls
+    poll();
   }
   for (const b of document.querySelectorAll('.tabs button')) b.addEventListener('click', () => show(b.dataset.view));
 
@@ -529,16 +647,22 @@
       lg.append(el('span', {}, el('span', { class: 'swatch', style: 'background:' + nodeColor(n.index) }), n.name));
   }
 
+  // Polled only while the dashboard is on screen, and not while the server has refused the
+  // key we have (or its absence): a new key starts it again.
   let polling = false;
   async function poll() {
-    if (polling || document.visibilityState === 'hidden') return;
+    if (polling || !probed || $('view-cluster').hidden || document.visibilityState === 'hidden') return;
+    const needKey = () => {
+      $('c-status').textContent = 'The dashboard needs the API key (button at the top right).';
+      $('c-status').className = 'status error';
+    };
+    if (keyNeeded) return needKey();
     polling = true;
     try {
       const r = await fetch('/v1/cluster', { headers: authHeaders(), cache: 'no-store' });
       if (r.status === 401) {
-        $('c-status').textContent = 'The dashboard needs the API key (button at the top right).';
-        $('c-status').className = 'status error';
-        return;
+        keyNeeded = true;
+        return needKey();
       }
       if (!r.ok) throw new Error('HTTP ' + r.status);
       renderCluster(await r.json());
@@ -556,7 +680,7 @@
 
   renderAll();
   show(location.hash === '#cluster' ? 'cluster' : 'chat');
-  probe();
+  probe().then(() => poll()); // the dashboard waits for it: it tells whether a key is needed
   setInterval(poll, POLL_MS);
   document.addEventListener('visibilitychange', poll);
 })();
