@@ -5,7 +5,8 @@
 
 Writes, for the figures present with status ok: engine.png (decode and prefill tok/s per
 model with the bandwidth-utilisation ratio), breakdown.png (decode ms/token by part),
-speculative.png, cluster.png, server.png, tokenizer.png. Returns the paths written.
+speculative.png (target alone, draft model and block drafter: speed-up and mean accepted
+length), cluster.png, server.png, tokenizer.png. Returns the paths written.
 """
 import json
 import os
@@ -83,7 +84,9 @@ def plot_all(res, out):
         save(fig, "breakdown.png")
 
     s = _ok(res, "speculative")
-    if s:
+    if s and s.get("arms"):
+        plot_speculative(plt, s, _subtitle(res), save)
+    elif s:
         fig, ax = plt.subplots(figsize=(6, 4))
         b = ax.bar(["target alone", "with draft"], [1e3 / s["off_ms_per_token"], 1e3 / s["on_ms_per_token"]],
                    color=["#4c72b0", "#55a868"])
@@ -134,6 +137,49 @@ def plot_all(res, out):
         ax.set_title("Tokenizer on Brown documents\n" + _subtitle(res), fontsize=9)
         save(fig, "tokenizer.png")
     return paths
+
+
+SPEC_LABELS = {"alone": "target\nalone", "draft": "draft model\nadaptive k", "dspark": "block drafter\nadaptive k"}
+SPEC_COLORS = {"alone": "#4c72b0", "draft": "#55a868", "dspark": "#c44e52"}
+
+
+def plot_speculative(plt, s, subtitle, save):
+    """speculative.png with the arms of one interleaved run: speed-up over the target alone
+    (mean of the rounds, each round's own ratio as a dot; tok/s written on the bar) and the
+    mean accepted length per round."""
+    A = s["arms"]
+    arms = list(A)
+    labels = [SPEC_LABELS.get(a, "block drafter\nfixed k " + a[len("dspark_k"):] if a.startswith("dspark_k") else a)
+              for a in arms]
+    colors = [SPEC_COLORS.get(a, "#dd8452") for a in arms]
+    xs = list(range(len(arms)))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    b = a1.bar(xs, [A[a]["speedup"] for a in arms], color=colors)
+    a1.bar_label(b, labels=["x%.2f\n%.1f tok/s" % (A[a]["speedup"], A[a]["tok_s"]) for a in arms], fontsize=8)
+    for x, a in zip(xs, arms):
+        per = A[a].get("speedup_per_run", [])
+        a1.plot([x + 0.32] * len(per), per, "k.", ms=4)
+    a1.axhline(1.0, ls="--", color="grey", lw=1)
+    a1.set_xticks(xs)
+    a1.set_xticklabels(labels, fontsize=8)
+    a1.set_ylim(0, max(max(A[a]["speedup"] for a in arms),
+                       max((v for a in arms for v in A[a].get("speedup_per_run", [])), default=0)) * 1.3)
+    a1.set_ylabel("decode speed-up over the target alone")
+    a1.set_title("speed-up: geometric mean of the paired runs (dots: each round and prompt)", fontsize=9)
+    dr = [a for a in arms if a != "alone"]
+    b = a2.bar([xs[arms.index(a)] for a in dr], [A[a]["mean_accepted_length"] for a in dr],
+               color=[colors[arms.index(a)] for a in dr])
+    a2.bar_label(b, labels=["%.2f\n(acc. %.2f)" % (A[a]["mean_accepted_length"], A[a]["acceptance"]) for a in dr],
+                 fontsize=8)
+    a2.set_xticks(xs)
+    a2.set_xticklabels(labels, fontsize=8)
+    a2.set_ylim(0, max([A[a]["mean_accepted_length"] for a in dr] + [1]) * 1.3)
+    a2.set_ylabel("mean accepted draft tokens per round")
+    a2.set_title("mean accepted length (+1 target token per round)", fontsize=9)
+    fig.suptitle("Speculative decoding on %s, greedy, identical output: %s, %d round(s) x %d prompt(s) x %d tokens\n%s"
+                 % (os.path.basename(s["target"]), "yes" if s["identical_output"] else "NO", s.get("rounds", 1),
+                    s.get("prompt_count", 1), s.get("max_new", 0), subtitle), fontsize=9)
+    save(fig, "speculative.png")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@
 # checkpoints (tests/reference/make_checkpoint.py) and the widened demo target
 # (tools/widen/widen.py) are generated once into BUILD_DIR/bench and reused.
 #   full   ~15 min on a quiet 2-core machine: random models of 0.2, 0.6 and 1.9 GB, the
-#          widened demo target (~2.7 GB), speculative on/off, cluster 1/3 nodes, server
-#          1/4/8 streams, tokenizer vs the JS oracle
+#          widened demo target (~2.7 GB), speculative (alone / draft model / block drafter),
+#          cluster 1/3 nodes, server 1/4/8 streams, tokenizer vs the JS oracle
 #   --quick  ~2 min: the 0.2 GB model only, the demo pair unwidened, fewer tokens
 #   --tiny   seconds: the tests' tiny fixtures (the ctest smoke test; checks the JSON only)
 # Needs a built tree (cmake --build BUILD_DIR) and Debian's python3 (+ python3-matplotlib

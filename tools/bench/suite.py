@@ -12,8 +12,10 @@ average before and after it):
   engine_random          decode and prefill tok/s on random bf16 checkpoints of three sizes
   bandwidth_utilisation  weight bytes per token / time per token / read bandwidth, per model
   engine_widened_demo    the same on the widened demo target (tools/widen)
-  speculative            widened target alone vs with the demo draft: identical output,
-                         acceptance, mean accepted length, speed-up
+  speculative            widened target alone vs with the demo draft model and with the
+                         block drafter (models/demo-dspark widened by the same ratio; adaptive
+                         k and fixed k 6), interleaved rounds: identical output, acceptance,
+                         mean accepted length, tok/s, speed-up over the target alone
   cluster                decode ms/token local vs 1 and 3 loopback df-node agents
   plan_k3                `deltafin plan`'s predicted time per token against the measured one on
                          the K3-shaped bench model (tests/reference/kimi_k3_ckpt.py bench-k3),
@@ -24,18 +26,20 @@ average before and after it):
                          (GOMP_SPINCOUNT=300000), the executables' default (1000) and
                          OMP_WAIT_POLICY=passive (how much a busy machine costs)
 A figure that needs the trained demo pair (models/demo-moe, models/demo-draft) is recorded
-with status "pending" and the reason while the pair is absent.
+with status "pending" and the reason while the pair is absent; without models/demo-dspark
+the speculative figure leaves its block-drafter arms out (dspark_status "pending").
 
 Modes: full (<= 15 min on a quiet 2-core machine), quick (<= 2 min), tiny (seconds: the
 tests' tiny fixtures stand in for every checkpoint; used by the ctest smoke test, which
 checks the JSON, never the speed).
 
 usage: suite.py --build BUILD_DIR [--mode full|quick|tiny] [--out DIR] [--command TEXT]
-                [--demo-target DIR] [--demo-draft DIR] [--only NAME,...]
+                [--demo-target DIR] [--demo-draft DIR] [--demo-dspark DIR] [--only NAME,...]
 """
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -48,6 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 MAKE_CKPT = os.path.join(ROOT, "tests", "reference", "make_checkpoint.py")
 MAKE_K3 = os.path.join(ROOT, "tests", "reference", "kimi_k3_ckpt.py")
+MAKE_DSPARK = os.path.join(ROOT, "tests", "reference", "dspark_ckpt.py")
 WIDEN = os.path.join(ROOT, "tools", "widen", "widen.py")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TOOLS = os.path.join(ROOT, "tools")
@@ -73,15 +78,15 @@ WIDEN_TINY = ["--hidden-ratio", "4", "--moe-inter", "128", "--extra-layers", "1"
 MODES = {
     # engine: model labels, decode tokens, prefill tokens, repeats, bandwidth buffer MiB
     "full": dict(engine=["S", "M", "L"], decode=32, prefill=128, repeat=3, bw_mib=1024,
-                 widen=True, spec_new=64, spec_prompts=2, cluster_model="M", cluster_new=32, plan_new=48,
+                 widen=True, spec_new=64, spec_prompts=2, spec_rounds=3, cluster_model="M", cluster_new=32, plan_new=48,
                  server_model="M", server_tokens=32, server_prompt=32, tok_docs=60,
                  tok_names=["qwen3", "deepseek_v3"]),
     "quick": dict(engine=["S"], decode=16, prefill=64, repeat=2, bw_mib=512,
-                  widen=False, spec_new=32, spec_prompts=1, cluster_model="S", cluster_new=16, plan_new=24,
+                  widen=False, spec_new=32, spec_prompts=1, spec_rounds=1, cluster_model="S", cluster_new=16, plan_new=24,
                   server_model="S", server_tokens=16, server_prompt=16, tok_docs=10,
                   tok_names=["qwen3"]),
     "tiny": dict(engine=["tiny"], decode=4, prefill=8, repeat=1, bw_mib=32,
-                 widen=True, spec_new=8, spec_prompts=1, cluster_model="tiny", cluster_new=4, plan_new=4,
+                 widen=True, spec_new=8, spec_prompts=1, spec_rounds=1, cluster_model="tiny", cluster_new=4, plan_new=4,
                  server_model="tiny", server_tokens=4, server_prompt=4, tok_docs=1,
                  tok_names=["qwen3"]),
 }
@@ -235,6 +240,12 @@ def parse_generate(stderr):
     m = re.findall(r"draft ([0-9.]+) ms and verify ([0-9.]+) ms per round", stderr)
     if m:
         out.update(draft_ms_per_round=float(m[-1][0]), verify_ms_per_round=float(m[-1][1]))
+    m = re.findall(r"draft ([0-9.]+) ms per round, target ([0-9.]+) ms per forward", stderr)
+    if m:
+        out.update(draft_ms_per_round=float(m[-1][0]), target_ms_per_forward=float(m[-1][1]))
+    m = re.findall(r"k histogram ([^|\n]*)", stderr)
+    if m:
+        out["k_histogram"] = m[-1].strip()
     m = re.findall(r"^cluster:.*$", stderr, re.M)
     if m:
         out["cluster_stats"] = m[-1]
@@ -271,9 +282,11 @@ class Suite:
         if a.mode == "tiny":
             self.demo_target = a.demo_target or os.path.join(FIXTURES, "tiny-moe-tied")
             self.demo_draft = a.demo_draft or os.path.join(FIXTURES, "tiny-dense")
+            self.demo_dspark = a.demo_dspark  # else a random one for the fixture (tiny_dspark)
         else:
             self.demo_target = a.demo_target or os.path.join(ROOT, "models", "demo-moe")
             self.demo_draft = a.demo_draft or os.path.join(ROOT, "models", "demo-draft")
+            self.demo_dspark = a.demo_dspark or os.path.join(ROOT, "models", "demo-dspark")
         self.only = set(a.only.split(",")) if a.only else None
 
     # -- helpers -------------------------------------------------------------------------
@@ -439,39 +452,125 @@ class Suite:
             return [("text", t) for t in texts[:n]]
         return [("ids", "1,2,3,4,5,6,7,8")]
 
+    def dspark_drafter(self):
+        """The block drafter for the demo target: models/demo-dspark (or --demo-dspark); in
+        tiny mode a random one for the fixture target (tests/reference/dspark_ckpt.py, written
+        once beside the results). None while absent."""
+        if self.a.mode == "tiny" and not self.demo_dspark:
+            d = os.path.join(self.ckpt, "tiny-dspark")
+            if not os.path.exists(os.path.join(d, "config.json")):
+                run([PY, MAKE_DSPARK, "--target", self.demo_target, "--out", d, "--block", "6"], timeout=600)
+            return d
+        return self.demo_dspark if os.path.exists(os.path.join(self.demo_dspark, "config.json")) else None
+
+    def widened_dspark(self, src):
+        """The block drafter widened by the widened target's ratio (tools/widen --dspark-src;
+        cached in the build dir, keyed by the source, widen.py and the ratio)."""
+        if not self.mode["widen"]:
+            return src, None
+        wargs = WIDEN_TINY if self.a.mode == "tiny" else WIDEN_FULL
+        args = ["--hidden-ratio", wargs[wargs.index("--hidden-ratio") + 1]]
+        h = hashlib.sha256()
+        for path in [os.path.join(src, fn) for fn in sorted(os.listdir(src))] + [WIDEN]:
+            st = os.stat(path)
+            h.update(("%s %d %d\n" % (os.path.basename(path), st.st_size, int(st.st_mtime))).encode())
+        h.update(" ".join(args).encode())
+        key = h.hexdigest()[:16]
+        d = os.path.join(self.ckpt, "demo-dspark-wide-" + ("tiny" if self.a.mode == "tiny" else "x16"))
+        stamp = os.path.join(d, ".widen-key")
+        cmd = [PY, WIDEN, "--dspark-src", src, "--dspark-out", d] + args
+        if not (os.path.exists(stamp) and open(stamp).read().strip() == key):
+            log("widening the block drafter %s -> %s (%s)" % (rel(src), rel(d), " ".join(args)))
+            run(cmd, timeout=1800)
+            with open(stamp, "w") as f:
+                f.write(key + "\n")
+        return d, cmdline(cmd)
+
     def fig_speculative(self, fig):
-        fig["title"] = "speculative decoding on/off at identical output"
+        fig["title"] = ("speculative decoding: target alone, with the draft model, with the block drafter "
+                        "(adaptive k, fixed k), interleaved, at identical output")
         if not self.demo_present():
             return self.pending(fig)
         target, wcmd = self.widened()
         if wcmd:
             fig["commands"].append(wcmd)
         fig["target"], fig["draft"] = rel(target), rel(self.demo_draft)
-        n = self.mode["spec_new"]
-        rows = []
-        for kind, p in self.spec_prompts():
-            base = [self.exe["deltafin"], "run", "--model", target,
-                    "--prompt-ids" if kind == "ids" else "--prompt", p, "--max-new", str(n),
-                    "--temperature", "0", "--ignore-eos", "--stats"]
-            log("speculative: prompt %d, target alone" % (len(rows) + 1))
-            off = self.cmd(base + ["--no-draft"], timeout=1800)
-            log("speculative: prompt %d, with the draft" % (len(rows) + 1))
-            on = self.cmd(base + ["--draft", self.demo_draft], timeout=1800)
-            a, b = parse_generate(off.stderr), parse_generate(on.stderr)
-            rows.append({"prompt": p if kind == "text" else "ids:" + p[:60], "identical_output": off.stdout == on.stdout,
-                         "off": a, "on": b,
-                         "speedup": round(a["decode_ms_per_token"] / b["decode_ms_per_token"], 4)})
-        fig["prompts"] = rows
-        fig["identical_output"] = all(r["identical_output"] for r in rows)
-        fig["acceptance"] = round(sum(r["on"].get("acceptance", 0) for r in rows) / len(rows), 4)
-        fig["mean_accepted_length"] = round(sum(r["on"].get("mean_accepted_length", 0) for r in rows) / len(rows), 4)
-        off_ms = sum(r["off"]["decode_ms_per_token"] for r in rows) / len(rows)
-        on_ms = sum(r["on"]["decode_ms_per_token"] for r in rows) / len(rows)
-        fig["off_ms_per_token"], fig["on_ms_per_token"] = round(off_ms, 3), round(on_ms, 3)
-        fig["ratio"] = {"name": "decode speed-up with the draft (ms/token off / on)", "value": round(off_ms / on_ms, 4)}
+        arms = {"alone": ["--no-draft"], "draft": ["--draft", self.demo_draft]}
+        names = {"alone": "target alone", "draft": "draft model (adaptive k)",
+                 "dspark": "block drafter (adaptive k)"}
+        ds = self.dspark_drafter()
+        if ds:
+            wd, dcmd = self.widened_dspark(ds)
+            if dcmd:
+                fig["commands"].append(dcmd)
+            block = json.load(open(os.path.join(wd, "config.json"))).get("block_size", 7)
+            k = min(6, block)
+            arms["dspark"] = ["--draft", wd]
+            arms["dspark_k%d" % k] = ["--draft", wd, "--fixed-k", "--draft-k", str(k)]
+            names["dspark_k%d" % k] = "block drafter (fixed k %d)" % k
+            fig["dspark"], fig["dspark_status"] = rel(wd), "ok"
+        else:
+            fig["dspark_status"] = "pending"
+            fig["dspark_reason"] = "pending block drafter: %s is absent" % rel(self.demo_dspark)
+            log("speculative: %s" % fig["dspark_reason"])
+        n, rounds, prompts = self.mode["spec_new"], self.mode["spec_rounds"], self.spec_prompts()
+        out, runs = {}, {a: [] for a in arms}
+        for rd in range(rounds):
+            # every arm once per prompt per round; the order reverses every other round, so
+            # a drift in the machine's load falls on every arm alike
+            order = list(arms) if rd % 2 == 0 else list(arms)[::-1]
+            for pi, (kind, p) in enumerate(prompts):
+                base = [self.exe["deltafin"], "run", "--model", target,
+                        "--prompt-ids" if kind == "ids" else "--prompt", p, "--max-new", str(n),
+                        "--temperature", "0", "--ignore-eos", "--stats"]
+                for arm in order:
+                    log("speculative: round %d/%d, prompt %d, %s" % (rd + 1, rounds, pi + 1, names.get(arm, arm)))
+                    cmd = base + arms[arm]
+                    r = self.cmd(cmd, timeout=1800) if rd == 0 else run(cmd, timeout=1800)
+                    g = parse_generate(r.stderr)
+                    g.update(round=rd, prompt=pi)
+                    out[(arm, rd, pi)] = r.stdout
+                    runs[arm].append(g)
+        if rounds > 1:
+            fig["commands"].append("(each command above run %d times, in interleaved rounds)" % rounds)
+        res = {}
+        for arm, rr in runs.items():
+            ms = sum(g["decode_ms_per_token"] for g in rr) / len(rr)
+            x = {"args": cmdline(arms[arm]), "ms_per_token": round(ms, 3), "tok_s": round(1e3 / ms, 3),
+                 "identical_output": all(out[(arm, g["round"], g["prompt"])] == out[("alone", g["round"], g["prompt"])]
+                                         for g in rr),
+                 "runs": rr}
+            if arm != "alone":
+                x["acceptance"] = round(sum(g.get("acceptance", 0) for g in rr) / len(rr), 4)
+                x["mean_accepted_length"] = round(sum(g.get("mean_accepted_length", 0) for g in rr) / len(rr), 4)
+                for f in ("draft_ms_per_round", "target_ms_per_forward"):
+                    if all(f in g for g in rr):
+                        x[f] = round(sum(g[f] for g in rr) / len(rr), 3)
+            res[arm] = x
+        alone = res["alone"]["ms_per_token"]
+        for arm, x in res.items():
+            # per (round, prompt): the target alone and this arm measured within a minute of
+            # each other; the speed-up is the geometric mean of these paired ratios, which a
+            # loaded round does not dominate (the ratio of the mean times is kept beside it)
+            per = [a["decode_ms_per_token"] / b["decode_ms_per_token"] for a, b in zip(runs["alone"], runs[arm])]
+            x["speedup_per_run"] = [round(v, 4) for v in per]
+            x["speedup"] = round(math.exp(sum(math.log(v) for v in per) / len(per)), 4)
+            x["speedup_of_mean_times"] = round(alone / x["ms_per_token"], 4)
+        fig["arms"] = res
+        fig["rounds"], fig["prompt_count"], fig["max_new"] = rounds, len(prompts), n
+        fig["identical_output"] = all(x["identical_output"] for x in res.values())
+        # the draft model's figures under the names earlier results use
+        fig["acceptance"] = res["draft"]["acceptance"]
+        fig["mean_accepted_length"] = res["draft"]["mean_accepted_length"]
+        fig["off_ms_per_token"], fig["on_ms_per_token"] = alone, res["draft"]["ms_per_token"]
+        fig["ratio"] = {"name": "decode speed-up over the target alone (geometric mean over rounds and prompts of "
+                                "ms/token alone / with), draft model",
+                        "value": res["draft"]["speedup"],
+                        "values": {arm: x["speedup"] for arm, x in res.items() if arm != "alone"}}
         if not fig["identical_output"]:
             fig["status"] = "failed"
-            fig["error"] = "the output with the draft differs from the target alone"
+            fig["error"] = "the output with %s differs from the target alone" % ", ".join(
+                a for a, x in res.items() if not x["identical_output"])
 
     def loopback_run(self, model, base, nodes, local_stdout):
         """`base` (a `deltafin run ... --stats` command) with `nodes` loopback df-node agents
@@ -786,6 +885,18 @@ def markdown(res):
                      "output %s | speed-up %.2fx | %s |" % (
                          s["off_ms_per_token"], s["on_ms_per_token"], s["acceptance"], s["mean_accepted_length"],
                          "identical" if s["identical_output"] else "DIFFERENT", s["ratio"]["value"], st("speculative")))
+            A = s.get("arms", {})
+            for arm, x in A.items():
+                if not arm.startswith("dspark"):
+                    continue
+                L.append("| speculative, block drafter (%s) | %.2f tok/s against %.2f alone (draft model %.2f); "
+                         "acceptance %.2f, mean accepted length %.2f; output %s | speed-up %.2fx (draft model %.2fx) | %s |" % (
+                             "adaptive k" if arm == "dspark" else "fixed k " + arm[len("dspark_k"):], x["tok_s"],
+                             A["alone"]["tok_s"], A["draft"]["tok_s"], x["acceptance"], x["mean_accepted_length"],
+                             "identical" if x["identical_output"] else "DIFFERENT", x["speedup"], A["draft"]["speedup"],
+                             st("speculative")))
+            if s.get("dspark_status") == "pending":
+                L.append("| speculative, block drafter | - | - | pending (%s) |" % s["dspark_reason"])
         else:
             L.append("| speculative decoding | - | - | %s |" % st("speculative"))
     c = F.get("cluster")
@@ -857,6 +968,7 @@ def main():
     ap.add_argument("--command", help="the command line to record (run.sh passes its own)")
     ap.add_argument("--demo-target")
     ap.add_argument("--demo-draft")
+    ap.add_argument("--demo-dspark", help="block drafter trained for --demo-target")
     ap.add_argument("--only", help="comma-separated figure names")
     a = ap.parse_args()
     sys.path.insert(0, HERE)

@@ -4,6 +4,11 @@ one that computes exactly the same function.
 
   widen.py --src models/demo-moe --out build/bench/widened [--hidden-ratio 4]
            [--moe-inter N] [--inter N] [--extra-layers N] [--shards N] [--seed S]
+           [--dspark-src models/demo-dspark --dspark-out build/bench/widened-dspark]
+
+--dspark-src/--dspark-out also (or only) widen a block drafter (DSpark) made for the
+target by the same --hidden-ratio, so that over the widened target it proposes exactly what
+it proposes over the original one (widen_dspark below says how).
 
 What changes (H -> r*H with r a power of 4; expert width I -> I'; optional extra layers):
   * the hidden size grows by zero-valued channels appended after the real ones: the
@@ -50,18 +55,34 @@ def rand_bf16(rng, shape, std):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    ap.add_argument("--src", required=True)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--src", help="the target checkpoint to widen")
+    ap.add_argument("--out", help="where the widened target goes")
     ap.add_argument("--hidden-ratio", type=int, default=4, help="1, 4 or 16")
     ap.add_argument("--moe-inter", type=int, default=0, help="new expert width (>= old)")
     ap.add_argument("--inter", type=int, default=0, help="new dense MLP width (>= old)")
     ap.add_argument("--extra-layers", type=int, default=0)
     ap.add_argument("--shards", type=int, default=0, help="0: about 1 GB per file")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--dspark-src", help="a block drafter (DSpark) folder trained for --src's model")
+    ap.add_argument("--dspark-out", help="where the drafter widened by the same ratio goes")
     a = ap.parse_args(argv)
-    r = a.hidden_ratio
-    if r not in (1, 4, 16):
+    if a.hidden_ratio not in (1, 4, 16):
         ap.error("--hidden-ratio must be 1, 4 or 16 (a power of 4 keeps the norm rescale exact)")
+    if bool(a.src) != bool(a.out) or bool(a.dspark_src) != bool(a.dspark_out):
+        ap.error("--src and --out go together, and so do --dspark-src and --dspark-out")
+    if not a.src and not a.dspark_src:
+        ap.error("nothing to widen: give --src/--out, --dspark-src/--dspark-out or both")
+    if a.src and a.dspark_src:
+        check_pair(ap, a.src, a.dspark_src)
+    if a.src:
+        widen_target(ap, a)
+    if a.dspark_src:
+        widen_dspark(ap, a)
+    return 0
+
+
+def widen_target(ap, a):
+    r = a.hidden_ratio
     cfg = json.load(open(os.path.join(a.src, "config.json")))
     if cfg.get("model_type") not in ("qwen3_moe", "qwen3"):
         ap.error("%s/config.json: model_type %r (expected qwen3_moe or qwen3)"
@@ -207,7 +228,185 @@ def main(argv=None):
     print("widened %s -> %s: hidden %d -> %d, expert width %d -> %d, layers %d -> %d, "
           "%.2f GB in %d file(s), %.1f s" % (a.src, a.out, H, Hn, I_moe, I_moe_n, L, Ln,
                                            total / 1e9, shards, time.time() - t0))
-    return 0
+
+
+DSPARK_ARCHS = ("K3DSparkModel", "DSparkModel")
+
+
+def check_pair(ap, src, dspark_src):
+    """The drafter must have been made for this target: same hidden size, capture layers in it."""
+    t = json.load(open(os.path.join(src, "config.json")))
+    d = json.load(open(os.path.join(dspark_src, "config.json")))
+    if d.get("hidden_size") != t.get("hidden_size"):
+        ap.error("%s: hidden_size %s differs from the target's %s (%s)"
+                 % (dspark_src, d.get("hidden_size"), t.get("hidden_size"), src))
+    bad = [i for i in d.get("target_layer_ids", []) if not 0 <= i < t.get("num_hidden_layers", 0)]
+    if bad:
+        ap.error("%s: target_layer_ids %s outside the target's %d layers"
+                 % (dspark_src, bad, t.get("num_hidden_layers", 0)))
+
+
+def widen_dspark(ap, a):
+    """A block drafter (docs/SPEC.md "Block drafter (DSpark)") for the target widened by the
+    same ratio, proposing exactly what the original drafter proposes over the original target.
+
+    The captured rows of the widened target are the original rows followed by zeros (per
+    capture layer: [h_i | 0]), the target's embedding rows are [e | 0] and its lm_head's extra
+    columns multiply zeros. The drafter's own hidden size grows like the target's:
+      * context_proj [H, C*H] -> [Hn, C*Hn]: the block of capture layer j moves to the input
+        columns j*Hn .. j*Hn+H (where [h_j | 0] puts it); the other input columns (they meet
+        the zeros) are random; the extra output rows are zero, so ctx has zero extra channels;
+      * every RMSNorm over the hidden size (context_norm, input_layernorm,
+        post_attention_layernorm, final_norm): real weights / sqrt(r), rms_norm_eps / r (the
+        drafter's one eps), as the target's;
+      * that eps is also q_a_layernorm's and kv_a_layernorm's, which are over the LoRA ranks
+        (unchanged sizes): their inputs are scaled by 1/sqrt(r) instead — q_a_proj and the
+        kv_lora_rank latent rows of kv_a_proj_with_mqa (not its RoPE-key rows) — so
+        RMSNorm(x/sqrt(r)) with eps/r equals RMSNorm(x) with eps, bit for bit (powers of 2);
+      * q_a_proj / q_proj, kv_a_proj_with_mqa, gate_proj, up_proj: extra input columns random;
+        o_proj and down_proj: extra output rows zero (the residual's extra channels stay 0);
+      * q_b_proj, kv_b_proj, the LoRA norms' weights and the Markov head are unchanged; the
+        confidence head's input [final-normed row | markov_w1[prev]] keeps its weights on the
+        real channels and the Markov columns (moved after the Hn hidden ones), random ones
+        on the extra (zero) channels. The engine never evaluates it; the reference does.
+    The real channels lead every reduction and every added product is an exact zero, so the
+    engine's fixed-order kernels (8 lanes by index mod 8; H and Hn multiples of 8) give the
+    same bits: the same proposals, the same acceptance."""
+    r, src, out = a.hidden_ratio, a.dspark_src, a.dspark_out
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    if not set(cfg.get("architectures") or []) & set(DSPARK_ARCHS):
+        ap.error("%s/config.json: architectures %r name no block drafter (%s)"
+                 % (src, cfg.get("architectures"), " or ".join(DSPARK_ARCHS)))
+    for k in ("mla_use_nope", "mla_use_output_gate"):
+        if cfg.get(k):
+            ap.error("%s/config.json: %s is set; only the layout the engine loads is widened" % (src, k))
+    ck = sio.Checkpoint(src)
+    H = cfg["hidden_size"]
+    Hn = H * r
+    C = len(cfg["target_layer_ids"])
+    L = cfg["num_hidden_layers"]
+    KL = cfg["kv_lora_rank"]
+    R = cfg["markov_rank"]
+    # The engine's default when the key is absent is 1e-6 (dspark.c); written out explicitly.
+    eps = float(np.float32(cfg.get("rms_norm_eps", 1e-6)) / np.float32(r))
+    norm_scale = np.float32(1.0 / np.sqrt(r))
+
+    def rng_for(name):
+        return np.random.default_rng([a.seed, zlib.crc32(("dspark/" + name).encode())])
+
+    def scaled(x):
+        return sio.f32_to_bf16(sio.bf16_to_f32(x) * norm_scale)
+
+    def need_bf16(name):
+        if ck.dtype(name) != "BF16":
+            ap.error("%s: tensor %s is %s; only BF16 drafters are widened" % (src, name, ck.dtype(name)))
+
+    specs, done = [], set()
+
+    def add(name, shape, produce, dtype="BF16"):
+        specs.append(sio.TensorSpec(name, dtype, shape, produce=produce))
+        done.add(name)
+
+    def keep(name):
+        add(name, ck.shape(name), lambda: ck.array(name), ck.dtype(name))
+
+    def widen(name, new_shape, place, fill="rand"):
+        """new_shape filled with random bf16 (fan-in scaled) or zeros, then place(out, old)
+        puts the old values where they belong."""
+        need_bf16(name)
+
+        def produce():
+            if fill == "zero":
+                o = np.zeros(new_shape, dtype=np.uint16)
+            else:
+                o = rand_bf16(rng_for(name), new_shape, 1.0 / np.sqrt(new_shape[-1]))
+            place(o, ck.array(name))
+            return o
+        add(name, new_shape, produce)
+
+    def norm(name):  # RMSNorm over the hidden size
+        widen(name, [Hn], lambda o, w: o.__setitem__(slice(0, H), scaled(w)))
+
+    def in_cols(name, scale_rows=0):
+        """[N, H] -> [N, Hn]: extra input columns random; the first scale_rows rows / sqrt(r)."""
+        n = ck.shape(name)[0]
+
+        def place(o, w):
+            w = w.copy()
+            if scale_rows:
+                w[:scale_rows] = scaled(w[:scale_rows])
+            o[:, :H] = w
+        widen(name, [n, Hn], place)
+
+    def out_rows(name):
+        """[H, K] -> [Hn, K]: extra output rows zero."""
+        k = ck.shape(name)[1]
+        widen(name, [Hn, k], lambda o, w: o.__setitem__((slice(0, H), slice(None)), w), fill="zero")
+
+    def ctx_proj(o, w):
+        o[H:, :] = 0
+        for j in range(C):
+            o[:H, j * Hn:j * Hn + H] = w[:, j * H:(j + 1) * H]
+
+    if ck.shape("context_proj.weight") != [H, C * H]:
+        ap.error("%s: context_proj.weight is %s, expected [%d, %d]" % (src, ck.shape("context_proj.weight"), H, C * H))
+    widen("context_proj.weight", [Hn, C * Hn], ctx_proj)
+    norm("context_norm.weight")
+    norm("final_norm.weight")
+    for l in range(L):
+        p = "layers.%d." % l
+        norm(p + "input_layernorm.weight")
+        norm(p + "post_attention_layernorm.weight")
+        if (p + "self_attn.q_a_proj.weight") in ck:
+            in_cols(p + "self_attn.q_a_proj.weight", scale_rows=ck.shape(p + "self_attn.q_a_proj.weight")[0])
+            keep(p + "self_attn.q_a_layernorm.weight")
+            keep(p + "self_attn.q_b_proj.weight")
+        else:
+            in_cols(p + "self_attn.q_proj.weight")
+        in_cols(p + "self_attn.kv_a_proj_with_mqa.weight", scale_rows=KL)
+        keep(p + "self_attn.kv_a_layernorm.weight")
+        keep(p + "self_attn.kv_b_proj.weight")
+        out_rows(p + "self_attn.o_proj.weight")
+        in_cols(p + "mlp.gate_proj.weight")
+        in_cols(p + "mlp.up_proj.weight")
+        out_rows(p + "mlp.down_proj.weight")
+    for name in ("markov_head.markov_w1.weight", "markov_head.markov_w2.weight"):
+        keep(name)
+    if "confidence_head.proj.weight" in ck:
+        def conf(o, w):
+            o[:, :H] = w[:, :H]
+            o[:, Hn:] = w[:, H:]
+        widen("confidence_head.proj.weight", [1, Hn + R], conf)
+        if "confidence_head.proj.bias" in ck:
+            keep("confidence_head.proj.bias")
+    for name in ("embed_tokens.weight", "model.embed_tokens.weight"):
+        if name in ck:  # the folder's duplicate of the target's table (never read): [e | 0]
+            widen(name, [ck.shape(name)[0], Hn], lambda o, w: o.__setitem__((slice(None), slice(0, H)), w),
+                  fill="zero")
+    left = sorted(set(ck.names) - done)
+    if left:
+        ap.error("%s: tensors this widening does not know: %s" % (src, ", ".join(left[:8])))
+
+    tmp = out + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    t0 = time.time()
+    sio.save_checkpoint(tmp, specs, n_shards=1)
+    ncfg = dict(cfg)
+    ncfg.update({"hidden_size": Hn, "rms_norm_eps": eps})
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(ncfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    for fn in sorted(os.listdir(src)):
+        if fn != "config.json" and not fn.endswith(".safetensors") and fn != "model.safetensors.index.json" \
+                and os.path.isfile(os.path.join(src, fn)):
+            shutil.copy(os.path.join(src, fn), tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+    total = sum(s.nbytes for s in specs)
+    print("widened block drafter %s -> %s: hidden %d -> %d, rms_norm_eps %g -> %g, %.1f MB, %.1f s"
+          % (src, out, H, Hn, float(np.float32(cfg.get("rms_norm_eps", 1e-6))), eps, total / 1e6,
+             time.time() - t0))
 
 
 def grow_up(ck, name, new_shape, I_old, rng_for):
