@@ -3,7 +3,7 @@
 #               (quietly: the build's output goes to $(BUILD)/build.log)
 #   make test   install dependencies, build, run the whole test suite (ctest)
 #   make deb    install dependencies, build, write $(BUILD)/package/deltafin_<version>_<arch>.deb
-#               (packaging/package.cmake)
+#               (tools/packaging/package.cmake)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 

@@ -1,4 +1,4 @@
-# The Debian package (packaging/package.cmake, `make deb`): `cpack -G DEB` builds it, its
+# The Debian package (tools/packaging/package.cmake, `make deb`): `cpack -G DEB` builds it, its
 # control data and files are checked, and it is installed with apt into a clean Debian 12
 # root (debootstrap, cached in BUILD/package-test/ with the downloaded .debs), where the
 # installed `deltafin run` on the demo pair must print the build tree's text exactly, both

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Debian package (packaging/package.cmake) built, installed into a clean Debian 12 root
+"""The Debian package (tools/packaging/package.cmake) built, installed into a clean Debian 12 root
 and run there, away from the source and build trees.
 
 usage: package_deb.py BUILD_DIR SOURCE_DIR WORK_DIR

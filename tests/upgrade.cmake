@@ -1,4 +1,4 @@
-# deltafin upgrade (coordinator/cli/cmd_upgrade.c, cmake/build_record.cmake, docs/UPGRADE.md):
+# deltafin upgrade (coordinator/cli/cmd_upgrade.c, tools/cmake/build_record.cmake, docs/UPGRADE.md):
 # on a tiny CMake project that includes the real build-record module, in a local bare
 # repository and a clone (a Deltafin rebuild would take many minutes), pointed at with
 # --record: up to date, --check, dirty / untracked / detached / no upstream / fetch failure /

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""deltafin upgrade (coordinator/cli/cmd_upgrade.c, cmake/build_record.cmake, docs/UPGRADE.md)
+"""deltafin upgrade (coordinator/cli/cmd_upgrade.c, tools/cmake/build_record.cmake, docs/UPGRADE.md)
 end to end, on a tiny CMake project instead of the Deltafin tree (whose rebuild takes many
-minutes): the project includes the real cmake/build_record.cmake, so its configure writes a
+minutes): the project includes the real tools/cmake/build_record.cmake, so its configure writes a
 real build record, and `deltafin upgrade --record FILE` is pointed at that record (--record is
 the only difference from a plain `deltafin upgrade`, which reads its own build folder's record).
 
@@ -95,7 +95,7 @@ add_executable(tiny main.c)
 target_include_directories(tiny PRIVATE "${DF_TORCH_ROOT}/include")
 target_compile_definitions(tiny PRIVATE TINY_CUDA="${DF_CUDA}" TINY_TYPE="${CMAKE_BUILD_TYPE}"
   TINY_PREFIX="${CMAKE_PREFIX_PATH}" TINY_ENV_PREFIX="$ENV{CMAKE_PREFIX_PATH}")
-include("%s/cmake/build_record.cmake")
+include("%s/tools/cmake/build_record.cmake")
 df_write_build_record()
 """ % src_dir.replace("\\", "/")
 

@@ -63,7 +63,7 @@ int df_cmd_cluster(int argc, char **argv);
 int df_cmd_doctor(int argc, char **argv);
 /* `deltafin upgrade [--check] [--yes] [--jobs N] [--record FILE]` (coordinator/cli/cmd_upgrade.c,
  * docs/UPGRADE.md): fast-forwards the source checkout named by the build record (default: the
- * one this binary's build folder wrote at configure time, cmake/build_record.cmake) to its
+ * one this binary's build folder wrote at configure time, tools/cmake/build_record.cmake) to its
  * upstream and rebuilds it with the recorded configuration, ignoring the environment's build
  * variables. Touches only that checkout and its build folder; runs git and cmake without a
  * shell. Nothing is left for the caller to free. Returns the exit status: 0 upgraded or already

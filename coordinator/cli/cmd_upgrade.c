@@ -1,6 +1,6 @@
 /* coordinator/cli/cmd_upgrade.c — `deltafin upgrade [--check] [--yes]`: brings a source install
  * up to date. It reads the build record its build folder's configure wrote
- * (cmake/build_record.cmake: the checkout, the build folder, cmake, the generator and the cache
+ * (tools/cmake/build_record.cmake: the checkout, the build folder, cmake, the generator and the cache
  * settings that matter), refuses a checkout with changes, a detached HEAD, a branch without an
  * upstream or one that is not an ancestor of its upstream after `git fetch`, fast-forwards
  * (`git merge --ff-only`), then reconfigures with exactly the recorded settings (the

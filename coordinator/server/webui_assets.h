@@ -1,6 +1,6 @@
 /* coordinator/server/webui_assets.h — the web UI's files as compiled into the binary.
  *
- * The table is generated at build time by cmake/embed_files.cmake from the files of
+ * The table is generated at build time by tools/cmake/embed_files.cmake from the files of
  * coordinator/server/webui/ (one entry per file, sorted by name; see coordinator/CMakeLists.txt),
  * so `deltafin serve` reads nothing from disk to serve its page. Served by server_webui.c.
  */

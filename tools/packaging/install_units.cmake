@@ -1,5 +1,5 @@
-# packaging/install_units.cmake — run at install time (`cmake --install`, cpack), included by
-# the install(CODE) of packaging/package.cmake with DF_PKG_DIR (packaging/) and DF_PKG_OUT (its
+# tools/packaging/install_units.cmake — run at install time (`cmake --install`, cpack), included by
+# the install(CODE) of tools/packaging/package.cmake with DF_PKG_DIR (tools/packaging/) and DF_PKG_OUT (its
 # build folder) set. Writes the systemd units and the /etc/deltafin configuration files for
 # the prefix being installed to, so that they name the binaries and the demo model where
 # this install puts them:

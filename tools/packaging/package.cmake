@@ -1,4 +1,4 @@
-# packaging/package.cmake — what `cmake --install` puts where, and the Debian package that
+# tools/packaging/package.cmake — what `cmake --install` puts where, and the Debian package that
 # `cpack -G DEB` (or `make deb`) builds from it: deltafin_<version>_<arch>.deb.
 #
 # Installed (PREFIX: /usr in the .deb, CMAKE_INSTALL_PREFIX otherwise):
@@ -7,19 +7,19 @@
 #       two drafters; `deltafin run` without
 #       --model finds it there, next to its own folder (coordinator/cli/cli.c
 #       df_cli_default_model), so an installed binary never reads the source tree
-#   PREFIX/share/man/man1/deltafin.1.gz, df-node.1.gz   (packaging/man/, gzip -9n)
+#   PREFIX/share/man/man1/deltafin.1.gz, df-node.1.gz   (tools/packaging/man/, gzip -9n)
 #   PREFIX/share/doc/deltafin/   README, docs/, THIRD_PARTY, models/README, copyright
 #   SYSCONF/deltafin/serve.conf, df-node.conf            (SYSCONF: /etc for PREFIX /usr)
 #   UNITDIR/deltafin-serve.service, df-node.service      (/lib/systemd/system for PREFIX /usr)
 # The units and configuration files name the binaries' and models' installed paths, so they
-# are written at install time for the prefix being installed to (packaging/install_units.cmake).
-# The maintainer scripts (packaging/debian/) create the `deltafin` system user and
+# are written at install time for the prefix being installed to (tools/packaging/install_units.cmake).
+# The maintainer scripts (tools/packaging/debian/) create the `deltafin` system user and
 # /var/lib/deltafin; the units are installed, not enabled (docs/CLUSTER.md, README.md).
 #
 # Runtime Depends come from dpkg-shlibdeps (dpkg-dev) over the two binaries. A libtorch (or
 # CUDA runtime) that no Debian package owns, e.g. DF_TORCH_ROOT pointing at a PyTorch wheel,
 # cannot be expressed as a dependency: cpack then stops with the library's name
-# (packaging/cpack_project.cmake) instead of building a package that would not run.
+# (tools/packaging/cpack_project.cmake) instead of building a package that would not run.
 # Test: tests/package.cmake (label `package`).
 
 # `make install` / cpack install what is built and never build first (`make deb` builds
@@ -27,7 +27,7 @@
 # relink the binaries those tests execute.
 set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY TRUE)
 
-set(DF_PKG_DIR ${PROJECT_SOURCE_DIR}/packaging)
+set(DF_PKG_DIR ${PROJECT_SOURCE_DIR}/tools/packaging)
 set(DF_PKG_MAINTAINER "Deltafin maintainers <maintainers@deltafin.invalid>")
 set(DF_PKG_OUT ${PROJECT_BINARY_DIR}/packaging)
 

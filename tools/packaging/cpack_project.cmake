@@ -1,4 +1,4 @@
-# packaging/cpack_project.cmake — CPACK_PROJECT_CONFIG_FILE of packaging/package.cmake: cpack
+# tools/packaging/cpack_project.cmake — CPACK_PROJECT_CONFIG_FILE of tools/packaging/package.cmake: cpack
 # reads it before it builds a package. For the Debian package it checks that every library
 # deltafin and df-node load directly comes from an installed Debian package, because the
 # package's Depends are what dpkg-shlibdeps derives from those packages: it skips a library
