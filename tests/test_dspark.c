@@ -292,6 +292,12 @@ static void test_greedy_identical(void **state) {
                    151643);
 }
 
+/* DeepSeek-V3 (MLA target, the tiny BF16 fixture): 20 prompts, the same guarantees. */
+static void test_greedy_deepseek(void **state) {
+  (void)state;
+  greedy_identical(DF_FIXTURES "/tiny-ds-bf16", DF_BINARY_DIR "/dspark/ds/drafter", 20, 512);
+}
+
 /* Kimi Linear (KDA layers: the target's recurrent state rolls back by replaying its logged
  * rows after each partial acceptance, the drafter's context truncates beside it). */
 static void test_greedy_kimi_linear(void **state) {
@@ -536,6 +542,7 @@ int main(void) {
       cmocka_unit_test(test_reference_deepseek),
       cmocka_unit_test(test_reference_tied),
       cmocka_unit_test(test_greedy_identical),
+      cmocka_unit_test(test_greedy_deepseek),
       cmocka_unit_test(test_greedy_kimi_linear),
       cmocka_unit_test(test_scheduler_shipped),
       cmocka_unit_test(test_scheduler_kimi_linear),
