@@ -31,4 +31,4 @@ df_add_fuzzer(fuzz_codec
   DEPENDS ${PROJECT_SOURCE_DIR}/transport/codec.h
   PKGS DFMSGPACK
   CORPUS ${CMAKE_CURRENT_LIST_DIR}/fuzz/corpus_codec
-  SECONDS 15)
+  SECONDS 5)

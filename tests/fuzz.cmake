@@ -7,8 +7,9 @@
 #   df_add_fuzzer(NAME SOURCES file.c... [DEPENDS header...] [PKGS JANSSON...]
 #                 CORPUS seed_dir [DICT file.dict] [SECONDS n])
 #     builds ${CMAKE_CURRENT_BINARY_DIR}/NAME (target NAME, part of `all`), and adds the test
-#     NAME: copy CORPUS to NAME_run/corpus in the build dir, run n seconds (default 15) with
-#     -rss_limit_mb=1024; crash reproducers land in NAME_artifacts/.
+#     NAME: copy CORPUS to NAME_run/corpus in the build dir, run n seconds (default 5; the seed
+#     corpus itself runs in well under a second) with -rss_limit_mb=1024; crash reproducers
+#     land in NAME_artifacts/.
 #     PKGS names pkg_check_modules prefixes whose CFLAGS / LDFLAGS are passed to clang.
 include_guard(GLOBAL)
 
@@ -52,7 +53,7 @@ function(df_add_fuzzer name)
   endif()
   cmake_parse_arguments(F "" "CORPUS;DICT;SECONDS" "SOURCES;DEPENDS;PKGS" ${ARGN})
   if(NOT F_SECONDS)
-    set(F_SECONDS 15)
+    set(F_SECONDS 5)
   endif()
   set(cflags)
   set(ldflags)

@@ -8,12 +8,15 @@
 # preset chosen so every expert choice and greedy step keeps a margin: min router margin
 # >= 2.2e-4 and min greedy top-2 gap >= 0.029 over the three prompts and 20 steps): 20 greedy
 # ids, their top-5 logits (JSON) and the prompt logits, into ${PROJECT_BINARY_DIR}/k3-ref.
+# All twelve runs of `kimi_k3_ref.py ARGS > OUT.json` in one process (tests/reference/
+# ref_runs.py: PyTorch is imported once, not twelve times).
 set(DF_K3_REF_DIR ${PROJECT_BINARY_DIR}/k3-ref)
 set(DF_K3_PRESETS tiny-k3 tiny-k3-unpadded tiny-k3-deep tiny-k3-sharded)
 set(DF_K3_OFFSET_tiny-k3 15)
 set(DF_K3_OFFSET_tiny-k3-unpadded 5)
 set(DF_K3_OFFSET_tiny-k3-deep 96)
 set(DF_K3_OFFSET_tiny-k3-sharded 31)
+set(DF_K3_REF_RUNS "")
 foreach(preset ${DF_K3_PRESETS})
   foreach(n 1 5 72)
     set(ids "")
@@ -24,12 +27,14 @@ foreach(preset ${DF_K3_PRESETS})
     endforeach()
     string(REPLACE ";" "," ids "${ids}")
     set(out ${DF_K3_REF_DIR}/${preset}-${n})
-    add_test(NAME k3_ref_${preset}_${n}
-      COMMAND sh -c "mkdir -p '${DF_K3_REF_DIR}' && '${DF_PYTHON}' '${DF_REFERENCE}/kimi_k3_ref.py' --model '${DF_FIXTURES}/${preset}' --prompt-ids ${ids} --max-new 20 --json --logits-out '${out}.f32' > '${out}.json.tmp' && mv '${out}.json.tmp' '${out}.json'")
-    set_tests_properties(k3_ref_${preset}_${n} PROPERTIES FIXTURES_SETUP k3_ref_runs
-      TIMEOUT 120 LABELS "reference" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+    list(APPEND DF_K3_REF_RUNS --run ${out} --model ${DF_FIXTURES}/${preset} --prompt-ids ${ids}
+         --max-new 20 --json --logits-out ${out}.f32)
   endforeach()
 endforeach()
+add_test(NAME k3_ref_runs COMMAND ${DF_PYTHON} ${DF_REFERENCE}/ref_runs.py kimi_k3_ref
+  ${DF_K3_REF_RUNS})
+set_tests_properties(k3_ref_runs PROPERTIES FIXTURES_SETUP k3_ref_runs
+  TIMEOUT 600 LABELS "reference" ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
 
 df_add_cmocka_test(test_kimi_k3 SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kimi_k3.c
   LIBS dfengine PkgConfig::JANSSON)

@@ -4,9 +4,11 @@
 # decode, batch invariance, ISA agreement, exact rollback), config errors, state bytes.
 
 # Reference runs for prompts of 1, 5 and 80 tokens ((i * 37 + 11) % vocab, as the test makes
-# them): 20 greedy ids (JSON) and the prompt logits, into ${PROJECT_BINARY_DIR}/kl-ref.
+# them): 20 greedy ids (JSON) and the prompt logits, into ${PROJECT_BINARY_DIR}/kl-ref. All nine
+# runs of `kimi_linear_ref.py ARGS > OUT.json` in one process (tests/reference/ref_runs.py:
+# PyTorch is imported once, not nine times).
 set(DF_KL_REF_DIR ${PROJECT_BINARY_DIR}/kl-ref)
-set(DF_KL_REF_TESTS "")
+set(DF_KL_REF_RUNS "")
 foreach(preset tiny-kl-48b tiny-kl-k3gate tiny-kl-mixed)
   foreach(n 1 5 80)
     set(ids "")
@@ -17,11 +19,13 @@ foreach(preset tiny-kl-48b tiny-kl-k3gate tiny-kl-mixed)
     endforeach()
     string(REPLACE ";" "," ids "${ids}")
     set(out ${DF_KL_REF_DIR}/${preset}-${n})
-    add_test(NAME kl_ref_${preset}_${n}
-      COMMAND sh -c "mkdir -p '${DF_KL_REF_DIR}' && '${DF_PYTHON}' '${DF_REFERENCE}/kimi_linear_ref.py' --model '${DF_FIXTURES}/${preset}' --prompt-ids ${ids} --max-new 20 --json --logits-out '${out}.f32' > '${out}.json.tmp' && mv '${out}.json.tmp' '${out}.json'")
-    set_tests_properties(kl_ref_${preset}_${n} PROPERTIES FIXTURES_SETUP kl_ref_runs)
+    list(APPEND DF_KL_REF_RUNS --run ${out} --model ${DF_FIXTURES}/${preset} --prompt-ids ${ids}
+         --max-new 20 --json --logits-out ${out}.f32)
   endforeach()
 endforeach()
+add_test(NAME kl_ref_runs COMMAND ${DF_PYTHON} ${DF_REFERENCE}/ref_runs.py kimi_linear_ref
+  ${DF_KL_REF_RUNS})
+set_tests_properties(kl_ref_runs PROPERTIES FIXTURES_SETUP kl_ref_runs TIMEOUT 600)
 
 df_add_cmocka_test(test_kimi_linear SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kimi_linear.c
   LIBS dfengine PkgConfig::JANSSON)

@@ -11,4 +11,4 @@ df_add_fuzzer(fuzz_st_header
   PKGS JANSSON
   CORPUS ${CMAKE_CURRENT_LIST_DIR}/fuzz/corpus_st
   DICT ${CMAKE_CURRENT_LIST_DIR}/fuzz/st_header.dict
-  SECONDS 15)
+  SECONDS 5)

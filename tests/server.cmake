@@ -84,7 +84,7 @@ df_add_fuzzer(fuzz_api_request
   PKGS JANSSON
   CORPUS ${CMAKE_CURRENT_LIST_DIR}/fuzz/corpus_api
   DICT ${CMAKE_CURRENT_LIST_DIR}/fuzz/api.dict
-  SECONDS 15)
+  SECONDS 5)
 
 # Reasoning: chat answers split into reasoning_content and content (Kimi K3's think / response
 # elements, Qwen3's <think>) against the model's raw text and the test's own reading of each

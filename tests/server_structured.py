@@ -87,7 +87,8 @@ def main():
               f"finish and validate{'' if not bad else ': ' + json.dumps(bad[:3])[:1500]}")
         # json_object has unbounded strings: a sampled one may run into max_tokens ("length");
         # every one that stops by itself is a JSON object
-        objs = [ask(srv.port, 0, 7 + k) for k in range(5)]
+        # (sent together: seeded sampling gives the same documents batched, checked below)
+        objs = [f.result() for f in [pool.submit(ask, srv.port, 0, 7 + k) for k in range(5)]]
         stopped = [r for st, r in objs if st == 200 and r["choices"][0]["finish_reason"] == "stop"]
         okobj = (all(st == 200 for st, _ in objs) and len(stopped) >= 2 and
                  all(isinstance(json.loads(r["choices"][0]["message"]["content"]), dict) for r in stopped))

@@ -14,7 +14,7 @@
  * Goldens (each fixture folder): golden.json (prompt_ids [64], greedy_ids [32],
  * logits_shape, ...), golden_logits.f32 (fp32 LE [64, 512]: every prompt position),
  * golden_step_logits.f32 (fp32 LE [32, 512]: the row each greedy id was chosen from).
- * Reference runs made by the k3_ref_* ctest setup tests (tests/kimi_k3.cmake) into
+ * Reference runs made by the k3_ref_runs ctest setup test (tests/kimi_k3.cmake) into
  * DF_BINARY_DIR/k3-ref/<preset>-<n>.json (prompt_ids [n], greedy_ids [20], step_top5 [20][5]
  * of [id, logit], bias_changed_selection, ...) and <preset>-<n>.f32 (fp32 LE [n, 512] prompt
  * logits), for prompts of n = 1, 5 and 72 tokens (72 > a 64-row chunk, > the conv window).
@@ -153,7 +153,7 @@ static void test_golden_fixtures(void **state) {
 static json_t *load_json(const char *path) {
   json_error_t je;
   json_t *root = json_load_file(path, 0, &je);
-  if (!root) fail_msg("%s: %s (made by the k3_ref_* setup tests)", path, je.text);
+  if (!root) fail_msg("%s: %s (made by the k3_ref_runs setup test)", path, je.text);
   return root;
 }
 

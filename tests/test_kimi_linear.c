@@ -117,7 +117,7 @@ static void test_reference_prompts(void **state) {
       snprintf(path, sizeof path, "%s/kl-ref/%s-%d.json", DF_BINARY_DIR, presets[p], n);
       json_error_t je;
       json_t *root = json_load_file(path, 0, &je);
-      if (!root) fail_msg("%s: %s (made by the kl_ref_* setup tests)", path, je.text);
+      if (!root) fail_msg("%s: %s (made by the kl_ref_runs setup test)", path, je.text);
       json_t *gi = json_object_get(root, "greedy_ids");
       df_model *m = load_model(presets[p], 16, 256);
       int64_t V = df_model_cfg(m)->vocab_size;
