@@ -16,6 +16,14 @@
   tok-same/   the perturbed draft with the same tokenizer written with other JSON formatting
   tok-diff/   the perturbed draft with a tokenizer whose ids 256 and 257 are swapped
   corrupt/    the perturbed draft with its safetensors file cut in half (load fails)
+  ds-target-tok/
+              tiny-ds-bf16 (files linked) with a 512-token byte-level BPE tokenizer (the 256
+              byte symbols and the 256 two-letter merges of "etaoinshrdlucmfw"; pieces of two
+              characters), so that every id the model can emit has text
+  ds-relabeled/
+              tiny-ds-bf16 with the rows of embed_tokens and lm_head permuted by RELABEL and a
+              tokenizer whose ids are permuted the same way: the target itself under other
+              ids, a cross-tokenizer draft that writes exactly the target's greedy text
 usage: make_spec_drafts.py FIXTURES_DIR OUT_DIR
 """
 import json
@@ -84,6 +92,47 @@ def main():
             size = os.path.getsize(path)
             with open(path, "r+b") as f:
                 f.truncate(size // 2)
+    ds_pair(fixtures, out)
+
+
+# id pairs swapped by ds-relabeled: bytes "e"/"t" and " "/"a", and four two-letter tokens
+RELABEL = ((101, 116), (32, 97), (256, 300), (400, 511))
+
+
+def ds_pair(fixtures, out):
+    src = os.path.join(fixtures, "tiny-ds-bf16")
+    tok = bigram_tokenizer()
+    tgt = os.path.join(out, "ds-target-tok")
+    shutil.rmtree(tgt, ignore_errors=True)
+    os.makedirs(tgt)
+    for fn in os.listdir(src):
+        os.symlink(os.path.join(os.path.abspath(src), fn), os.path.join(tgt, fn))
+    with open(os.path.join(tgt, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    dst = os.path.join(out, "ds-relabeled")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for fn in ("config.json", "generation_config.json"):
+        shutil.copy(os.path.join(src, fn), dst)
+    with open(os.path.join(src, "model.safetensors"), "rb") as f:
+        blob = bytearray(f.read())
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    base = 8 + n
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        h = header[name]
+        assert h["dtype"] == "BF16" and h["shape"][0] == 512, name
+        b, e = h["data_offsets"]
+        rows = np.frombuffer(bytes(blob[base + b:base + e]), dtype="<u2").reshape(512, -1).copy()
+        for x, y in RELABEL:
+            rows[[x, y]] = rows[[y, x]]
+        blob[base + b:base + e] = rows.tobytes()
+    with open(os.path.join(dst, "model.safetensors"), "wb") as f:
+        f.write(blob)
+    for x, y in RELABEL:
+        tok = swap_ids(tok, x, y)
+    with open(os.path.join(dst, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
 
 
 def mk(name, *args):
@@ -124,6 +173,27 @@ def byte_level_tokenizer():
                       "continuing_subword_prefix": "", "end_of_word_suffix": "",
                       "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
                       "merges": merges}}
+
+
+def bigram_tokenizer():
+    """512 tokens: the 256 byte symbols (id = byte value) and 256 two-letter merges."""
+    t = byte_level_tokenizer()
+    v = {k: i for k, i in t["model"]["vocab"].items() if i < 256}
+    merges = []
+    for a in "etaoinshrdlucmfw":
+        for b in "etaoinshrdlucmfw":
+            v[a + b] = len(v)
+            merges.append(a + " " + b)
+    t["model"]["vocab"] = v
+    t["model"]["merges"] = merges
+    t["added_tokens"] = []
+    # pieces of two characters, so the random models' letter soup still has piece boundaries
+    t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "[\\s\\S]{1,2}"}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": False}]}
+    return t
 
 
 def swap_ids(tok, a, b):

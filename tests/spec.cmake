@@ -28,3 +28,7 @@ set_tests_properties(spec_demo_cluster PROPERTIES TIMEOUT 1200)
 # the demo pair (models/demo-moe + models/demo-draft): skipped (exit 77) while it is missing
 df_add_cmocka_test(test_spec_demo SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_demo.c LIBS dfcoord)
 set_tests_properties(test_spec_demo PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900)
+# cross-tokenizer drafting (coordinator/generate/text_draft.h): the DeepSeek-V3 fixture with its
+# relabeled self, the demo target with demo-xdraft and with demo-draft under swapped ids
+df_add_cmocka_test(test_spec_text SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_text.c LIBS dfcoord)
+set_tests_properties(test_spec_text PROPERTIES FIXTURES_REQUIRED spec_drafts TIMEOUT 600)

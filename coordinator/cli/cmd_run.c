@@ -392,6 +392,8 @@ int df_cmd_run(int argc, char **argv) {
   }
 
   df_model *m = NULL, *dm = NULL;
+  df_tok *dtok = NULL, *ttok = NULL; /* a cross-tokenizer draft's tokenizer; the target's for it
+                                        when the prompt came as ids */
   df_dspark *bd = NULL; /* a block drafter (--draft naming a DSpark folder) */
   df_spec *gen = NULL;
   uint64_t *heat = NULL;
@@ -444,7 +446,9 @@ int df_cmd_run(int argc, char **argv) {
       df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
                            .threads = (int)threads, .progress = show_progress,
                            .progress_ctx = &bar};
-      rc_draft = df_spec_draft_load(m, model_dir, draft_dir, &dmo, &dm, err, sizeof err);
+      /* a draft with another tokenizer drafts through text (coordinator/generate/text_draft.h) */
+      rc_draft = df_spec_draft_load_any(m, model_dir, draft_dir, &dmo, &dm, &dtok, err,
+                                        sizeof err);
       df_progress_end(&bar);
     }
     if (rc_draft != 0) fprintf(stderr, "deltafin: drafting off: %s; the target runs alone\n", err);
@@ -483,10 +487,16 @@ int df_cmd_run(int argc, char **argv) {
       .top_k = top_k >= 0 ? top_k : (gcfg->do_sample ? gcfg->top_k : 0),
       .seed = (uint64_t)seed};
   df_spec_params pp = {.k_init = (int)draft_k, .adaptive = !fixed_k};
-  if (!(gen = df_spec_new(m, dm, &sp, &pp, 0, err, sizeof err))) {
+  if (!(gen = df_spec_new(m, dtok ? NULL : dm, &sp, &pp, 0, err, sizeof err))) {
     fprintf(stderr, "deltafin: %s\n", err);
     goto done;
   }
+  if (dtok && !tok && df_tok_load(model_dir, &ttok, err, sizeof err) != 0)
+    fprintf(stderr, "deltafin: drafting off: the target's tokenizer: %s; the target runs alone\n",
+            err);
+  else if (dtok && df_spec_attach_text(gen, dm, dtok, tok ? tok : ttok, err, sizeof err) != 0)
+    fprintf(stderr, "deltafin: drafting off: text draft %s: %s; the target runs alone\n",
+            draft_dir, err);
   /* a switch-off while generating is reported after the output, not inside a line of it
    * (and, when it was the adaptive measurement's choice, only with --stats) */
   if (bd && df_spec_attach_block(gen, bd, err, sizeof err) != 0) {
@@ -611,6 +621,14 @@ int df_cmd_run(int argc, char **argv) {
         fprintf(stderr, " %lld:%d", (long long)st.k_trace[i].at, st.k_trace[i].k);
       fprintf(stderr, "%s\n", st.n_k_trace == DF_SPEC_K_TRACE ? " ..." : "");
     }
+    if (df_spec_text_draft(gen)) {
+      df_text_draft_stats xs = df_text_draft_get_stats(df_spec_text_draft(gen));
+      fprintf(stderr, "text draft (its own tokenizer): %lld draft tokens generated, %lld of them "
+              "kept as the target wrote their text, %lld read from the target's text, %lld "
+              "rounds with no complete target piece\n", (long long)xs.draft_tokens,
+              (long long)xs.reused_tokens, (long long)xs.encoded_tokens,
+              (long long)xs.empty_rounds);
+    }
   }
   if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m)) {
     if (df_heat_save(copts.state_dir, model_dir, m, heat_note, sizeof heat_note, err,
@@ -632,6 +650,8 @@ done:
   free(prompt);
   free(logits);
   df_spec_destroy(&gen);
+  df_tok_destroy(&dtok);
+  df_tok_destroy(&ttok);
   df_dspark_destroy(&bd);
   df_model_destroy(&dm);
   df_model_destroy(&m);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "coordinator/generate/text_draft.h"
 #include "engine/draft/dspark.h"
 #include "engine/models/family.h"
 #include "engine/text/tokenizer.h"
@@ -30,6 +31,9 @@ struct df_spec {
   df_kv_cache *bkv;
   float *cap;
   int64_t cap_rows;
+  /* a draft with its own tokenizer instead of d (df_spec_attach_text): it reads the committed
+   * text and proposes target ids; as a distribution each proposal is a point mass */
+  df_text_draft *x;
   df_sampler *smp;
   df_spec_params pp;
   int64_t V, ctx;
@@ -220,12 +224,31 @@ int df_spec_attach_block(df_spec *s, df_dspark *b, char *why, size_t whylen) {
   return 0;
 }
 
+int df_spec_attach_text(df_spec *s, df_model *draft, const df_tok *draft_tok,
+                        const df_tok *target_tok, char *why, size_t whylen) {
+  if (s->len != 0 || s->d || s->b || s->x) {
+    snprintf(why, whylen, "a text draft is attached once, before the prefill, to a generator "
+             "without a draft");
+    return -1;
+  }
+  if (short_of_memory(s, draft, why, whylen)) return -1;
+  if (df_text_draft_new(draft, draft_tok, target_tok, &s->x, why, whylen) != 0) return -1;
+  s->drafting = true;
+  s->st.drafting = true;
+  s->st.off_reason[0] = 0;
+  trace_k(s, s->k);
+  return 0;
+}
+
+const df_text_draft *df_spec_text_draft(const df_spec *s) { return s->x; }
+
 void df_spec_destroy(df_spec **sp) {
   if (!sp || !*sp) return;
   df_spec *s = *sp;
   df_kv_destroy(&s->tkv);
   df_kv_destroy(&s->dkv);
   df_kv_destroy(&s->bkv);
+  df_text_draft_destroy(&s->x);
   free(s->cap);
   if (s->b) {
     df_model_set_capture(s->t, NULL, 0, NULL, 0);
@@ -273,6 +296,15 @@ static int target_forward(df_spec *s, const int32_t *ids, int64_t n, df_logits_m
   return 0;
 }
 
+/* The committed ids ids[0..n) to a text draft's text; a failure switches drafting off. */
+static void commit_text(df_spec *s, const int32_t *ids, int64_t n) {
+  if (!s->x || !s->drafting) return;
+  char e[256], why[300];
+  if (df_text_draft_commit(s->x, ids, n, e, sizeof e) == 0) return;
+  snprintf(why, sizeof why, "text draft: %s", e);
+  df_spec_disable(s, why);
+}
+
 int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all, char *err,
                     size_t errlen) {
   if (n <= 0 || s->len != 0) {
@@ -302,6 +334,7 @@ int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all
   }
   memcpy(s->seq, ids, (size_t)n * sizeof *ids);
   s->len = n;
+  commit_text(s, ids, n);
   return 0;
 }
 
@@ -360,8 +393,11 @@ static void adapt(df_spec *s) {
   trace_k(s, best);
 }
 
-static int step_target_alone(df_spec *s, int32_t *out, char *err, size_t errlen) {
-  double t0 = now_ms();
+/* One target token. rate_k: the setting whose measured rate the step counts for (0 = target
+ * alone; a text draft's round that proposed nothing counts for its k), t0 when it began. */
+static int step_target_alone(df_spec *s, int rate_k, double t0, int32_t *out, char *err,
+                             size_t errlen) {
+  double t1 = now_ms();
   const float *logits = s->p_next;
   if (s->pending) {
     if (s->len >= s->ctx) {
@@ -381,11 +417,12 @@ static int step_target_alone(df_spec *s, int32_t *out, char *err, size_t errlen)
   s->seq[s->len++] = x;
   s->pending = true;
   out[0] = x;
-  double ms = now_ms() - t0;
-  s->st.verify_ms += ms;
+  commit_text(s, out, 1);
+  double t2 = now_ms();
+  s->st.verify_ms += t2 - t1;
   s->st.emitted++;
   s->st.k_hist[0]++;
-  record_rate(s, 0, 1, ms);
+  record_rate(s, rate_k, 1, t2 - t0);
   return 1;
 }
 
@@ -448,15 +485,30 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   /* a block drafter proposes after the pending token: right after a prefill that kept every
    * logit nothing is pending yet, so that step samples from those logits alone */
   if (!s->drafting || k == 0 || (s->b && !s->pending)) {
-    int n = step_target_alone(s, out, err, errlen);
+    int n = step_target_alone(s, 0, now_ms(), out, err, errlen);
     if (n > 0 && s->drafting) adapt(s);
     return n;
   }
   int64_t L = s->len, V = s->V;
   double t0 = now_ms();
   int32_t dtok[DF_SPEC_K_MAX];
-  if ((s->b ? propose_block(s, k, dtok, err, errlen) : propose_model(s, k, dtok, err, errlen)) != 0)
+  int kreq = k; /* the setting measured (a text draft may propose fewer) */
+  if (s->x) {
+    int m = df_text_draft_propose(s->x, k, dtok, err, errlen);
+    if (m < 0) goto draft_failed;
+    for (int i = 0; i < m; i++)
+      if (dtok[i] >= V) m = i; /* an id the target's model has no row for */
+    if (m == 0) { /* nothing to propose this round: one target token */
+      s->st.draft_ms += now_ms() - t0;
+      int n = step_target_alone(s, kreq, t0, out, err, errlen);
+      if (n > 0) adapt(s);
+      return n;
+    }
+    k = m;
+  } else if ((s->b ? propose_block(s, k, dtok, err, errlen)
+                   : propose_model(s, k, dtok, err, errlen)) != 0) {
     goto draft_failed;
+  }
   for (int i = 0; s->pp.test_oracle && i < k && L + i < s->pp.n_oracle; i++) /* TESTS ONLY */
     dtok[i] = s->pp.test_oracle[L + i];
   if (s->pp.test_corrupt_at > 0 && s->pp.test_corrupt_at <= k) /* TESTS ONLY (spec.h) */
@@ -493,8 +545,9 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
       break;
     }
     df_sampler_probs(s->smp, p, s->pbuf);
-    const float *qi = s->q + (int64_t)i * V;
-    double pr = s->pbuf[dtok[i]], qr = qi[dtok[i]];
+    /* a text draft's proposal is a point mass: q = 1 at d_i, 0 elsewhere */
+    const float *qi = s->x ? NULL : s->q + (int64_t)i * V;
+    double pr = s->pbuf[dtok[i]], qr = qi ? qi[dtok[i]] : 1.0;
     if (df_sampler_uniform(s->smp) < (qr > 0 ? pr / qr : 1.0)) {
       a++;
       continue;
@@ -506,7 +559,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
     /* residual distribution normalise(max(0, p - q)) */
     double z = 0;
     for (int64_t j = 0; j < V; j++) {
-      float r = s->pbuf[j] - qi[j];
+      float r = s->pbuf[j] - (qi ? qi[j] : (j == dtok[i] ? 1.0f : 0.0f));
       s->pbuf[j] = r > 0 ? r : 0;
       z += s->pbuf[j];
     }
@@ -528,6 +581,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   if (s->bkv && s->bkv->len > L + a) df_kv_truncate(s->bkv, L + a);
   s->pending = true;
   memcpy(out, s->seq + L, (size_t)(a + 1) * sizeof *out);
+  commit_text(s, out, a + 1);
   double t2 = now_ms();
   s->st.rounds++;
   s->st.drafted += k;
@@ -536,7 +590,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   s->st.draft_ms += t1 - t0;
   s->st.verify_ms += t2 - t1;
   s->st.k_hist[k]++;
-  record_rate(s, k, a + 1, t2 - t0);
+  record_rate(s, kreq, a + 1, t2 - t0);
   adapt(s);
   s->st.k = s->k;
   return a + 1;
@@ -544,7 +598,7 @@ draft_failed : {
   char why[200];
   snprintf(why, sizeof why, "draft forward failed: %s", err);
   df_spec_disable(s, why);
-  return step_target_alone(s, out, err, errlen);
+  return step_target_alone(s, 0, now_ms(), out, err, errlen);
 }
 }
 
@@ -583,7 +637,8 @@ static char *slurp(const char *path, size_t *len) {
 }
 
 /* 0 when the two folders' tokenizers map every id to the same bytes (or either folder has no
- * tokenizer.json), else -1 with the difference in why. */
+ * tokenizer.json), 1 when they differ (the difference in why), -1 when one cannot be loaded
+ * (why). */
 static int same_tokenizer(const char *tdir, const char *ddir, char *why, size_t whylen) {
   char tp[1100], dp[1100];
   snprintf(tp, sizeof tp, "%s/tokenizer.json", tdir);
@@ -603,6 +658,7 @@ static int same_tokenizer(const char *tdir, const char *ddir, char *why, size_t 
     snprintf(why, whylen, "tokenizer: %s", e);
     goto done;
   }
+  rc = 1;
   size_t n = df_tok_vocab_size(tt);
   if (df_tok_vocab_size(dt) != n) {
     snprintf(why, whylen, "the draft's tokenizer has %zu tokens, the target's %zu",
@@ -628,22 +684,50 @@ done:
 
 int df_spec_draft_load(df_model *target, const char *target_dir, const char *draft_dir,
                        const df_model_opts *opts, df_model **out, char *why, size_t whylen) {
+  return df_spec_draft_load_any(target, target_dir, draft_dir, opts, out, NULL, why, whylen);
+}
+
+int df_spec_draft_load_any(df_model *target, const char *target_dir, const char *draft_dir,
+                           const df_model_opts *opts, df_model **out, df_tok **text_tok,
+                           char *why, size_t whylen) {
   *out = NULL;
+  if (text_tok) *text_tok = NULL;
   df_model_opts o = {.max_ctx = df_model_max_ctx(target), .max_rows = DF_SPEC_K_MAX + 1};
   if (opts) o = *opts;
   o.share_from = target;
   char err[1024];
   df_model *d = NULL;
+  /* a cross-tokenizer draft is known by its tokenizer before it loads: it shares no table
+   * with the target, and its context counts its own tokens (up to its own limit) */
+  int same = -2; /* not compared yet */
+  if (text_tok && target_dir) {
+    same = same_tokenizer(target_dir, draft_dir, why, whylen);
+    if (same == 1) {
+      o.share_from = NULL;
+      o.max_ctx = 0;
+    }
+  }
   /* a draft with a shorter context than the target's loads at its own limit; df_spec_new
    * then finds it cannot hold the sequence and switches drafting off with that reason */
   df_model_config dc;
-  if (df_cfg_load(draft_dir, &dc, err, sizeof err) == 0 && o.max_ctx > dc.max_position_embeddings)
+  if (df_cfg_load(draft_dir, &dc, err, sizeof err) == 0 &&
+      (o.max_ctx > dc.max_position_embeddings || o.max_ctx == 0))
     o.max_ctx = dc.max_position_embeddings;
   if (df_model_load(draft_dir, &o, &d, err, sizeof err) != 0) {
     snprintf(why, whylen, "draft %s: %s", draft_dir, err);
     return -1;
   }
-  if (target_dir && same_tokenizer(target_dir, draft_dir, why, whylen) != 0) {
+  if (same == -2) same = target_dir ? same_tokenizer(target_dir, draft_dir, why, whylen) : 0;
+  if (same == 1 && text_tok) { /* a cross-tokenizer draft: it reads and writes text */
+    if (df_tok_load(draft_dir, text_tok, err, sizeof err) != 0) {
+      snprintf(why, whylen, "draft %s: %s", draft_dir, err);
+      df_model_destroy(&d);
+      return -1;
+    }
+    why[0] = 0;
+    same = 0;
+  }
+  if (same != 0) {
     df_model_destroy(&d);
     return -1;
   }

@@ -27,9 +27,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coordinator/generate/text_draft.h"
 #include "engine/draft/dspark.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "engine/text/tokenizer.h"
 
 #define DF_SPEC_K_MAX 8
 #define DF_SPEC_K_TRACE 32 /* k changes kept in df_spec_stats.k_trace */
@@ -143,6 +145,23 @@ uint64_t df_spec_block_need_bytes(const df_dspark *b, int64_t ctx);
  * cannot capture, out of memory); on -1 nothing changed and the target runs alone. */
 int df_spec_attach_block(df_spec *s, df_dspark *b, char *why, size_t whylen);
 
+/* Draft with `draft`, a model whose tokenizer (draft_tok) differs from the target's
+ * (target_tok), through text (coordinator/generate/text_draft.h): per round it proposes up
+ * to k target ids, the target's tokenization of the draft's continuation, cut after the last
+ * complete piece. Verified and accepted as a draft model's; the proposal is deterministic, so
+ * its q is a point mass at the proposed id (accept with probability p(d_i); on rejection draw
+ * from p with d_i removed, renormalised), which keeps every emitted token distributed as the
+ * target's at any temperature, and greedy output identical to the target alone's. A round
+ * with nothing to propose emits one target token (counted in k_hist[0]). The draft, its
+ * tokenizer and target_tok are borrowed and must outlive s. Call once after df_spec_new
+ * without a draft, before df_spec_prefill. Returns 0, or -1 with why (memory headroom short
+ * as for a draft, its KV cache, out of memory); on -1 the target runs alone. */
+int df_spec_attach_text(df_spec *s, df_model *draft, const df_tok *draft_tok,
+                        const df_tok *target_tok, char *why, size_t whylen);
+
+/* The text draft (TESTS: its counters and cache), or NULL when none is attached. */
+const df_text_draft *df_spec_text_draft(const df_spec *s);
+
 /* The block drafter's context cache (TESTS: it must hold the target's rows of exactly the
  * positions the target's cache holds), or NULL when no block drafter is attached. */
 const df_kv_cache *df_spec_block_context(const df_spec *s);
@@ -158,5 +177,13 @@ const df_kv_cache *df_spec_block_context(const df_spec *s);
  * failure of the run: the caller logs `why` once and runs the target alone. */
 int df_spec_draft_load(df_model *target, const char *target_dir, const char *draft_dir,
                        const df_model_opts *opts, df_model **out, char *why, size_t whylen);
+
+/* As df_spec_draft_load, but a draft whose tokenizer differs from the target's loads too, as
+ * a cross-tokenizer draft for df_spec_attach_text: then *text_tok owns the draft's tokenizer
+ * (free with df_tok_destroy after the draft's last use); it is NULL for a same-tokenizer draft
+ * (use it with df_spec_new). text_tok NULL: df_spec_draft_load. */
+int df_spec_draft_load_any(df_model *target, const char *target_dir, const char *draft_dir,
+                           const df_model_opts *opts, df_model **out, df_tok **text_tok,
+                           char *why, size_t whylen);
 
 #endif

@@ -106,6 +106,17 @@ int df_tok_encode_spans(const df_tok *tok, const char *text, size_t len, unsigne
                         const df_tok_span *plain, size_t n_plain, int32_t **ids, size_t *n,
                         char *err, size_t errlen);
 
+/* As df_tok_encode (flags: DF_TOK_PLAIN only), and *stable = how many of the leading ids
+ * stay the same whatever text is appended after `text`, as far as the pipeline's splitting
+ * goes: the ids of every piece but the last, where a piece is what the pre-tokenizer split
+ * off (a regex match, a digit run, ...; one BPE word) or an added token. The last piece may
+ * grow into its successor ("Ġinter" + "national"), so its ids are not stable; a normalizer or
+ * a lookahead in a split regex may in rare cases still change an earlier piece, so callers
+ * use this as a proposal (the speculative verify of coordinator/generate/text_draft.h), never
+ * as a guarantee. Ownership and errors as df_tok_encode; DF_TOK_ADD_SPECIAL is an error. */
+int df_tok_encode_stable(const df_tok *tok, const char *text, size_t len, unsigned flags,
+                         int32_t **ids, size_t *n, size_t *stable, char *err, size_t errlen);
+
 /* Decode ids to text, like the reference decode(): each token's bytes (byte-level pieces
  * mapped back to bytes; added tokens as their content), joined, then every ill-formed UTF-8
  * subpart replaced by U+FFFD. flags: DF_TOK_SKIP_SPECIAL. On success *text is a new malloc'd

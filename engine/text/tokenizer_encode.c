@@ -40,9 +40,11 @@ static int encode_normalized(enc *e, size_t off, size_t len) {
     e->cap_pb = tc;
     n = no;
   }
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
+    e->piece_at = e->n;
     if (df_tok__encode_word(e, (const uint8_t *)e->wb.p + e->pa[i].off, e->pa[i].len) != 0)
       return -1;
+  }
   return 0;
 }
 
@@ -164,6 +166,7 @@ static int split_added(enc *e, const added_set *set, const char *s, size_t n, co
       int r = call_section(e, s, pos, st, pr, section);
       if (r != 0) return r;
     }
+    e->piece_at = e->n;
     if (df_tok__emit(e, a->id) != 0) return -1;
     pos = en;
     from = me > en ? me : en;
@@ -215,6 +218,7 @@ static int section_raw(enc *e, const char *s, size_t n, const prot *pr) {
         en += cl;
       }
     if (st > pos && section_normalized(e, e->wb.p + pos, st - pos, NULL) != 0) return -1;
+    e->piece_at = e->n;
     if (df_tok__emit(e, a->id) != 0) return -1;
     pos = en;
     from = me > en ? me : en;
@@ -305,11 +309,13 @@ static int cmp_span(const void *a, const void *b) {
   return x->off < y->off ? -1 : x->off > y->off;
 }
 
-int df_tok_encode_spans(const df_tok *t, const char *text, size_t len, unsigned flags,
-                        const df_tok_span *plain, size_t n_plain, int32_t **ids, size_t *n,
-                        char *err, size_t errlen) {
+/* df_tok_encode_spans, and with stable non-NULL df_tok_encode_stable's count. */
+static int encode_all(const df_tok *t, const char *text, size_t len, unsigned flags,
+                      const df_tok_span *plain, size_t n_plain, int32_t **ids, size_t *n,
+                      size_t *stable, char *err, size_t errlen) {
   *ids = NULL;
   *n = 0;
+  if (stable) *stable = 0;
   enc e = {0};
   e.t = t;
   e.flags = flags;
@@ -389,6 +395,7 @@ done:
   if (rc == 0) {
     *ids = e.ids;
     *n = e.n;
+    if (stable) *stable = e.piece_at < e.n ? e.piece_at : e.n;
   } else {
     free(e.ids);
   }
@@ -411,7 +418,24 @@ done:
   return rc;
 }
 
+int df_tok_encode_spans(const df_tok *t, const char *text, size_t len, unsigned flags,
+                        const df_tok_span *plain, size_t n_plain, int32_t **ids, size_t *n,
+                        char *err, size_t errlen) {
+  return encode_all(t, text, len, flags, plain, n_plain, ids, n, NULL, err, errlen);
+}
+
 int df_tok_encode(const df_tok *t, const char *text, size_t len, unsigned flags, int32_t **ids,
                   size_t *n, char *err, size_t errlen) {
-  return df_tok_encode_spans(t, text, len, flags, NULL, 0, ids, n, err, errlen);
+  return encode_all(t, text, len, flags, NULL, 0, ids, n, NULL, err, errlen);
+}
+
+int df_tok_encode_stable(const df_tok *t, const char *text, size_t len, unsigned flags,
+                         int32_t **ids, size_t *n, size_t *stable, char *err, size_t errlen) {
+  if (flags & DF_TOK_ADD_SPECIAL) {
+    *ids = NULL;
+    *n = *stable = 0;
+    df_tok__seterr(err, errlen, "tokenizer: df_tok_encode_stable takes no DF_TOK_ADD_SPECIAL");
+    return -1;
+  }
+  return encode_all(t, text, len, flags, NULL, 0, ids, n, stable, err, errlen);
 }

@@ -204,6 +204,7 @@ typedef struct enc {
   size_t *submax;       /* their running maximum end (prot.maxend) */
   size_t cap_subsp, cap_submax;
   bool cache_held;
+  size_t piece_at;      /* ids before the last piece (pre-tokenizer split or added token) */
   char *err;
   size_t errlen;
 } enc;
