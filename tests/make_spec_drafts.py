@@ -24,6 +24,10 @@
               tiny-ds-bf16 with the rows of embed_tokens and lm_head permuted by RELABEL and a
               tokenizer whose ids are permuted the same way: the target itself under other
               ids, a cross-tokenizer draft that writes exactly the target's greedy text
+  v16-relabeled/
+              v16-target with the rows of its (tied) embedding permuted: row (5i + 3) mod 16 is
+              the target's row i, the draft of the sampling test's text-draft case (it writes
+              the target's letters under the permuted letter tokenizer the test makes)
 usage: make_spec_drafts.py FIXTURES_DIR OUT_DIR
 """
 import json
@@ -93,6 +97,7 @@ def main():
             with open(path, "r+b") as f:
                 f.truncate(size // 2)
     ds_pair(fixtures, out)
+    relabel_v16(out)
 
 
 # id pairs swapped by ds-relabeled: bytes "e"/"t" and " "/"a", and four two-letter tokens
@@ -133,6 +138,28 @@ def ds_pair(fixtures, out):
         tok = swap_ids(tok, x, y)
     with open(os.path.join(dst, "tokenizer.json"), "w") as f:
         json.dump(tok, f)
+
+
+def relabel_v16(out):
+    src, dst = os.path.join(out, "v16-target"), os.path.join(out, "v16-relabeled")
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, "model.safetensors")
+    with open(path, "rb") as f:
+        blob = bytearray(f.read())
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    assert "lm_head.weight" not in header, "v16-target is tied"
+    h = header["model.embed_tokens.weight"]
+    b, e = h["data_offsets"]
+    dt = {"BF16": "<u2", "F32": "<f4"}[h["dtype"]]
+    rows = np.frombuffer(bytes(blob[8 + n + b:8 + n + e]), dtype=dt).reshape(16, -1)
+    new = rows.copy()
+    for i in range(16):
+        new[(5 * i + 3) % 16] = rows[i]
+    blob[8 + n + b:8 + n + e] = new.tobytes()
+    with open(path, "wb") as f:
+        f.write(blob)
 
 
 def mk(name, *args):

@@ -99,8 +99,13 @@ def scen_fallbacks():
     fallback("corrupt draft", os.path.join(DRAFTS, "corrupt"), "model.safetensors")
     fallback("missing draft folder", os.path.join(DRAFTS, "no-such-draft"), "no-such-draft")
     fallback("vocabulary mismatch", os.path.join(DRAFTS, "vocab256"), "vocabulary (256 tokens)")
-    fallback("tokenizer differs", os.path.join(DRAFTS, "tok-diff"), "tokenizer differs",
-             model=os.path.join(DRAFTS, "target-tok"))
+    # a draft with another tokenizer is not refused: it drafts through text
+    # (coordinator/generate/text_draft.h), and the ids stay the target's
+    rc, ids, err = run("--model", os.path.join(DRAFTS, "target-tok"), *common[2:], "--draft",
+                       os.path.join(DRAFTS, "tok-diff"), "--fixed-k", "--stats")
+    check(rc == 0 and ids == base and not off_lines(err) and "text draft (its own tokenizer)" in err,
+          "tokenizer differs: a cross-tokenizer draft, ids identical (%s)"
+          % [ln for ln in err.splitlines() if ln.startswith(("draft:", "text draft"))])
     fallback("memory headroom", os.path.join(DRAFTS, "perturbed"), "memory headroom short",
              env={"DF_DRAFT_MEM_RESERVE": str(1 << 62)})
     rc, ids, err = run("--model", os.path.join(DRAFTS, "target-tok"), *common[2:], "--draft",

@@ -30,6 +30,14 @@
  *   block k=3, residual           unigram   3.8 (crit 24.2)   bigram  28.5 (crit 63.4)  pass
  *   block k=3, plain from p       unigram 495.4               bigram 561.9              FAIL
  * (acceptance 0.13).
+ * A draft with its own tokenizer (coordinator/generate/text_draft.h): v16-relabeled (the
+ * target with its embedding rows permuted, make_spec_drafts.py) reads and writes letters under
+ * a permuted tokenizer (letter 'a' + i is id (5i + 3) mod 16 for it, id i for the target; one
+ * piece per letter), so its proposals are the target ids of the target's own greedy letters:
+ * a point mass q, accepted with probability p(d), on rejection drawn from p without d:
+ *   text k=3, point mass q        unigram   2.4 (crit 24.2)   bigram  20.1 (crit 63.4)  pass
+ *   text k=3, plain from p        unigram 597.4               bigram 1283.4             FAIL
+ * (acceptance 0.20: the target's greedy letter at temperature 1.5).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -42,6 +50,7 @@
 #include <cmocka.h>
 
 #include "coordinator/generate/spec.h"
+#include "engine/text/tokenizer.h"
 
 #define V 16
 #define N_RUNS 2500
@@ -118,6 +127,9 @@ typedef struct result {
   double acceptance;
 } result;
 
+/* With both set, run_config's draft d drafts through text (df_spec_attach_text). */
+static df_tok *g_text_t, *g_text_d;
+
 static result run_config(df_model *t, df_model *d, df_dspark *b, const df_sampler_params *sp0,
                          int k, bool plain, const double *p0, const double *p1, const char *label) {
   static long uni[V], bi[V * V];
@@ -130,9 +142,11 @@ static result run_config(df_model *t, df_model *d, df_dspark *b, const df_sample
     sp.seed = 1000003u * (uint64_t)r + 17u;
     df_spec_params pp = {.k_init = k, .k_min = k, .k_max = k, .quiet = true, .mem_reserve = -1,
                          .test_plain_resample = plain};
-    df_spec *s = df_spec_new(t, d, &sp, &pp, 0, err, sizeof err);
+    df_spec *s = df_spec_new(t, g_text_d ? NULL : d, &sp, &pp, 0, err, sizeof err);
     if (!s) fail_msg("%s", err);
     if (b && df_spec_attach_block(s, b, err, sizeof err) != 0) fail_msg("attach: %s", err);
+    if (g_text_d && df_spec_attach_text(s, d, g_text_d, g_text_t, err, sizeof err) != 0)
+      fail_msg("attach text: %s", err);
     if (df_spec_prefill(s, prompt, NP, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     int32_t got[2], n = 0;
     while (n < 2) {
@@ -233,12 +247,54 @@ static void test_block_drafter(void **state) {
   df_model_destroy(&t);
 }
 
+/* A tokenizer.json of 16 one-letter tokens: letter 'a' + i has id (mul * i + add) mod 16; each
+ * character is a piece of its own. Loaded from DF_BINARY_DIR/spec-text-v16-NAME.json. */
+static df_tok *letter_tokenizer(const char *name, int mul, int add) {
+  char path[700], err[512];
+  snprintf(path, sizeof path, "%s/spec-text-v16-%s.json", DF_BINARY_DIR, name);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs("{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {", f);
+  for (int i = 0; i < V; i++) fprintf(f, "%s\"%c\": %d", i ? ", " : "", 'a' + i, (mul * i + add) % V);
+  fputs("}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+        "{\"type\": \"Split\", \"pattern\": {\"Regex\": \".\"}, \"behavior\": \"Isolated\", "
+        "\"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+        "\"use_regex\": false}]}, \"decoder\": {\"type\": \"ByteLevel\"}}", f);
+  fclose(f);
+  df_tok *t = NULL;
+  if (df_tok_load(path, &t, err, sizeof err) != 0) fail_msg("tokenizer: %s", err);
+  return t;
+}
+
+/* The text draft: its proposals are a point mass (spec.h df_spec_attach_text); the residual
+ * rule is then "p without the proposed id", and the wrong rule (draw from p) is caught. */
+static void test_text_draft(void **state) {
+  (void)state;
+  df_model *t = load("v16-target"), *d = load("v16-relabeled");
+  g_text_t = letter_tokenizer("target", 1, 0);
+  g_text_d = letter_tokenizer("draft", 5, 3);
+  df_sampler_params sp = {.temperature = 1.5, .top_p = 0.95, .top_k = 6};
+  double p0[V], p1[V * V];
+  exact_laws(t, &sp, p0, p1);
+  result ok = run_config(t, d, NULL, &sp, 3, false, p0, p1, "text k=3, point mass q");
+  assert_true(ok.chi_uni < ok.crit_uni);
+  assert_true(ok.chi_bi < ok.crit_bi);
+  assert_true(ok.acceptance > 0.05 && ok.acceptance < 0.95);
+  result bad = run_config(t, d, NULL, &sp, 3, true, p0, p1, "text k=3, WRONG plain resample");
+  assert_true(bad.chi_uni > bad.crit_uni || bad.chi_bi > bad.crit_bi);
+  df_tok_destroy(&g_text_t);
+  df_tok_destroy(&g_text_d);
+  df_model_destroy(&t);
+  df_model_destroy(&d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_target_alone_control),
       cmocka_unit_test(test_k1_temperature1),
       cmocka_unit_test(test_k3_filtered),
       cmocka_unit_test(test_block_drafter),
+      cmocka_unit_test(test_text_draft),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
