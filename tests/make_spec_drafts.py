@@ -28,7 +28,11 @@
               v16-target with the rows of its (tied) embedding permuted: row (5i + 3) mod 16 is
               the target's row i, the draft of the sampling test's text-draft case (it writes
               the target's letters under the permuted letter tokenizer the test makes)
-usage: make_spec_drafts.py FIXTURES_DIR OUT_DIR
+  demo-swapped/
+              models/demo-draft (files linked, from MODELS_DIR) with a tokenizer.json whose
+              ids 150000 and 150001 are swapped: a draft with another tokenizer for
+              models/demo-moe that writes the text demo-draft writes
+usage: make_spec_drafts.py FIXTURES_DIR OUT_DIR [MODELS_DIR (default FIXTURES_DIR/../../models)]
 """
 import json
 import os
@@ -46,6 +50,7 @@ OUT = None
 def main():
     global OUT
     fixtures, out = sys.argv[1:3]
+    models = sys.argv[3] if len(sys.argv) > 3 else os.path.join(fixtures, "..", "..", "models")
     OUT = out
     src = os.path.join(fixtures, "tiny-moe-sparse")
     dst = os.path.join(out, "perturbed")
@@ -98,6 +103,7 @@ def main():
                 f.truncate(size // 2)
     ds_pair(fixtures, out)
     relabel_v16(out)
+    demo_swapped(models, out)
 
 
 # id pairs swapped by ds-relabeled: bytes "e"/"t" and " "/"a", and four two-letter tokens
@@ -138,6 +144,22 @@ def ds_pair(fixtures, out):
         tok = swap_ids(tok, x, y)
     with open(os.path.join(dst, "tokenizer.json"), "w") as f:
         json.dump(tok, f)
+
+
+def demo_swapped(models, out):
+    src, dst = os.path.join(models, "demo-draft"), os.path.join(out, "demo-swapped")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for fn in ("config.json", "generation_config.json", "model.safetensors",
+               "tokenizer_config.json"):
+        os.symlink(os.path.abspath(os.path.join(src, fn)), os.path.join(dst, fn))
+    with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
+        tok = json.load(f)
+    v = tok["model"]["vocab"]
+    inv = {i: k for k, i in v.items() if i in (150000, 150001)}
+    v[inv[150000]], v[inv[150001]] = 150001, 150000
+    with open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
 
 
 def relabel_v16(out):

@@ -2,7 +2,7 @@
 # output distribution under sampling, shared tensors, memory headroom, the CLI's fallbacks and
 # the cluster.
 add_test(NAME spec_drafts COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/make_spec_drafts.py
-  ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/spec-drafts)
+  ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/spec-drafts ${PROJECT_SOURCE_DIR}/models)
 set_tests_properties(spec_drafts PROPERTIES FIXTURES_SETUP spec_drafts)
 df_add_cmocka_test(test_spec SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec.c LIBS dfcoord)
 set_tests_properties(test_spec PROPERTIES FIXTURES_REQUIRED spec_drafts)
@@ -15,7 +15,7 @@ set_tests_properties(test_spec_mem PROPERTIES FIXTURES_REQUIRED spec_drafts)
 # many prompts through one coordinator process (driven by spec_cli.py demo_cluster)
 add_executable(test_spec_cluster ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_cluster.c)
 target_link_libraries(test_spec_cluster PRIVATE dfcoord)
-foreach(scenario fallbacks block cluster demo_cluster)
+foreach(scenario fallbacks block cluster demo_cluster text)
   add_test(NAME spec_${scenario}
     COMMAND ${DF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/spec_cli.py ${scenario} ${PROJECT_BINARY_DIR}
             ${DF_FIXTURES} ${PROJECT_BINARY_DIR}/spec-drafts ${PROJECT_BINARY_DIR}/spec-cli/${scenario}

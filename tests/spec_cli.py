@@ -24,6 +24,12 @@ SCENARIO:
              completion with the bundled draft model and a --chat turn with the bundled block
              drafter (--stats says which and why; the --chat text equals --no-draft's); two
              block drafters are a usage error
+  text       cross-tokenizer drafting: models/demo-moe with DRAFTS_DIR/demo-swapped (demo-draft
+             under a tokenizer with two ids swapped) and with models/demo-xdraft (its own 4k
+             tokenizer): `run --stats` text identical to --no-draft, drafted ids accepted, the
+             text draft's figures printed; `deltafin serve --draft` with each answers two
+             greedy completions at once with the --no-draft run's text, drafted tokens
+             accepted (usage.speculative)
   demo_cluster
              models/demo-moe + models/demo-draft (MODELS_DIR) on three loopback nodes: 20
              prompts x 128 tokens in one coordinator process (tests/test_spec_cluster.c),
@@ -275,6 +281,48 @@ def cluster_compare(model, draft, prompts, max_new, n_pairs):
                 print("      " + cl[-1])
 
 
+def scen_text():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import concurrent.futures
+    from server_util import Server, post
+    demo = os.path.join(MODELS, "demo-moe")
+    prompts = ["The history of the county begins with", "In the morning the committee"]
+    want = []
+    for p in prompts:
+        r = subprocess.run([DELTAFIN, "run", "--model", demo, "--prompt", p, "--max-new", "40",
+                            "--temperature", "0", "--ignore-eos", "--no-draft"],
+                           capture_output=True, text=True, timeout=180)
+        want.append(r.stdout)
+    for name, draft in (("demo-swapped", os.path.join(DRAFTS, "demo-swapped")),
+                        ("demo-xdraft", os.path.join(MODELS, "demo-xdraft"))):
+        r = subprocess.run([DELTAFIN, "run", "--model", demo, "--prompt", prompts[0], "--max-new",
+                            "40", "--temperature", "0", "--ignore-eos", "--draft", draft,
+                            "--fixed-k", "--stats"], capture_output=True, text=True, timeout=180)
+        st = [ln for ln in r.stderr.splitlines() if ln.startswith(("draft:", "text draft"))]
+        acc = float(st[0].split("acceptance ")[1].split(",")[0]) if st and "acceptance" in st[0] else 0
+        check(r.returncode == 0 and r.stdout == want[0] and not off_lines(r.stderr),
+              "run --draft %s: the --no-draft text" % name)
+        check(acc > 0 and any(ln.startswith("text draft (its own tokenizer)") for ln in st),
+              "run --draft %s: drafted ids accepted, the text draft's figures (%s)" % (name, st))
+        srv = Server(DELTAFIN, demo, "--draft", draft, "--parallel", "2", "--draft-max-seqs", "2")
+        try:
+            def complete(p):
+                return post(srv.port, "/v1/completions",
+                            {"model": "demo-moe", "prompt": p, "max_tokens": 40, "temperature": 0,
+                             "ignore_eos": True})
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                got = list(ex.map(complete, prompts))
+            for i, (status, _, body) in enumerate(got):
+                text = body["choices"][0]["text"] if status == 200 else str(body)
+                spec = body.get("usage", {}).get("speculative", {}) if status == 200 else {}
+                check(status == 200 and text == want[i][:-1] and want[i][-1:] == "\n",
+                      "serve --draft %s, request %d: the --no-draft text" % (name, i))
+                check(spec.get("accepted_tokens", 0) > 0,
+                      "serve --draft %s, request %d: drafted tokens accepted (%s)" % (name, i, spec))
+        finally:
+            srv.stop()
+
+
 def scen_cluster():
     cluster_compare(TARGET, os.path.join(DRAFTS, "perturbed"), [PROMPT, "7,7,7,7,7,7"], 48, 16)
 
@@ -331,7 +379,7 @@ def main():
     os.makedirs(WORK)
     try:
         {"fallbacks": scen_fallbacks, "cluster": scen_cluster, "block": scen_block,
-         "demo_cluster": scen_demo_cluster}[SCEN]()
+         "demo_cluster": scen_demo_cluster, "text": scen_text}[SCEN]()
     finally:
         for q in procs:
             if q.poll() is None:

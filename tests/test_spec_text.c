@@ -8,9 +8,9 @@
  *    lm_head rows permuted, and the tokenizer's ids permuted alike: a draft that writes the
  *    target's greedy text under other ids; tests/make_spec_drafts.py);
  *  - Qwen3 family: models/demo-moe with models/demo-xdraft (a draft trained with its own
- *    4k-token tokenizer, tools/train/train_xdraft.py), and with demo-draft under a tokenizer
- *    whose ids 150000 and 150001 are swapped (written into DF_BINARY_DIR/spec-text-swapped;
- *    the weights are linked), which writes the text demo-draft writes.
+ *    4k-token tokenizer, tools/train/train_xdraft.py), and with spec-drafts/demo-swapped
+ *    (demo-draft under a tokenizer whose ids 150000 and 150001 are swapped), which writes
+ *    the text demo-draft writes.
  * Shows: greedy ids identical to the target alone on 20 prompts per pair (fixed k 4 and
  * adaptive k), and with a rejection forced at every draft position; drafted ids accepted and
  * draft tokens reused across rounds; committed text that ends inside a UTF-8 character;
@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -174,33 +173,13 @@ static void test_deepseek_relabeled(void **state) {
   free_pair(&p);
 }
 
-/* models/demo-draft under a tokenizer with two ids swapped (the weights linked) */
-static const char *swapped_demo_draft(void) {
-  static char dir[600];
-  snprintf(dir, sizeof dir, "%s/spec-text-swapped", DF_BINARY_DIR);
-  mkdir(dir, 0755);
-  const char *files[] = {"config.json", "generation_config.json", "model.safetensors",
-                         "tokenizer_config.json"};
-  for (int i = 0; i < 4; i++) {
-    char src[800], dst[800];
-    snprintf(src, sizeof src, "%s/models/demo-draft/%s", DF_SOURCE_DIR, files[i]);
-    snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
-    unlink(dst);
-    if (symlink(src, dst) != 0) fail_msg("symlink %s", dst);
-  }
-  char cmd[2400];
-  snprintf(cmd, sizeof cmd, "'%s' -c \"import json,sys; t=json.load(open(sys.argv[1])); "
-           "v=t['model']['vocab']; inv={i:k for k,i in v.items()}; a,b=inv[150000],inv[150001]; "
-           "v[a],v[b]=150001,150000; json.dump(t,open(sys.argv[2],'w'),ensure_ascii=False)\" "
-           "'%s/models/demo-draft/tokenizer.json' '%s/tokenizer.json'", DF_PYTHON,
-           DF_SOURCE_DIR, dir);
-  if (system(cmd) != 0) fail_msg("writing %s/tokenizer.json failed", dir);
-  return dir;
-}
+/* models/demo-draft under a tokenizer with two ids swapped (the weights linked;
+ * make_spec_drafts.py) */
+#define DEMO_SWAPPED DF_BINARY_DIR "/spec-drafts/demo-swapped"
 
 static void test_demo_swapped_tokenizer(void **state) {
   (void)state;
-  pair p = load_pair(DF_SOURCE_DIR "/models/demo-moe", swapped_demo_draft());
+  pair p = load_pair(DF_SOURCE_DIR "/models/demo-moe", DEMO_SWAPPED);
   totals t = identical_on_prompts(&p, 32, "demo-moe + demo-draft under swapped ids");
   assert_true(t.accepted * 2 > t.drafted);
   assert_true(t.reused > 0);
@@ -220,7 +199,7 @@ static void test_demo_xdraft(void **state) {
  * and the proposal must spell the rest of it */
 static void test_split_character(void **state) {
   (void)state;
-  pair p = load_pair(DF_SOURCE_DIR "/models/demo-moe", swapped_demo_draft());
+  pair p = load_pair(DF_SOURCE_DIR "/models/demo-moe", DEMO_SWAPPED);
   char err[512];
   df_text_draft *x = NULL;
   assert_int_equal(df_text_draft_new(p.d, p.dtok, p.ttok, &x, err, sizeof err), 0);

@@ -68,8 +68,9 @@ static void serve_usage(FILE *f) {
           "                       the rest to content (default); none: content is the model's\n"
           "                       text as written\n"
           "  --threads N          compute threads (default: every online CPU)\n"
-          "  --draft DIR          draft for speculative decoding of greedy requests: a model of\n"
-          "                       the same vocabulary, or a DSpark block drafter folder; with\n"
+          "  --draft DIR          draft for speculative decoding of greedy requests: a model (of\n"
+          "                       the same vocabulary, or with its own tokenizer: it drafts\n"
+          "                       text), or a DSpark block drafter folder; with\n"
           "                       both kinds, chat requests draft with the block drafter\n"
           "                       (default without --model: the bundled demo drafters)\n"
           "  --no-draft           run the target alone\n"
@@ -285,6 +286,7 @@ int df_cmd_serve(int argc, char **argv) {
   char err[1024];
   df_model *m = NULL, *dm = NULL;
   df_dspark *bd = NULL; /* a block drafter (--draft naming a DSpark folder) */
+  df_tok *dtok = NULL;  /* a cross-tokenizer draft's own tokenizer */
   uint64_t *heat = NULL;
   char heat_note[DF_HEAT_NOTE_MAX] = ""; /* what df_heat_load said about the heat file */
   df_tok *tok = NULL;
@@ -324,7 +326,9 @@ int df_cmd_serve(int argc, char **argv) {
     /* a draft that cannot be used is not fatal: the target runs alone (as deltafin run) */
     df_model_opts dmo = {.max_ctx = df_model_max_ctx(m), .max_rows = DF_SPEC_K_MAX + 1,
                          .threads = (int)threads};
-    if (df_spec_draft_load(m, model_dir, drafters.text, &dmo, &dm, err, sizeof err) != 0)
+    /* a draft with another tokenizer drafts through text (coordinator/generate/text_draft.h) */
+    if (df_spec_draft_load_any(m, model_dir, drafters.text, &dmo, &dm, &dtok, err,
+                               sizeof err) != 0)
       fprintf(stderr, "deltafin serve: drafting off: %s; %s\n", err,
               drafters.block ? "the block drafter drafts for every request"
                              : "the target runs alone");
@@ -373,7 +377,7 @@ int df_cmd_serve(int argc, char **argv) {
     }
   }
   df_sched_opts so = {.max_seqs = (int)par, .max_queue = (int)queue, .ctx = df_model_max_ctx(m),
-                      .prefill_budget = chunk, .draft = dm, .block = bd,
+                      .prefill_budget = chunk, .draft = dm, .draft_tok = dtok, .block = bd,
                       .draft_k = (int)draft_k,
                       .draft_max_seqs = (int)draft_seqs, .cache_bytes = pcache,
                       .no_prefix_cache = no_pcache};
@@ -415,6 +419,7 @@ done:
   df_chat_template_destroy(&tmpl);
   df_tok_destroy(&tok);
   df_model_destroy(&dm);
+  df_tok_destroy(&dtok);
   df_dspark_destroy(&bd);
   df_model_destroy(&m);
   free(dircopy);

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "coordinator/generate/sched.h"
+#include "coordinator/generate/text_draft.h"
 
 #include <errno.h>
 #include <math.h>
@@ -66,6 +67,8 @@ struct df_sched_job {
   bool chat;          /* df_sched_req.chat */
   bool failed;        /* a forward failed: the slot's cache is not kept for prefixes */
   int64_t drounds, ddrafted, daccepted;
+  df_text_draft *xd;  /* a cross-tokenizer draft's state for this request (df_sched_opts.draft_tok) */
+  int64_t x_committed;/* ids of seq given to xd */
   df_sampler *smp;
   df_tok_stream *dec;
   df_sched_stop stopper;
@@ -123,6 +126,7 @@ static void job_free(df_sched_job *j) {
   if (j->pipe[0] >= 0) close(j->pipe[0]);
   if (j->pipe[1] >= 0) close(j->pipe[1]);
   df_sampler_destroy(&j->smp);
+  df_text_draft_destroy(&j->xd);
   df_tok_stream_destroy(&j->dec);
   df_sched_stop_free(&j->stopper);
   pthread_mutex_destroy(&j->mu);
@@ -513,6 +517,7 @@ static int slot_draft_init(df_sched *s, df_slot *sl, int kind) {
 /* df_slot_pool.draft_init: the scheduler thread, while it takes a slot for a new job. */
 static int pool_draft_init(void *ctx, df_slot *sl, int kind) {
   df_sched *s = ctx;
+  if (kind == DF_SLOT_DRAFT_MODEL && s->o.draft_tok) return -1; /* a request's own state */
   bool have = kind == DF_SLOT_DRAFT_BLOCK ? s->block != NULL : kind == DF_SLOT_DRAFT_MODEL && s->draft;
   return have ? slot_draft_init(s, sl, kind) : -1;
 }
@@ -575,10 +580,55 @@ static void propose_block(df_sched *s, df_sched_job **who, int n, const bool *tr
   }
 }
 
+/* A cross-tokenizer draft's proposals for the greedy decoding sequences in who[0..n): each
+ * request's draft state reads the ids committed since its last round and proposes up to
+ * draft_k target ids (k[b], 0 where nothing is proposed); one sequence at a time. A sequence
+ * whose draft fails (its context full) stops drafting; the others go on. */
+static void propose_text(df_sched *s, df_sched_job **who, int n, int *k,
+                         int32_t (*dtok)[DF_SCHED_K_MAX]) {
+  char err[512];
+  for (int b = 0; b < n; b++) {
+    df_sched_job *j = who[b];
+    k[b] = 0;
+    if (j->fed < j->n_prompt || job_drafter(s, j) != DF_SLOT_DRAFT_MODEL) continue;
+    int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
+    int kb = left < s->o.draft_k ? (int)left : s->o.draft_k;
+    if (kb <= 0) continue;
+    df_slot *sl = &s->pool.slots[j->slot];
+    if (!sl->vlogits &&
+        !(sl->vlogits = malloc((size_t)(DF_SCHED_K_MAX + 1) * (size_t)s->V * sizeof(float)))) {
+      j->no_draft = true;
+      continue;
+    }
+    if (!j->xd && df_text_draft_new(s->draft, s->o.draft_tok, s->tok, &j->xd, err, sizeof err) != 0) {
+      j->no_draft = true;
+      continue;
+    }
+    int m = -1;
+    if (df_text_draft_commit(j->xd, j->seq + j->x_committed, j->len - j->x_committed, err,
+                             sizeof err) == 0) {
+      j->x_committed = j->len;
+      m = df_text_draft_propose(j->xd, kb, dtok[b], err, sizeof err);
+    }
+    if (m < 0) {
+      j->no_draft = true;
+      df_text_draft_destroy(&j->xd);
+      continue;
+    }
+    for (int i = 0; i < m; i++)
+      if (dtok[b][i] < 0 || dtok[b][i] >= s->V) m = i; /* an id the target has no row for */
+    k[b] = m;
+  }
+}
+
 /* Speculative decoding for the greedy sequences in `who[0..n)` that are decoding: the draft
  * catches up with each one's committed ids and proposes up to k[b] tokens (k[b] is set to 0
  * where nothing is proposed). Draft forwards of all of them are batched like the target's. */
 static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dtok)[DF_SCHED_K_MAX]) {
+  if (s->o.draft_tok) {
+    propose_text(s, who, n, k, dtok);
+    return;
+  }
   df_batch_seq q[DF_MODEL_MAX_BATCH];
   int idx[DF_MODEL_MAX_BATCH], nq = 0, kmax = 0;
   char err[512];
@@ -639,7 +689,7 @@ static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_
   if (a == k) x = df_argmax_f32(sl->vlogits + (int64_t)k * s->V, s->V);
   df_kv_truncate(sl->kv, L + a);
   if (cap) block_append(s, j, cap, a + 1); /* the rows of the pending id and d_1..d_a */
-  else if (sl->dkv->len > L + a) df_kv_truncate_or_reset(sl->dkv, L + a);
+  else if (sl->dkv && sl->dkv->len > L + a) df_kv_truncate_or_reset(sl->dkv, L + a);
   j->drounds++;
   j->ddrafted += k;
   j->daccepted += a;
@@ -857,13 +907,14 @@ int df_sched_new(df_model *m, const df_tok *tok, const df_sched_opts *o, df_sche
     goto fail;
   }
   s->draft = s->o.draft;
-  if (s->draft && df_model_cfg(s->draft)->vocab_size != s->V) {
+  if (s->draft && !s->o.draft_tok && df_model_cfg(s->draft)->vocab_size != s->V) {
     fprintf(stderr, "deltafin serve: drafting off: the draft's vocabulary (%lld tokens) differs "
             "from the target's (%lld)\n", (long long)df_model_cfg(s->draft)->vocab_size,
             (long long)s->V);
     s->draft = NULL;
   }
-  if (s->draft && df_model_max_ctx(s->draft) < (s->o.ctx ? s->o.ctx : df_model_max_ctx(m))) {
+  if (s->draft && !s->o.draft_tok &&
+      df_model_max_ctx(s->draft) < (s->o.ctx ? s->o.ctx : df_model_max_ctx(m))) {
     fprintf(stderr, "deltafin serve: drafting off: the draft's context (%lld tokens) is shorter "
             "than the target's\n", (long long)df_model_max_ctx(s->draft));
     s->draft = NULL;

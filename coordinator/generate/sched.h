@@ -63,6 +63,10 @@ typedef struct df_sched_opts {
   int64_t prefill_budget; /* prompt tokens fed per step over all sequences; 0 = 256 */
   df_model *draft;        /* draft model for speculative decoding (borrowed), or NULL; one
                              whose vocabulary or context does not fit is ignored (logged) */
+  const df_tok *draft_tok;/* the draft's own tokenizer when it is not the target's (borrowed;
+                             df_spec_draft_load_any): the draft then drafts through text
+                             (coordinator/generate/text_draft.h), one sequence at a time, with
+                             a draft context per request; NULL: a same-vocabulary draft */
   struct df_dspark *block;/* block drafter reading the target's hidden states (borrowed,
                              engine/draft/dspark.h; loaded against this target), or NULL. With
                              both, chat requests (df_sched_req.chat) draft with the block

@@ -702,16 +702,16 @@ int df_spec_draft_load_any(df_model *target, const char *target_dir, const char 
   int same = -2; /* not compared yet */
   if (text_tok && target_dir) {
     same = same_tokenizer(target_dir, draft_dir, why, whylen);
-    if (same == 1) {
+    if (same == 1) { /* up to twice the target's context in its own tokens (a smaller
+                        vocabulary spends more tokens on the same text) */
       o.share_from = NULL;
-      o.max_ctx = 0;
+      o.max_ctx = 2 * (o.max_ctx > 0 ? o.max_ctx : df_model_max_ctx(target));
     }
   }
   /* a draft with a shorter context than the target's loads at its own limit; df_spec_new
    * then finds it cannot hold the sequence and switches drafting off with that reason */
   df_model_config dc;
-  if (df_cfg_load(draft_dir, &dc, err, sizeof err) == 0 &&
-      (o.max_ctx > dc.max_position_embeddings || o.max_ctx == 0))
+  if (df_cfg_load(draft_dir, &dc, err, sizeof err) == 0 && o.max_ctx > dc.max_position_embeddings)
     o.max_ctx = dc.max_position_embeddings;
   if (df_model_load(draft_dir, &o, &d, err, sizeof err) != 0) {
     snprintf(why, whylen, "draft %s: %s", draft_dir, err);

@@ -179,7 +179,9 @@ int df_spec_draft_load(df_model *target, const char *target_dir, const char *dra
                        const df_model_opts *opts, df_model **out, char *why, size_t whylen);
 
 /* As df_spec_draft_load, but a draft whose tokenizer differs from the target's loads too, as
- * a cross-tokenizer draft for df_spec_attach_text: then *text_tok owns the draft's tokenizer
+ * a cross-tokenizer draft for df_spec_attach_text (its context: twice opts->max_ctx, or twice
+ * the target's, in its own tokens, at most its max_position_embeddings; it shares no table
+ * with the target): then *text_tok owns the draft's tokenizer
  * (free with df_tok_destroy after the draft's last use); it is NULL for a same-tokenizer draft
  * (use it with df_spec_new). text_tok NULL: df_spec_draft_load. */
 int df_spec_draft_load_any(df_model *target, const char *target_dir, const char *draft_dir,
