@@ -226,19 +226,42 @@ static int catch_up(df_text_draft *x, size_t cs, char *err, size_t errlen) {
                           err, errlen) == 0 ? 1 : -1;
 }
 
+/* Step 3 of text_draft.h: the target ids (at most k, into out) of the complete pieces of the
+ * draft's bytes after the committed end (all of them after a special token: the draft's text
+ * ends there). The draft's text starts at text offset cs: it must first spell the committed
+ * bytes after cs (a character the target began), else nothing is proposed; bytes after the
+ * last complete character are left out. Returns the count, or -1 (an encode error). */
+static int target_ids(df_text_draft *x, size_t cs, bool special_end, int k, int32_t *out,
+                      char *err, size_t errlen) {
+  size_t skip = x->tn - cs;
+  if (x->pn < skip || memcmp(x->pb, x->tx + cs, skip) != 0) return 0;
+  const char *p = (const char *)x->pb + skip;
+  size_t plen = x->pn - skip;
+  size_t vlen = df_tok_utf8_invalid_at(p, plen);
+  if (vlen == 0) return 0;
+  int32_t *tids = NULL;
+  size_t tn = 0, stable = 0;
+  if (df_tok_encode_stable(x->tt, p, vlen, 0, &tids, &tn, &stable, err, errlen) != 0) return -1;
+  size_t m = special_end && vlen == plen ? tn : stable;
+  if (m > (size_t)k) m = (size_t)k;
+  memcpy(out, tids, m * sizeof *out);
+  free(tids);
+  return (int)m;
+}
+
 int df_text_draft_propose(df_text_draft *x, int k, int32_t *out, char *err, size_t errlen) {
   if (k < 1) return 0;
   if (k > DF_TEXT_DRAFT_K_MAX) k = DF_TEXT_DRAFT_K_MAX;
   size_t cs = complete_len(x);
   int r = catch_up(x, cs, err, errlen);
   if (r <= 0) return r;
-  /* step 2: the draft continues */
+  /* step 2: the draft continues, until its text holds k complete target pieces */
   int kd = k * 3 / 2 + 2;
   if (kd > DRAFT_MAX) kd = DRAFT_MAX;
   if (grow_tokens(x, x->n + kd) != 0) goto oom;
   x->p0 = cs;
   x->pn = 0;
-  bool special_end = false;
+  int m = 0;
   for (int g = 0; g < kd; g++) {
     int32_t id = df_argmax_f32(x->logits, x->Vd);
     size_t bl = 0;
@@ -251,33 +274,15 @@ int df_text_draft_propose(df_text_draft *x, int k, int32_t *out, char *err, size
     x->end[x->n] = (int64_t)(x->p0 + x->pn);
     x->n++;
     x->st.draft_tokens++;
-    if (df_tok_is_special(x->dt, id)) {
-      special_end = true;
-      break;
-    }
-    if (g + 1 == kd || x->kv->len + 1 > x->kv->ctx) break;
+    bool special = df_tok_is_special(x->dt, id);
+    m = target_ids(x, cs, special, k, out, err, errlen);
+    if (m < 0) return -1;
+    if (special || m == k || g + 1 == kd || x->kv->len + 1 > x->kv->ctx) break;
     if (df_model_forward(x->d, x->kv, &id, 1, DF_LOGITS_LAST, x->logits, err, errlen) != 0)
       return -1;
   }
-  /* step 3: the continuation after the committed end, in the target's pieces */
-  size_t skip = x->tn - cs; /* bytes of a character the target began, the draft did not read */
-  if (x->pn < skip || memcmp(x->pb, x->tx + cs, skip) != 0) goto empty;
-  const char *p = (const char *)x->pb + skip;
-  size_t plen = x->pn - skip;
-  size_t vlen = df_tok_utf8_invalid_at(p, plen);
-  if (vlen == 0) goto empty;
-  int32_t *tids = NULL;
-  size_t tn = 0, stable = 0;
-  if (df_tok_encode_stable(x->tt, p, vlen, 0, &tids, &tn, &stable, err, errlen) != 0) return -1;
-  size_t m = special_end && vlen == plen ? tn : stable;
-  if (m > (size_t)k) m = (size_t)k;
-  memcpy(out, tids, m * sizeof *out);
-  free(tids);
-  if (m == 0) goto empty;
-  return (int)m;
-empty:
-  x->st.empty_rounds++;
-  return 0;
+  if (m == 0) x->st.empty_rounds++;
+  return m;
 oom:
   snprintf(err, errlen, "text draft: out of memory");
   return -1;

@@ -12,7 +12,8 @@
  *     text (its own earlier proposals included, when the target accepted their text), backs
  *     off to a word boundary, rolls its cache back to it and encodes the rest of the committed
  *     text with its tokenizer (up to the last complete UTF-8 character);
- *  2. the draft continues greedily for a few of its tokens, or until it emits a special token;
+ *  2. the draft continues greedily until its text holds k complete target pieces (at most
+ *     3k/2 + 2 of its tokens), or until it emits a special token;
  *  3. its continuation's bytes (from the committed text's end) are encoded with the target's
  *     tokenizer (df_tok_encode_stable) and only the ids of complete pieces are proposed: the
  *     last piece could still grow into the next bytes the draft would write ("Ġinter" +
