@@ -139,8 +139,9 @@ def plot_all(res, out):
     return paths
 
 
-SPEC_LABELS = {"alone": "target\nalone", "draft": "draft model\nadaptive k", "dspark": "block drafter\nadaptive k"}
-SPEC_COLORS = {"alone": "#4c72b0", "draft": "#55a868", "dspark": "#c44e52"}
+SPEC_LABELS = {"alone": "target\nalone", "draft": "draft model\nadaptive k", "dspark": "block drafter\nadaptive k",
+               "text": "own-tokenizer\ndraft, adaptive k"}
+SPEC_COLORS = {"alone": "#4c72b0", "draft": "#55a868", "dspark": "#c44e52", "text": "#8172b3"}
 
 
 def plot_speculative(plt, s, subtitle, save):

@@ -12,9 +12,10 @@ average before and after it):
   engine_random          decode and prefill tok/s on random bf16 checkpoints of three sizes
   bandwidth_utilisation  weight bytes per token / time per token / read bandwidth, per model
   engine_widened_demo    the same on the widened demo target (tools/widen)
-  speculative            widened target alone vs with the demo draft model and with the
+  speculative            widened target alone vs with the demo draft model, with the
                          block drafter (models/demo-dspark widened by the same ratio; adaptive
-                         k and fixed k 6), interleaved rounds: identical output, acceptance,
+                         k and fixed k 6) and with the draft of its own tokenizer
+                         (models/demo-xdraft; not in tiny mode), interleaved rounds: identical output, acceptance,
                          mean accepted length, tok/s, speed-up over the target alone
   cluster                decode ms/token local vs 1 and 3 loopback df-node agents
   plan_k3                `deltafin plan`'s predicted time per token against the measured one on
@@ -513,6 +514,17 @@ class Suite:
             fig["dspark_status"] = "pending"
             fig["dspark_reason"] = "pending block drafter: %s is absent" % rel(self.demo_dspark)
             log("speculative: %s" % fig["dspark_reason"])
+        # the cross-tokenizer draft (its own tokenizer: it drafts text); the tiny fixtures
+        # have no tokenizer to re-read its text with
+        xd = os.path.join(ROOT, "models", "demo-xdraft")
+        if self.a.mode != "tiny" and os.path.exists(os.path.join(xd, "config.json")):
+            arms["text"] = ["--draft", xd]
+            names["text"] = "draft with its own tokenizer (adaptive k)"
+            fig["text_draft"], fig["text_status"] = rel(xd), "ok"
+        else:
+            fig["text_status"] = "pending"
+            fig["text_reason"] = ("tiny mode: the fixtures have no tokenizer" if self.a.mode == "tiny"
+                                  else "pending text draft: %s is absent" % rel(xd))
         n, rounds, prompts = self.mode["spec_new"], self.mode["spec_rounds"], self.spec_prompts()
         out, runs = {}, {a: [] for a in arms}
         for rd in range(rounds):
