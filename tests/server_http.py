@@ -350,6 +350,12 @@ def test_errors(port):
           "Expect: 100-continue over --max-body: 413 before any body (%r)" % resp[:40])
     s, h, o = request(port, "GET", CHAT)
     check(s == 405 and json.loads(o)["error"]["code"] == "method_not_allowed", "GET on a POST endpoint: 405")
+    check(s == 405 and h.get("allow") == "POST", "GET on a POST endpoint: Allow: POST")
+    for path in ("/v1/models", "/health", "/metrics"):
+        s, h, o = request(port, "HEAD", path)
+        check(s == 200 and o == b"", "HEAD %s: 200 without a body (%d, %r)" % (path, s, o[:40]))
+    s, h, o = request(port, "DELETE", "/v1/models")
+    check(s == 405 and h.get("allow") == "GET, HEAD", "DELETE /v1/models: 405, Allow: GET, HEAD")
     s, h, o = request(port, "GET", "/v2/nothing")
     check(s == 404 and json.loads(o)["error"]["code"] == "unknown_url", "unknown path: 404")
     s, h, o = request(port, "GET", "/v1/models/other")

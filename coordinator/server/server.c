@@ -241,12 +241,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                        "/v1/models, GET /v1/cluster, GET /health, GET /metrics, GET / (web UI).",
                        method, url);
       c->have_err = true;
-    } else if ((c->route == R_CHAT || c->route == R_COMPL) ? !is_post
-               : c->route == R_UI ? !is_get && !is_head : !is_get) {
+    } else if ((c->route == R_CHAT || c->route == R_COMPL) ? !is_post : !is_get && !is_head) {
+      /* HEAD is GET without the body (RFC 9110 §9.3.2; libmicrohttpd leaves the body out) */
       df_api_error_set(&c->err, 405, NULL, NULL, "method_not_allowed",
                        "Method %s is not allowed on %s (use %s).", method, url,
-                       c->route == R_CHAT || c->route == R_COMPL ? "POST"
-                       : c->route == R_UI ? "GET or HEAD" : "GET");
+                       c->route == R_CHAT || c->route == R_COMPL ? "POST" : "GET or HEAD");
       c->have_err = true;
     } else if (v1 && s->api_key && !key_ok(s, MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization"))) {
       const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");

@@ -78,7 +78,7 @@ enum MHD_Result df_srv_send_body(conn *c, struct MHD_Connection *mc, int status,
   if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
   if (status == 405)
     MHD_add_response_header(r, "Allow", c->route == R_CHAT || c->route == R_COMPL ? "POST"
-                                        : c->route == R_UI ? "GET, HEAD" : "GET");
+                                                                                  : "GET, HEAD");
   enum MHD_Result ret = MHD_queue_response(mc, (unsigned)status, r);
   MHD_destroy_response(r);
   df_srv_count(c->srv, c->route, status);
