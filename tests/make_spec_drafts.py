@@ -58,21 +58,13 @@ def main():
     os.makedirs(dst)
     for fn in ("config.json", "generation_config.json"):
         shutil.copy(os.path.join(src, fn), dst)
-    with open(os.path.join(src, "model.safetensors"), "rb") as f:
-        blob = bytearray(f.read())
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    base = 8 + n
-    for name in ("model.layers.2.self_attn.o_proj.weight", "model.layers.3.self_attn.o_proj.weight",
-                 "model.layers.2.mlp.down_proj.weight"):
-        if name not in header:
-            continue
-        b, e = header[name]["data_offsets"]
-        w = np.frombuffer(bytes(blob[base + b:base + e]), dtype="<u2").copy()
+    def flip(name, h, w):
+        w = w.copy()
         w[::5] ^= 0x8000
-        blob[base + b:base + e] = w.tobytes()
-    with open(os.path.join(dst, "model.safetensors"), "wb") as f:
-        f.write(blob)
+        return w
+    edit_tensors(os.path.join(src, "model.safetensors"), os.path.join(dst, "model.safetensors"),
+                 ("model.layers.2.self_attn.o_proj.weight", "model.layers.3.self_attn.o_proj.weight",
+                  "model.layers.2.mlp.down_proj.weight"), flip)
     mk("vocab256", "--preset", "tiny-dense", "--vocab", "256")
     mk("v16-target", "--preset", "tiny-moe-tied", "--vocab", "16", "--logit-scale", "2")
     mk("v16-draft", "--preset", "tiny-dense", "--vocab", "16", "--logit-scale", "2", "--seed", "77")
@@ -125,21 +117,14 @@ def ds_pair(fixtures, out):
     os.makedirs(dst)
     for fn in ("config.json", "generation_config.json"):
         shutil.copy(os.path.join(src, fn), dst)
-    with open(os.path.join(src, "model.safetensors"), "rb") as f:
-        blob = bytearray(f.read())
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    base = 8 + n
-    for name in ("model.embed_tokens.weight", "lm_head.weight"):
-        h = header[name]
+    def relabel(name, h, w):
         assert h["dtype"] == "BF16" and h["shape"][0] == 512, name
-        b, e = h["data_offsets"]
-        rows = np.frombuffer(bytes(blob[base + b:base + e]), dtype="<u2").reshape(512, -1).copy()
+        rows = w.reshape(512, -1).copy()
         for x, y in RELABEL:
             rows[[x, y]] = rows[[y, x]]
-        blob[base + b:base + e] = rows.tobytes()
-    with open(os.path.join(dst, "model.safetensors"), "wb") as f:
-        f.write(blob)
+        return rows
+    edit_tensors(os.path.join(src, "model.safetensors"), os.path.join(dst, "model.safetensors"),
+                 ("model.embed_tokens.weight", "lm_head.weight"), relabel)
     for x, y in RELABEL:
         tok = swap_ids(tok, x, y)
     with open(os.path.join(dst, "tokenizer.json"), "w") as f:
@@ -167,20 +152,38 @@ def relabel_v16(out):
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst)
     path = os.path.join(dst, "model.safetensors")
+
+    def permute(name, h, w):
+        rows = w.reshape(16, -1)
+        new = rows.copy()
+        for i in range(16):
+            new[(5 * i + 3) % 16] = rows[i]
+        return new
+    edit_tensors(path, path, ("model.embed_tokens.weight",), permute)
     with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        assert "lm_head.weight" not in json.loads(f.read(n)), "v16-target is tied"
+
+
+def edit_tensors(src, dst, names, fn):
+    """Copy the safetensors file src to dst with each tensor of `names` present in it replaced
+    by fn(name, header entry, its data as a flat little-endian array of its dtype's width):
+    an array of the same bytes' length."""
+    with open(src, "rb") as f:
         blob = bytearray(f.read())
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8:8 + n])
-    assert "lm_head.weight" not in header, "v16-target is tied"
-    h = header["model.embed_tokens.weight"]
-    b, e = h["data_offsets"]
-    dt = {"BF16": "<u2", "F32": "<f4"}[h["dtype"]]
-    rows = np.frombuffer(bytes(blob[8 + n + b:8 + n + e]), dtype=dt).reshape(16, -1)
-    new = rows.copy()
-    for i in range(16):
-        new[(5 * i + 3) % 16] = rows[i]
-    blob[8 + n + b:8 + n + e] = new.tobytes()
-    with open(path, "wb") as f:
+    for name in names:
+        if name not in header:
+            continue
+        h = header[name]
+        b, e = h["data_offsets"]
+        dt = {"BF16": "<u2", "F32": "<f4"}[h["dtype"]]
+        w = np.frombuffer(bytes(blob[8 + n + b:8 + n + e]), dtype=dt)
+        out = fn(name, h, w).tobytes()
+        assert len(out) == e - b, name
+        blob[8 + n + b:8 + n + e] = out
+    with open(dst, "wb") as f:
         f.write(blob)
 
 
