@@ -580,6 +580,15 @@ static void propose_block(df_sched *s, df_sched_job **who, int n, const bool *tr
   }
 }
 
+/* Draft tokens a draft model (same vocabulary or its own tokenizer) proposes for job j this
+ * step: draft_k, fewer near max_tokens, 0 while its prompt is fed or when it does not draft
+ * with the draft model. */
+static int model_draft_len(const df_sched *s, const df_sched_job *j) {
+  if (j->fed < j->n_prompt || job_drafter(s, j) != DF_SLOT_DRAFT_MODEL) return 0;
+  int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
+  return left < s->o.draft_k ? (int)(left > 0 ? left : 0) : s->o.draft_k;
+}
+
 /* A cross-tokenizer draft's proposals for the greedy decoding sequences in who[0..n): each
  * request's draft state reads the ids committed since its last round and proposes up to
  * draft_k target ids (k[b], 0 where nothing is proposed); one sequence at a time. A sequence
@@ -590,9 +599,7 @@ static void propose_text(df_sched *s, df_sched_job **who, int n, int *k,
   for (int b = 0; b < n; b++) {
     df_sched_job *j = who[b];
     k[b] = 0;
-    if (j->fed < j->n_prompt || job_drafter(s, j) != DF_SLOT_DRAFT_MODEL) continue;
-    int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
-    int kb = left < s->o.draft_k ? (int)left : s->o.draft_k;
+    int kb = model_draft_len(s, j);
     if (kb <= 0) continue;
     df_slot *sl = &s->pool.slots[j->slot];
     if (!sl->vlogits &&
@@ -635,9 +642,7 @@ static void propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dt
   for (int b = 0; b < n; b++) {
     df_sched_job *j = who[b];
     k[b] = 0;
-    if (j->fed < j->n_prompt || job_drafter(s, j) != DF_SLOT_DRAFT_MODEL) continue;
-    int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
-    int kb = left < s->o.draft_k ? (int)left : s->o.draft_k;
+    int kb = model_draft_len(s, j);
     if (kb <= 0) continue;
     df_slot *sl = &s->pool.slots[j->slot];
     if ((!sl->dkv || sl->dkind != DF_SLOT_DRAFT_MODEL) &&
