@@ -79,6 +79,7 @@ PROMPT = "1,2,3,4,5,6,7,8,9,10,11,12"
 PAIR_BYTES = 3 * 48 * 96 * 2  # tiny-moe-sparse: gate/up [48, 96], down [96, 48] in BF16
 DEADLINE = 90.0
 IDLE_WINDOW = 1.5  # seconds over which `idle` measures a waiting process's CPU time
+PATIENCE = 4.0  # seconds `wrongkey` watches a node retry a coordinator that is down, at least
 
 failures = []
 procs = []
@@ -682,6 +683,12 @@ def scen_security():
     # lying nodes become ready, get FFN requests, answer wrongly and are dropped
     p, so, se, out = coordinator("sec", port, state, 24, 3)
     wait_log(se, "node good ready")
+    # 1,500 idle TCP connections, made and then closed by the coordinator while the next four
+    # nodes are refused (~15 s alone, most of it the kernel's SYN retries against the
+    # coordinator's full accept queue, which the nodes' joins now share; the mode takes no
+    # token)
+    idle_evil = subprocess.Popen([EVIL, "idle", ep, "-"], stdout=subprocess.PIPE, text=True)
+    procs.append(idle_evil)
 
     def refused_node(name, tok, expect, state_dir=None, copy_pin=False):
         sd = state_dir or os.path.join(WORK, "att-" + name)
@@ -702,10 +709,6 @@ def scen_security():
     check("unknown key" in read(se), "coordinator logged the unknown key")
     # reused single-use token
     reusable = token(state, "--reusable")  # opens the token window for the attackers below
-    # 1,500 idle TCP connections, made and then closed by the coordinator while the next three
-    # nodes are refused (~15 s alone, most of it the kernel's SYN retries against the
-    # coordinator's full accept queue, which the nodes' joins now share)
-    idle_evil = subprocess.Popen([EVIL, "idle", ep, reusable], stdout=subprocess.PIPE, text=True)
     # a token that expires in 1 s, issued now: it expires while the next two nodes are refused
     short = token(state, "--ttl", "1")
     t_short = time.monotonic()
@@ -941,21 +944,42 @@ def scen_wrongkey():
     assert r.returncode == 0, r.stderr
     foreign_tok = r.stdout.strip()
     foreign_fp = re.search(r"coordinator ([0-9a-f]{16})", r.stderr).group(1)
+    # a coordinator that is down is retried, quietly, without giving up: this node dials a
+    # port nobody listens on for the whole scenario (at least PATIENCE seconds), checked last
+    patient_port = free_port()
+    while patient_port == port:
+        patient_port = free_port()
+    patient_log = os.path.join(WORK, "patient.log")
+    patient = node("patient", patient_port, os.path.join(WORK, "n-patient"), patient_log, "1G",
+                   foreign_tok)
+    t_patient = time.monotonic()
     # the coordinator waits for a node that never comes
     p, so, se, out = coordinator("wk", port, state, 4, 1, wait=120)
     wait_log(se, "listening on")
     own_fp = re.search(r"listening on \S+ \(key ([0-9a-f]{16})\)", read(se)).group(1)
 
-    def gives_up(name, tok, expect, limit=30.0, tag=""):
+    def start(name, tok, tag=""):
+        """A node started now; its exit status and time are recorded as it ends."""
+        import threading
         lg = os.path.join(WORK, name + tag + ".log")
-        t0 = time.monotonic()
         q = node(name, port, os.path.join(WORK, "n-" + name), lg, "1G", tok)
-        try:
-            rc = q.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
+        t0, ended = time.monotonic(), {}
+
+        def reap():
+            ended["rc"] = q.wait()
+            ended["dt"] = time.monotonic() - t0
+        th = threading.Thread(target=reap, daemon=True)
+        th.start()
+        return q, lg, t0, th, ended
+
+    def gives_up(started, name, expect, limit=30.0):
+        q, lg, t0, th, ended = started
+        th.join(max(0.0, limit - (time.monotonic() - t0)))
+        if th.is_alive():
             q.kill()
-            rc = None
-        dt = time.monotonic() - t0
+            th.join()
+        rc = ended["rc"] if ended["dt"] < limit else None
+        dt = ended["dt"]
         text = read(lg)
         lines = text.splitlines()
         errs = [ln for ln in lines if all(e in ln for e in expect)]
@@ -965,23 +989,26 @@ def scen_wrongkey():
                                                                    "\n    ".join(lines[:6])))
         return text
 
-    # a token from another coordinator: the pinned key is wrong
-    t = gives_up("foreign", foreign_tok, ["wrong coordinator key", foreign_fp, "from --token",
-                                          "deltafin cluster token"])
-    check(t.count("closed the CURVE handshake; retrying") == 1,
-          "foreign: the retry line is written once, not per attempt")
-    # the same node again, rejoining with the key it stored: the same verdict
-    gives_up("foreign", None, ["wrong coordinator key", foreign_fp, "at its first join"],
-             tag="-again")
-    # a key this coordinator does not admit (its own key pinned, no token outstanding)
+    # a key this coordinator does not admit (its own key pinned, no token outstanding); it
+    # gives up while the node below is still retrying (two nodes at once: the verdicts and
+    # the coordinator's lines are each node's own)
     sd = os.path.join(WORK, "n-stranger")
     os.makedirs(sd)
     with open(os.path.join(state, "coordinator.key")) as f:
         pub = f.readline().split()[1]
     with open(os.path.join(sd, "coordinator"), "w") as f:
         f.write("%s tcp://127.0.0.1:%d\n" % (pub, port))
-    gives_up("stranger", None, ["not admitted", "remove %s/node.key" % sd,
-                                "deltafin cluster token"])
+    stranger = start("stranger", None)
+    # a token from another coordinator: the pinned key is wrong
+    t = gives_up(start("foreign", foreign_tok), "foreign",
+                 ["wrong coordinator key", foreign_fp, "from --token", "deltafin cluster token"])
+    check(t.count("closed the CURVE handshake; retrying") == 1,
+          "foreign: the retry line is written once, not per attempt")
+    # the same node again, rejoining with the key it stored: the same verdict
+    again = start("foreign", None, tag="-again")
+    gives_up(stranger, "stranger", ["not admitted", "remove %s/node.key" % sd,
+                                    "deltafin cluster token"])
+    gives_up(again, "foreign", ["wrong coordinator key", foreign_fp, "at its first join"])
     log = read(se)
     fails = [ln for ln in log.splitlines() if "CURVE handshake on" in ln]
     check(len(fails) == 1 and own_fp in fails[0],
@@ -989,12 +1016,11 @@ def scen_wrongkey():
           % len(fails))
     check(log.count("refused connection from") == 1, "coordinator logged the stranger's refusal")
     check(p.poll() is None, "coordinator still running")
-    # a coordinator that is down is retried, quietly, without giving up
-    lg = os.path.join(WORK, "patient.log")
-    q = node("patient", free_port(), os.path.join(WORK, "n-patient"), lg, "1G", foreign_tok)
-    time.sleep(4.0)  # how long it keeps trying is the point
-    check(q.poll() is None, "node of an unreachable coordinator keeps retrying")
-    check(len(read(lg).splitlines()) <= 2, "and writes nothing per attempt")
+    # how long the node of the coordinator that is down keeps trying is the point
+    time.sleep(max(0.0, PATIENCE - (time.monotonic() - t_patient)))
+    check(patient.poll() is None, "node of an unreachable coordinator keeps retrying (%.1f s)"
+          % (time.monotonic() - t_patient))
+    check(len(read(patient_log).splitlines()) <= 2, "and writes nothing per attempt")
 
 
 def junk_flood(port, stop):

@@ -68,9 +68,9 @@ def heat(exe, model):
     return 0 if ok else 1
 
 
-def cluster_standby(exe, model):
+def cluster_standby(exe, model, ref):
     """--cluster with every routed expert admitted to the coordinator's device: one line says
-    the nodes stand by; ids equal the CPU path's."""
+    the nodes stand by; ids equal the CPU path's (ref: its output, run's defaults)."""
     import socket
     import tempfile
     with socket.socket() as so:
@@ -78,7 +78,6 @@ def cluster_standby(exe, model):
         port = so.getsockname()[1]
     state = tempfile.mkdtemp(prefix="df-standby-")
     try:
-        _, ref, _ = run(exe, model, None)
         rc, out, err = run(exe, model, "torch-cpu", extra=(
             "--cluster", "--cluster-wait", "0", "--cluster-bind", "127.0.0.1", "--cluster-port",
             str(port), "--state-dir", state))
@@ -103,10 +102,12 @@ def main():
 def checks():
     exe, fx = sys.argv[1], sys.argv[2]
     failures = 0
+    refs = {}
     for name in ("tiny-moe-sparse", "tiny-moe-tied", "tiny-dense", "tiny-ds-fp8"):
         model = f"{fx}/{name}"
         rc, ref, err = run(exe, model, None)
         assert rc == 0 and ref, (name, rc, err)
+        refs[name] = ref
         for dev in ("cpu", "torch-cpu", "cuda", "cuda:3", "auto"):
             rc, out, err = run(exe, model, dev)
             lines = [l for l in err.splitlines() if l.startswith("deltafin: device:")]
@@ -125,7 +126,7 @@ def checks():
     print(f"{'ok' if ok else 'FAIL'} bad --device value: rc {rc}: {err}")
     failures += not ok
     failures += heat(exe, f"{fx}/tiny-moe-sparse")
-    failures += cluster_standby(exe, f"{fx}/tiny-moe-sparse")
+    failures += cluster_standby(exe, f"{fx}/tiny-moe-sparse", refs["tiny-moe-sparse"])
     print(f"{23 - failures} passed, {failures} failed")
     return 1 if failures else 0
 

@@ -1,6 +1,10 @@
 /* tests/fake_coord.c — a hostile coordinator for probing df-node (tests/fake_coord.cmake).
  *
  *   fake_coord PROBE DF_NODE WORK_DIR   run one probe against a df-node it starts
+ *   fake_coord PROBE,PROBE,... DF_NODE WORK_DIR
+ *                                       run those probes at once, each in a process of its
+ *                                       own with its own node (probes that mostly wait out
+ *                                       the node's 10 s timers); outputs printed per probe
  *   fake_coord list                     name and describe every probe
  *
  * Plays the coordinator's end of docs/PROTOCOL.md — or a man in the middle holding the
@@ -1266,39 +1270,26 @@ static int setup(fc *c, const char *work_root) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc == 2 && !strcmp(argv[1], "list")) {
-    for (size_t i = 0; i < N_PROBES; i++) printf("%-14s %s\n", PROBES[i].name, PROBES[i].what);
-    return 0;
-  }
-  if (argc != 4) {
-    fprintf(stderr, "usage: fake_coord PROBE DF_NODE|- WORK_DIR\n       fake_coord list\n");
-    return 2;
-  }
-  const probe *pr = NULL;
-  for (size_t i = 0; i < N_PROBES; i++)
-    if (!strcmp(PROBES[i].name, argv[1])) pr = &PROBES[i];
-  if (!pr) {
-    fprintf(stderr, "fake_coord: unknown probe '%s' (fake_coord list)\n", argv[1]);
-    return 2;
-  }
+/* One probe against a df-node it starts (DF_NODE "-": started by hand): 0 when every check
+ * passed, 1 otherwise, 2 on a set-up error. */
+static int run_probe(const probe *pr, const char *dfnode_arg, const char *work_root) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   static fc cs;
   fc *c = &cs;
   c->probe = pr->name;
   static char dfnode[4096];
-  if (strcmp(argv[2], "-") && !realpath(argv[2], dfnode)) { /* the node runs in cwd/ */
-    fprintf(stderr, "fake_coord: %s: %s\n", argv[2], strerror(errno));
+  if (strcmp(dfnode_arg, "-") && !realpath(dfnode_arg, dfnode)) { /* the node runs in cwd/ */
+    fprintf(stderr, "fake_coord: %s: %s\n", dfnode_arg, strerror(errno));
     return 2;
   }
-  c->dfnode = strcmp(argv[2], "-") ? dfnode : NULL;
+  c->dfnode = strcmp(dfnode_arg, "-") ? dfnode : NULL;
   c->expect_exit = -1;
   c->rss_limit_kb = pr->rss_mib * 1024;
   snprintf(c->memory, sizeof c->memory, "%s", pr->memory);
   g_fc = c;
   signal(SIGALRM, on_alarm);
   alarm(150);
-  if (setup(c, argv[3]) != 0 || node_start(c) != 0) {
+  if (setup(c, work_root) != 0 || node_start(c) != 0) {
     printf("fake_coord: set-up failed\n");
     return 2;
   }
@@ -1313,4 +1304,79 @@ int main(int argc, char **argv) {
   printf("%s  fake_coord %s: %d checks, %d failed\n", c->failures ? "FAIL" : "ok  ", pr->name,
          c->checks, c->failures);
   return c->failures ? 1 : 0;
+}
+
+static const probe *find_probe(const char *name, size_t len) {
+  for (size_t i = 0; i < N_PROBES; i++)
+    if (strlen(PROBES[i].name) == len && !strncmp(PROBES[i].name, name, len)) return &PROBES[i];
+  fprintf(stderr, "fake_coord: unknown probe '%.*s' (fake_coord list)\n", (int)len, name);
+  return NULL;
+}
+
+/* PROBE,PROBE,...: each probe in a process of its own, all at once (for probes that mostly wait
+ * out the node's timers); each one's output is printed whole once all have ended. The worst
+ * status: 1 when a check failed, else 2 when a set-up failed, else 0. */
+static int run_probes(const probe **prs, int n, const char *dfnode_arg, const char *work_root) {
+  if (mkdir(work_root, 0700) != 0 && errno != EEXIST) {
+    printf("fake_coord: %s: %s\n", work_root, strerror(errno));
+    return 2;
+  }
+  pid_t pids[N_PROBES];
+  char outs[N_PROBES][1100];
+  fflush(stdout);
+  for (int i = 0; i < n; i++) {
+    /* beside the probe's sandbox (WORK_DIR/PROBE), not in it: the sandbox is checked */
+    snprintf(outs[i], sizeof outs[i], "%.900s/%s.out", work_root, prs[i]->name);
+    pids[i] = fork();
+    if (pids[i] < 0) {
+      printf("fake_coord: fork: %s\n", strerror(errno));
+      return 2;
+    }
+    if (pids[i] == 0) {
+      int fd = open(outs[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(2);
+      _exit(run_probe(prs[i], dfnode_arg, work_root));
+    }
+  }
+  int worst = 0;
+  for (int i = 0; i < n; i++) {
+    int st = 0;
+    int rc = waitpid(pids[i], &st, 0) == pids[i] && WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    printf("---- probe %s (exit %d)\n", prs[i]->name, rc);
+    FILE *f = fopen(outs[i], "r");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f)) fputs(line, stdout);
+    if (f) fclose(f);
+    remove(outs[i]);
+    if (rc == 1) worst = 1;
+    else if (rc != 0 && worst == 0) worst = rc;
+  }
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "list")) {
+    for (size_t i = 0; i < N_PROBES; i++) printf("%-14s %s\n", PROBES[i].name, PROBES[i].what);
+    return 0;
+  }
+  if (argc != 4) {
+    fprintf(stderr, "usage: fake_coord PROBE[,PROBE...] DF_NODE|- WORK_DIR\n"
+                    "       fake_coord list\n");
+    return 2;
+  }
+  const probe *prs[N_PROBES];
+  int n = 0;
+  for (const char *p = argv[1];; p++) {
+    size_t len = strcspn(p, ",");
+    if (n == (int)N_PROBES || !(prs[n++] = find_probe(p, len))) return 2;
+    p += len;
+    if (!*p) break;
+  }
+  if (n == 1) return run_probe(prs[0], argv[2], argv[3]);
+  if (!strcmp(argv[2], "-")) {
+    fprintf(stderr, "fake_coord: several probes need DF_NODE (they start their nodes)\n");
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  return run_probes(prs, n, argv[2], argv[3]);
 }

@@ -43,11 +43,13 @@ set_tests_properties(test_kimi_k3 PROPERTIES FIXTURES_REQUIRED k3_ref_runs TIMEO
 # The K3 reference and generator check themselves (tests/reference/k3_selfcheck.py): MXFP4
 # decoding (K3.md §4's real-weight vector), the fixtures' layout, the dead weights, SiTU's
 # null betas, cached == recomputed, float32 arithmetic vs the float64-evaluated oracle, the
-# header-only real folder's inventory.
+# header-only real folder's inventory (the fixture k3_real's folder, below, written once).
+set(DF_K3_REAL_DIR ${PROJECT_BINARY_DIR}/k3-real)
 add_test(NAME reference_kimi_k3_selfcheck
-         COMMAND ${DF_PYTHON} ${DF_REFERENCE}/k3_selfcheck.py --fixtures ${DF_FIXTURES})
+         COMMAND ${DF_PYTHON} ${DF_REFERENCE}/k3_selfcheck.py --fixtures ${DF_FIXTURES}
+                 --header-only-dir ${DF_K3_REAL_DIR})
 set_tests_properties(reference_kimi_k3_selfcheck PROPERTIES TIMEOUT 300 LABELS "reference"
-  ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+  FIXTURES_REQUIRED k3_real ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
 
 # The command line on every K3 fixture: `deltafin run --prompt-ids` (greedy) prints the
 # golden greedy ids of the fixture's reference prompt.
@@ -66,9 +68,8 @@ endforeach()
 
 # The header-only real Kimi K3 folder (config and 497,220 tensor headers from
 # tests/reference/kimi_k3_ckpt.py --header-only, 96 shards sparse to their described
-# 1,560,860,324,864 bytes), made once for inspect, plan and pull (ctest fixture k3_real) and
-# removed after them.
-set(DF_K3_REAL_DIR ${PROJECT_BINARY_DIR}/k3-real)
+# 1,560,860,324,864 bytes), made once for the K3 self-check, inspect, plan and pull (ctest
+# fixture k3_real) and removed after them.
 add_test(NAME k3_real_folder COMMAND ${DF_PYTHON} ${DF_REFERENCE}/kimi_k3_ckpt.py --header-only
   --out ${DF_K3_REAL_DIR})
 set_tests_properties(k3_real_folder PROPERTIES FIXTURES_SETUP k3_real TIMEOUT 300)

@@ -141,6 +141,12 @@ class MockHub:
             def log_message(self, *a):
                 pass
 
+            def setup(self):
+                super().setup()
+                # no Nagle: a response's body leaves without waiting for the ACK of its
+                # header (which the client may delay by up to 40 ms)
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def do_GET(self):
                 hub._handle(self, head=False)
 

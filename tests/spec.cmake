@@ -28,6 +28,17 @@ set_tests_properties(spec_demo_cluster PROPERTIES TIMEOUT 1200)
 # the demo pair (models/demo-moe + models/demo-draft): skipped (exit 77) while it is missing
 df_add_cmocka_test(test_spec_demo SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_demo.c LIBS dfcoord)
 set_tests_properties(test_spec_demo PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900)
+# the demo target's greedy ids alone for the 20 demo prompts, computed once for test_spec_demo
+# and spec_demo_cluster (tests/spec_demo_alone.h), removed after them
+set(DF_SPEC_DEMO_ALONE ${PROJECT_BINARY_DIR}/spec-demo-alone.txt)
+add_test(NAME spec_demo_alone COMMAND test_spec_demo --write-alone ${DF_SPEC_DEMO_ALONE})
+set_tests_properties(spec_demo_alone PROPERTIES FIXTURES_SETUP spec_demo_alone
+                     SKIP_RETURN_CODE 77 TIMEOUT 600)
+add_test(NAME spec_demo_alone_cleanup COMMAND ${CMAKE_COMMAND} -E rm -f ${DF_SPEC_DEMO_ALONE})
+set_tests_properties(spec_demo_alone_cleanup PROPERTIES FIXTURES_CLEANUP spec_demo_alone)
+set_property(TEST test_spec_demo spec_demo_cluster APPEND PROPERTY FIXTURES_REQUIRED
+             spec_demo_alone)
+set_property(TEST test_spec_demo APPEND PROPERTY ENVIRONMENT DF_SPEC_DEMO_ALONE=${DF_SPEC_DEMO_ALONE})
 # cross-tokenizer drafting (coordinator/generate/text_draft.h): the DeepSeek-V3 fixture with its
 # relabeled self, the demo target with demo-xdraft and with demo-draft under swapped ids
 df_add_cmocka_test(test_spec_text SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_spec_text.c LIBS dfcoord)

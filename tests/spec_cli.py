@@ -33,8 +33,9 @@ SCENARIO:
   demo_cluster
              models/demo-moe + models/demo-draft (MODELS_DIR) on three loopback nodes: 20
              prompts x 128 tokens in one coordinator process (tests/test_spec_cluster.c),
-             ids with the draft identical to the local target-alone ids; exit 77 (skipped)
-             while the pair is missing
+             ids with the draft identical to the local target-alone ids (those the fixture
+             spec_demo_alone wrote to BUILD_DIR/spec-demo-alone.txt, tests/spec_demo_alone.h;
+             computed here without it); exit 77 (skipped) while the pair is missing
 Readiness is awaited on log lines, never on fixed sleeps.
 """
 import os
@@ -363,7 +364,9 @@ def scen_demo_cluster():
                "--memory", str(budget), "--name", "s%d" % i, "--threads", "1", "--token", tok,
                "--model-dir", model], os.path.join(WORK, "n%d.log" % i))
     exe = os.path.join(BUILD, "tests", "test_spec_cluster")
-    r = subprocess.run([exe, model, draft, "128", str(port), state, "3"],
+    alone = os.path.join(BUILD, "spec-demo-alone.txt")  # the fixture spec_demo_alone's
+    r = subprocess.run([exe, model, draft, "128", str(port), state, "3"]
+                       + ([alone] if os.path.exists(alone) else []),
                        input="\n".join(DEMO_PROMPTS) + "\n", capture_output=True, text=True,
                        timeout=1100)
     print("\n".join("      " + ln for ln in r.stdout.splitlines() + r.stderr.splitlines()))

@@ -1,16 +1,17 @@
 /* tests/test_spec_cluster.c — many prompts through speculative decoding on a cluster, in one
  * process (driven by tests/spec_cli.py demo_cluster, which starts the df-node processes).
  *
- * usage: test_spec_cluster TARGET DRAFT N_NEW PORT STATE_DIR NODES < prompts
+ * usage: test_spec_cluster TARGET DRAFT N_NEW PORT STATE_DIR NODES [ALONE_FILE] < prompts
  * prompts: one text per line, tokenized with TARGET's tokenizer.
- * For every prompt: N_NEW greedy ids of the target alone computed locally, by a second instance
- * of TARGET that never joins the cluster, on its own thread; meanwhile the model is attached to
- * the cluster (bound to 127.0.0.1:PORT, waiting for NODES nodes) and every prompt runs again
- * with the draft (fixed k = 4; the first prompt also target-alone and with adaptive k). The
- * local ids are awaited before any comparison. (Run one after the other, the local half left
- * the nodes idle and backing off their dials for its whole duration.) Prints one line per
- * prompt and the drafting figures; exit status 0 when every run gave the local ids, 1
- * otherwise, 2 on a setup error.
+ * For every prompt: N_NEW greedy ids of the target alone, from ALONE_FILE when it holds every
+ * prompt's (the fixture spec_demo_alone: tests/spec_demo_alone.h), else computed locally, by a
+ * second instance of TARGET that never joins the cluster, on its own thread; meanwhile the
+ * model is attached to the cluster (bound to 127.0.0.1:PORT, waiting for NODES nodes) and
+ * every prompt runs again with the draft (fixed k = 4; the first prompt also target-alone and
+ * with adaptive k). The local ids are awaited before any comparison. (Run one after the other,
+ * the local half left the nodes idle and backing off their dials for its whole duration.)
+ * Prints one line per prompt and the drafting figures; exit status 0 when every run gave the
+ * local ids, 1 otherwise, 2 on a setup error.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include "coordinator/cluster/cluster.h"
 #include "coordinator/generate/spec.h"
 #include "engine/text/tokenizer.h"
+#include "spec_demo_alone.h"
 
 #define MAX_PROMPTS 64
 
@@ -79,6 +81,7 @@ static void *local_run(void *arg) {
   local_job *j = arg;
   df_model *t = NULL;
   df_model_opts o = {.max_ctx = 512, .threads = 1};
+  if (j->np == 0) return NULL; /* every prompt's ids came from ALONE_FILE */
   if (df_model_load(j->tdir, &o, &t, j->err, sizeof j->err) != 0) {
     j->rc = 2;
     return NULL;
@@ -93,8 +96,9 @@ static void *local_run(void *arg) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 7) {
-    fprintf(stderr, "usage: test_spec_cluster TARGET DRAFT N_NEW PORT STATE_DIR NODES < prompts\n");
+  if (argc != 7 && argc != 8) {
+    fprintf(stderr, "usage: test_spec_cluster TARGET DRAFT N_NEW PORT STATE_DIR NODES [ALONE_FILE] "
+            "< prompts\n");
     return 2;
   }
   const char *tdir = argv[1], *ddir = argv[2];
@@ -114,6 +118,7 @@ int main(int argc, char **argv) {
   int32_t(*got)[3][256] = calloc(MAX_PROMPTS, sizeof *got);
   int np = 0;
   char line[4096];
+  bool have = argc == 8; /* every prompt's local ids in ALONE_FILE */
   while (np < MAX_PROMPTS && fgets(line, sizeof line, stdin)) {
     line[strcspn(line, "\n")] = 0;
     if (!line[0]) continue;
@@ -122,10 +127,12 @@ int main(int argc, char **argv) {
       fprintf(stderr, "tokenize: %s\n", err);
       return 2;
     }
+    have = have && spec_demo_alone_find(argv[7], line, ids[np], n_ids[np], n_new, local[np]);
     np++;
   }
-  local_job job = {.tdir = tdir, .np = np, .n_new = n_new, .ids = ids, .n_ids = n_ids,
-                   .local = local};
+  printf("local target-alone ids: %s\n", have ? argv[7] : "computed here");
+  local_job job = {.tdir = tdir, .np = have ? 0 : np, .n_new = n_new, .ids = ids,
+                   .n_ids = n_ids, .local = local};
   pthread_t th;
   if (pthread_create(&th, NULL, local_run, &job) != 0) {
     fprintf(stderr, "setup: cannot start the local thread\n");

@@ -4,9 +4,12 @@
  * (alternating prompts) and with adaptive k on a few; the draft, loaded as `deltafin run`
  * loads it (df_spec_draft_load), shares the target's embedding table. Prints the acceptance
  * rate and mean accepted length per k (docs/SPEC.md quotes them).
- * The target-alone ids come from a second instance of the target on its own thread, computed
- * while the main thread runs the draft (each on one compute thread, as before; compared once
- * both are done).
+ * The target-alone ids come from the fixture spec_demo_alone (this program's --write-alone
+ * mode, run once per ctest run for this test and tests/test_spec_cluster.c; the file named by
+ * DF_SPEC_DEMO_ALONE, tests/spec_demo_alone.h); without that file, from a second instance of
+ * the target on its own thread, computed while the main thread runs the draft (each on one
+ * compute thread; compared once both are done).
+ *   test_spec_demo --write-alone FILE   write the target-alone ids of the 20 prompts to FILE
  * The models folder is DF_DEMO_MODELS when set, else models/ of the source tree; while the
  * pair is missing the test exits 77 (ctest: skipped).
  */
@@ -25,6 +28,7 @@
 
 #include "coordinator/generate/spec.h"
 #include "engine/text/tokenizer.h"
+#include "spec_demo_alone.h"
 
 #define N_NEW 128
 
@@ -149,15 +153,21 @@ static void test_demo_pair_greedy_identical(void **state) {
       fail_msg("%s", err);
   static int32_t alone[20][N_NEW], with[20][N_NEW], with_adaptive[4][N_NEW];
   static alone_job job;
-  job = (alone_job){.np = 20, .ids = ids, .n = n, .out = alone};
+  /* the fixture's ids when it wrote every prompt's, else our own on a thread */
+  const char *file = getenv("DF_SPEC_DEMO_ALONE");
+  bool have = true;
+  for (int p = 0; p < 20 && have; p++)
+    have = spec_demo_alone_find(file, texts[p], ids[p], n[p], N_NEW, alone[p]);
+  printf("# target-alone ids: %s\n", have ? file : "computed here");
+  job = (alone_job){.np = have ? 0 : 20, .ids = ids, .n = n, .out = alone};
   pthread_t th;
-  if (pthread_create(&th, NULL, alone_run, &job) != 0) fail_msg("cannot start a thread");
+  if (!have && pthread_create(&th, NULL, alone_run, &job) != 0) fail_msg("cannot start a thread");
   for (int p = 0; p < 20; p++) {
     int k = p % 2 ? 2 : 4;
     gen(t, d, k, false, ids[p], (int64_t)n[p], with[p], &by_k[k]);
     if (p < 4) gen(t, d, 4, true, ids[p], (int64_t)n[p], with_adaptive[p], &adapt);
   }
-  pthread_join(th, NULL);
+  if (!have) pthread_join(th, NULL);
   if (job.err[0]) fail_msg("target alone: %s", job.err);
   for (int p = 0; p < 20; p++) {
     if (memcmp(alone[p], with[p], sizeof alone[p]) != 0)
@@ -179,7 +189,41 @@ static void test_demo_pair_greedy_identical(void **state) {
   df_model_destroy(&t);
 }
 
-int main(void) {
+/* --write-alone FILE: the target-alone ids of every prompt, for spec_demo_alone.h's readers. */
+static int write_alone(const char *path) {
+  char err[1024];
+  df_tok *tok = NULL;
+  if (df_tok_load(g_target, &tok, err, sizeof err) != 0) {
+    fprintf(stderr, "tokenizer: %s\n", err);
+    return 1;
+  }
+  static int32_t *ids[20];
+  static size_t n[20];
+  static int32_t alone[20][N_NEW];
+  for (int p = 0; p < 20; p++)
+    if (df_tok_encode(tok, texts[p], strlen(texts[p]), DF_TOK_ADD_SPECIAL, &ids[p], &n[p], err,
+                      sizeof err) != 0) {
+      fprintf(stderr, "tokenize: %s\n", err);
+      return 1;
+    }
+  df_tok_destroy(&tok);
+  remove(path); /* no earlier run's file survives a failure here */
+  alone_job job = {.np = 20, .ids = ids, .n = n, .out = alone};
+  alone_run(&job);
+  if (job.err[0]) {
+    fprintf(stderr, "target alone: %s\n", job.err);
+    return 1;
+  }
+  if (spec_demo_alone_write(path, 20, texts, ids, n, &alone[0][0], N_NEW, N_NEW) != 0) {
+    fprintf(stderr, "cannot write %s\n", path);
+    return 1;
+  }
+  for (int p = 0; p < 20; p++) free(ids[p]);
+  printf("wrote the target-alone ids of 20 prompts x %d tokens to %s\n", N_NEW, path);
+  return 0;
+}
+
+int main(int argc, char **argv) {
   const char *dir = getenv("DF_DEMO_MODELS");
   char def[1024];
   if (!dir || !*dir) {
@@ -194,6 +238,11 @@ int main(void) {
   if (access(c1, R_OK) != 0 || access(c2, R_OK) != 0) {
     printf("skipped: the demo pair %s, %s is missing\n", g_target, g_draft);
     return 77;
+  }
+  if (argc == 3 && !strcmp(argv[1], "--write-alone")) return write_alone(argv[2]);
+  if (argc != 1) {
+    fprintf(stderr, "usage: test_spec_demo [--write-alone FILE]\n");
+    return 2;
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_demo_pair_greedy_identical),

@@ -22,10 +22,12 @@ Checks, each printed as one PASS/FAIL line:
   * greedy --no-cache (recompute) == cached; fp32-native (float32 arithmetic) within 1e-3 of
     the float64-evaluated fp32 mode on the top-5 logits, same greedy ids;
   * the header-only real folder (--header-only --no-extend): 497,220 tensors in 96 shards,
-    total_size 1,560,860,324,864, 82,432 experts x 6 + 2,460 text + 168 vision.
+    total_size 1,560,860,324,864, 82,432 experts x 6 + 2,460 text + 168 vision; with
+    --header-only-dir DIR, the folder `kimi_k3_ckpt.py --header-only --out DIR` wrote is
+    checked instead of writing one (ctest: the fixture k3_real's, tests/kimi_k3.cmake).
 Writes only under a temporary folder. Exit status 0 when everything passes.
 
-Usage: k3_selfcheck.py [--fixtures DIR] [--skip-header-only]
+Usage: k3_selfcheck.py [--fixtures DIR] [--skip-header-only | --header-only-dir DIR]
 """
 
 import argparse
@@ -237,9 +239,19 @@ def check_modes(fx):
                "%d of %d token-layers" % (m.stats["bias_changed_selection"], m.stats["moe_token_layers"]))
 
 
-def check_header_only(tmp):
-    d = os.path.join(tmp, "real")
-    cfg, n, total = k3c.write_header_only(d, extend=False)
+def check_header_only(tmp, made=None):
+    """made: a folder kimi_k3_ckpt.py --header-only already wrote (its config, tensor count and
+    total size then come from its config.json and index), else one is written under tmp."""
+    if made:
+        d = made
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        with open(os.path.join(d, st.INDEX_NAME)) as f:
+            index = json.load(f)
+        n, total = len(index["weight_map"]), index["metadata"]["total_size"]
+    else:
+        d = os.path.join(tmp, "real")
+        cfg, n, total = k3c.write_header_only(d, extend=False)
     with open(os.path.join(d, st.INDEX_NAME)) as f:
         wm = json.load(f)["weight_map"]
     shards = sorted(set(wm.values()))
@@ -252,14 +264,17 @@ def check_header_only(tmp):
           and len(tc["linear_attn_config"]["full_attn_layers"]) == 24
           and tc["quantization_config"]["format"] == "mxfp4-pack-quantized")
     report(ok, "header-only real K3: 497,220 tensors / 96 shards / 1,560,860,324,864 B (82,432 x 6 + 2,460 + 168)",
-           "%d tensors, %d B, %d shards, %d expert tensors, %d vision" % (n, total, len(shards), n_exp, n_vis))
-    shutil.rmtree(d, ignore_errors=True)
+           "%d tensors, %d B, %d shards, %d expert tensors, %d vision%s" % (
+               n, total, len(shards), n_exp, n_vis, " (%s)" % made if made else ""))
+    if not made:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Self-check of the Kimi K3 reference and generator.")
     ap.add_argument("--fixtures", default=os.path.join(os.path.dirname(HERE), "fixtures"))
     ap.add_argument("--skip-header-only", action="store_true")
+    ap.add_argument("--header-only-dir", help="check this header-only folder instead of writing one")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.time()
@@ -271,7 +286,7 @@ def main(argv=None):
         check_situ(a.fixtures, tmp)
         check_modes(a.fixtures)
         if not a.skip_header_only:
-            check_header_only(tmp)
+            check_header_only(tmp, a.header_only_dir)
     print("%s: %d failure(s), %.1f s" % ("FAILED" if failures else "OK", len(failures), time.time() - t0))
     return 1 if failures else 0
 
