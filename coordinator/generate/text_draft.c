@@ -200,6 +200,7 @@ static int catch_up(df_text_draft *x, size_t cs, char *err, size_t errlen) {
   x->st.reused_tokens += keep - x->pfirst;
   x->n = x->pfirst = keep;
   x->pn = 0;
+  int64_t fresh = x->n;
   size_t e = x->n ? (size_t)x->end[x->n - 1] : 0;
   if (e < cs) {
     /* more text to read: start it at a word boundary a few tokens back (from an offset the
@@ -212,6 +213,7 @@ static int catch_up(df_text_draft *x, size_t cs, char *err, size_t errlen) {
       }
     x->n = x->pfirst = at;
     e = x->n ? (size_t)x->end[x->n - 1] : 0;
+    fresh = x->n; /* tokens from here on are new: the cache holds other ids there */
     if (encode_text(x, e, cs, err, errlen) != 0) return -1;
     x->pfirst = x->n;
   }
@@ -221,6 +223,7 @@ static int catch_up(df_text_draft *x, size_t cs, char *err, size_t errlen) {
     return -1;
   }
   int64_t from = x->kv->len < x->n - 1 ? x->kv->len : x->n - 1;
+  if (from > fresh) from = fresh;
   from = df_kv_truncate_or_reset(x->kv, from);
   return df_model_forward(x->d, x->kv, x->ids + from, x->n - from, DF_LOGITS_LAST, x->logits,
                           err, errlen) == 0 ? 1 : -1;
