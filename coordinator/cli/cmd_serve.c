@@ -140,7 +140,7 @@ int df_cmd_serve(int argc, char **argv) {
   bool no_draft = false;
   int64_t draft_k = 4, draft_seqs = 1, cport = 0, cnodes = 0;
   bool cluster = false;
-  df_cluster *cmgr = NULL; /* the cluster manager, for GET /v1/cluster (owned by the model) */
+  struct df_cluster *cmgr = NULL; /* the cluster manager, for GET /v1/cluster (owned by the model) */
   df_cluster_opts copts = {.wait_s = -1, .manager = &cmgr};
   int64_t port = 8000, par = 8, queue = 64, ctx = 0, maxp = 0, body = 4 << 20, chunk = 256,
           threads = 0, max_conns = DF_SRV_DEFAULT_CONNS, idle_s = 10,

@@ -26,6 +26,7 @@
 #include <zmq.h>
 
 #include "coordinator/cluster/cluster_manifest.h"
+#include "coordinator/cluster/cluster_snapshot.h"
 #include "coordinator/cluster/cluster_place.h"
 #include "engine/model.h"
 #include "transport/keys.h"
@@ -695,82 +696,6 @@ static void on_monitor(df_cluster *c) {
   }
 }
 
-/* The snapshot of c's state now (manager thread), or NULL when out of memory. */
-static df_cluster_snapshot *snapshot_build(df_cluster *c) {
-  df_cluster_snapshot *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  s->updated_unix_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-  snprintf(s->endpoint, sizeof s->endpoint, "%s", c->endpoint);
-  df_proto_key_fingerprint(c->kp.pub, s->key_fingerprint);
-  const df_cluster_manifest *mf = &c->mf;
-  s->n_layers = df_model_cfg(c->m)->num_hidden_layers;
-  s->n_experts = mf->n_pairs > 0 ? mf->n_experts : 0;
-  s->pairs = mf->n_pairs;
-  for (int64_t p = 0; p < mf->n_pairs; p++) s->pairs_on_coordinator += c->route[p] < 0;
-  s->pair_bytes = mf->pair_bytes;
-  s->dispatches = c->st.dispatches;
-  s->round_trips = c->st.round_trips;
-  s->bytes_tx = c->st.bytes_tx;
-  s->bytes_rx = c->st.bytes_rx;
-  s->groups_rerun = c->st.groups_rerun;
-  s->nodes_dropped = c->st.nodes_dropped;
-  size_t grid = (size_t)(s->n_layers * s->n_experts);
-  if (grid) {
-    if (!(s->holder = malloc(grid * sizeof *s->holder)) ||
-        !(s->heat = calloc(grid, sizeof *s->heat)))
-      goto fail;
-    for (size_t i = 0; i < grid; i++) s->holder[i] = -2;
-    for (int64_t p = 0; p < mf->n_pairs; p++) {
-      size_t at = (size_t)(mf->pairs[2 * p] * s->n_experts + mf->pairs[2 * p + 1]);
-      s->holder[at] = c->route[p];
-      s->heat[at] = c->routed_rows[p];
-    }
-  }
-  if (c->n_mb && !(s->nodes = calloc((size_t)c->n_mb, sizeof *s->nodes))) goto fail;
-  for (int i = 0; i < c->n_mb; i++) {
-    const member *mb = &c->mb[i];
-    df_cluster_node_info *n = &s->nodes[i];
-    s->n_nodes = i + 1;
-    snprintf(n->name, sizeof n->name, "%s", mb->name);
-    memcpy(n->key_fingerprint, mb->fp, sizeof n->key_fingerprint);
-    snprintf(n->health, sizeof n->health, "%s",
-             !mb->alive ? "dropped" : mb->ready ? "ready" : "provisioning");
-    n->rtt_us = mb->rtt_us;
-    n->budget = mb->budget;
-    n->device = mb->device;
-    n->held = mb->held;
-    n->experts = mb->n_apairs;
-    for (int64_t p = 0; p < mf->n_pairs; p++) n->routed += c->route[p] == i;
-    n->served = mb->served;
-    n->round_trips = mb->rounds;
-    n->errors = mb->errors;
-    size_t len = 0;
-    FILE *f = open_memstream(&n->placement, &len);
-    if (!f) goto fail;
-    if (mb->alive) df_cluster_manifest_pairs_text(mf, mb->apairs, mb->n_apairs, f);
-    if (fclose(f) != 0) goto fail;
-  }
-  return s;
-fail:
-  df_cluster_snapshot_destroy(&s);
-  return NULL;
-}
-
-/* Manager thread: build a fresh snapshot of c and publish it; out of memory keeps the
- * previous one. */
-static void cluster_publish(df_cluster *c) { df_cluster_board_publish(&c->board, snapshot_build(c)); }
-
-/* Manager thread: publish, then write STATE/cluster-status.json from that snapshot, which
- * `deltafin cluster status` reads. */
-static void cluster_write_status(df_cluster *c) {
-  cluster_publish(c);
-  char path[4200];
-  snprintf(path, sizeof path, "%s/cluster-status.json", c->state);
-  df_cluster_board_write(&c->board, path);
-}
-
 int df_cluster_snapshot_get(df_cluster *c, df_cluster_snapshot **out) {
   *out = NULL;
   return c ? df_cluster_board_get(&c->board, out) : -1;
@@ -797,11 +722,11 @@ static void timers(df_cluster *c, int64_t t) {
     }
   }
   if (t >= c->status_due) {
-    cluster_write_status(c); /* publishes too */
+    df_cluster__write_status(c); /* publishes too */
     c->status_due = t + STATS_MS;
     c->snap_due = t + SNAP_MS;
   } else if (t >= c->snap_due && df_cluster_board_wanted(&c->board, SNAP_WANTED_MS)) {
-    cluster_publish(c); /* someone reads the snapshot (/v1/cluster): keep it fresh */
+    df_cluster__publish(c); /* someone reads the snapshot (/v1/cluster): keep it fresh */
     c->snap_due = t + SNAP_MS;
   }
   /* the allow-list changed (deltafin cluster revoke): drop members no longer on it; looked
@@ -864,7 +789,7 @@ static void *cluster_main(void *arg) {
       snprintf(b.reason, sizeof b.reason, "coordinator shutting down");
       send_to(c, &c->mb[i], &b, NULL, 0);
     }
-  cluster_write_status(c);
+  df_cluster__write_status(c);
   return NULL;
 }
 
@@ -973,7 +898,7 @@ df_cluster *df_cluster_start(const df_model *m, const df_cluster_opts *o, char *
   df_proto_key_fingerprint(c->kp.pub, fp);
   cl_info(c, "listening on %s (key %s), %lld expert pairs of %.2f MiB", c->endpoint, fp,
        (long long)c->mf.n_pairs, c->mf.pair_bytes / 1048576.0);
-  cluster_publish(c); /* readers find a snapshot from the start */
+  df_cluster__publish(c); /* readers find a snapshot from the start */
   c->ann = df_proto_dnssd_announce(c->kp.pub, o->port ? o->port : DF_PROTO_DEFAULT_PORT,
                                    o->bind_host, "deltafin: cluster: ",
                                    o->quiet); /* NULL: not announced */

@@ -15,7 +15,7 @@
 #include "coordinator/cluster/cluster_status.h"
 
 struct df_model;
-typedef struct df_cluster df_cluster; /* the manager (cluster.c) */
+struct df_cluster; /* the manager (cluster.c; df_cluster in cluster_internal.h) */
 
 typedef struct df_cluster_opts {
   const char *bind_host; /* interface to bind; NULL = every interface ("*") */
@@ -40,7 +40,7 @@ typedef struct df_cluster_opts {
   /* Output of df_cluster_attach, NULL = not wanted: the running manager, for
    * df_cluster_snapshot_get. Borrowed: the model owns it, and it is gone
    * once the model is destroyed. */
-  df_cluster **manager;
+  struct df_cluster **manager;
 } df_cluster_opts;
 
 /* Start the cluster manager for model m (borrowed: the model owns the backend installed
@@ -58,6 +58,6 @@ int df_cluster_attach(struct df_model *m, const df_cluster_opts *o, char *err, s
  * df_cluster_snapshot_destroy). Any thread; never waits for the manager thread. Also tells the
  * manager that someone reads, so it refreshes the snapshot every 0.5 s for the next 5 s.
  * Returns 0, or -1 with *out NULL when c is NULL or out of memory. */
-int df_cluster_snapshot_get(df_cluster *c, df_cluster_snapshot **out);
+int df_cluster_snapshot_get(struct df_cluster *c, df_cluster_snapshot **out);
 
 #endif
