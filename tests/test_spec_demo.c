@@ -28,34 +28,13 @@
 
 #include "coordinator/generate/spec.h"
 #include "engine/text/tokenizer.h"
+#include "demo_prompts.h"
 #include "spec_demo_alone.h"
 
 #define N_NEW 128
 
 static char g_target[1024], g_draft[1024];
 
-static const char *texts[20] = {
-    "The history of the city begins with",
-    "She opened the letter and read",
-    "In the morning the market was",
-    "The committee decided that the new rules",
-    "He had never seen so many people",
-    "The president said on Tuesday that",
-    "After the war, the family moved to",
-    "The water in the lake was cold and",
-    "It was the first time that the team",
-    "The old man looked at the boy and said",
-    "Scientists have found that the",
-    "The church stood at the end of a long road",
-    "When the music stopped, everyone",
-    "Most of the students in the class",
-    "The report shows that the cost of",
-    "There was a knock at the door, and",
-    "The governor announced a plan to",
-    "In the spring of that year the farmers",
-    "Her voice was soft, but",
-    "The book tells the story of a young",
-};
 
 typedef struct acc {
   int64_t rounds, drafted, accepted, emitted;
@@ -148,8 +127,8 @@ static void test_demo_pair_greedy_identical(void **state) {
   static int32_t *ids[20];
   static size_t n[20];
   for (int p = 0; p < 20; p++)
-    if (df_tok_encode(tok, texts[p], strlen(texts[p]), DF_TOK_ADD_SPECIAL, &ids[p], &n[p], err,
-                      sizeof err) != 0)
+    if (df_tok_encode(tok, demo_prompts[p], strlen(demo_prompts[p]), DF_TOK_ADD_SPECIAL, &ids[p],
+                      &n[p], err, sizeof err) != 0)
       fail_msg("%s", err);
   static int32_t alone[20][N_NEW], with[20][N_NEW], with_adaptive[4][N_NEW];
   static alone_job job;
@@ -157,7 +136,7 @@ static void test_demo_pair_greedy_identical(void **state) {
   const char *file = getenv("DF_SPEC_DEMO_ALONE");
   bool have = true;
   for (int p = 0; p < 20 && have; p++)
-    have = spec_demo_alone_find(file, texts[p], ids[p], n[p], N_NEW, alone[p]);
+    have = spec_demo_alone_find(file, demo_prompts[p], ids[p], n[p], N_NEW, alone[p]);
   printf("# target-alone ids: %s\n", have ? file : "computed here");
   job = (alone_job){.np = have ? 0 : 20, .ids = ids, .n = n, .out = alone};
   pthread_t th;
@@ -201,8 +180,8 @@ static int write_alone(const char *path) {
   static size_t n[20];
   static int32_t alone[20][N_NEW];
   for (int p = 0; p < 20; p++)
-    if (df_tok_encode(tok, texts[p], strlen(texts[p]), DF_TOK_ADD_SPECIAL, &ids[p], &n[p], err,
-                      sizeof err) != 0) {
+    if (df_tok_encode(tok, demo_prompts[p], strlen(demo_prompts[p]), DF_TOK_ADD_SPECIAL, &ids[p],
+                      &n[p], err, sizeof err) != 0) {
       fprintf(stderr, "tokenize: %s\n", err);
       return 1;
     }
@@ -214,7 +193,7 @@ static int write_alone(const char *path) {
     fprintf(stderr, "target alone: %s\n", job.err);
     return 1;
   }
-  if (spec_demo_alone_write(path, 20, texts, ids, n, &alone[0][0], N_NEW, N_NEW) != 0) {
+  if (spec_demo_alone_write(path, 20, demo_prompts, ids, n, &alone[0][0], N_NEW, N_NEW) != 0) {
     fprintf(stderr, "cannot write %s\n", path);
     return 1;
   }

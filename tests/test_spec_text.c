@@ -33,28 +33,8 @@
 #include "coordinator/generate/text_draft.h"
 #include "engine/text/tokenizer.h"
 
-static const char *texts[20] = {
-    "The history of the city begins with",
-    "She opened the letter and read",
-    "In the morning the market was",
-    "The committee decided that the new rules",
-    "He had never seen so many people",
-    "The president said on Tuesday that",
-    "After the war, the family moved to",
-    "The water in the lake was cold and",
-    "It was the first time that the team",
-    "The old man looked at the boy and said",
-    "Scientists have found that the",
-    "The church stood at the end of a long road",
-    "When the music stopped, everyone",
-    "Most of the students in the class",
-    "The report shows that the cost of",
-    "There was a knock at the door, and",
-    "The governor announced a plan to",
-    "In the spring of that year the farmers",
-    "Her voice was soft, but",
-    "The book tells the story of a young",
-};
+#include "demo_prompts.h"
+
 
 typedef struct pair {
   df_model *t, *d;
@@ -129,7 +109,8 @@ static totals identical_on_prompts(pair *p, int n_new, int n_forced, const char 
   for (int q = 0; q < 20; q++) {
     int32_t *ids = NULL;
     size_t n = 0;
-    if (df_tok_encode(p->ttok, texts[q], strlen(texts[q]), 0, &ids, &n, err, sizeof err) != 0)
+    if (df_tok_encode(p->ttok, demo_prompts[q], strlen(demo_prompts[q]), 0, &ids, &n, err,
+                      sizeof err) != 0)
       fail_msg("%s", err);
     gen(p, false, 1, false, 0, ids, (int64_t)n, n_new, alone, NULL);
     gen(p, true, 4, false, 0, ids, (int64_t)n, n_new, with, &tot);
