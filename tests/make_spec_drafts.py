@@ -32,6 +32,8 @@
               models/demo-draft (files linked, from MODELS_DIR) with a tokenizer.json whose
               ids 150000 and 150001 are swapped: a draft with another tokenizer for
               models/demo-moe that writes the text demo-draft writes
+  xdraft-oob/ models/demo-xdraft (files linked) with one more added token, id 5000, than its
+              model has rows (4096): refused at load
 usage: make_spec_drafts.py FIXTURES_DIR OUT_DIR [MODELS_DIR (default FIXTURES_DIR/../../models)]
 """
 import json
@@ -96,6 +98,7 @@ def main():
     ds_pair(fixtures, out)
     relabel_v16(out)
     demo_swapped(models, out)
+    xdraft_oob(models, out)
 
 
 # id pairs swapped by ds-relabeled: bytes "e"/"t" and " "/"a", and four two-letter tokens
@@ -129,6 +132,22 @@ def ds_pair(fixtures, out):
         tok = swap_ids(tok, x, y)
     with open(os.path.join(dst, "tokenizer.json"), "w") as f:
         json.dump(tok, f)
+
+
+def xdraft_oob(models, out):
+    src, dst = os.path.join(models, "demo-xdraft"), os.path.join(out, "xdraft-oob")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    for fn in ("config.json", "generation_config.json", "model.safetensors",
+               "tokenizer_config.json"):
+        os.symlink(os.path.abspath(os.path.join(src, fn)), os.path.join(dst, fn))
+    with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
+        tok = json.load(f)
+    tok["added_tokens"].append({"id": 5000, "content": " history", "single_word": False,
+                                "lstrip": False, "rstrip": False, "normalized": False,
+                                "special": False})
+    with open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
 
 
 def demo_swapped(models, out):

@@ -29,7 +29,8 @@ SCENARIO:
              tokenizer): `run --stats` text identical to --no-draft, drafted ids accepted, the
              text draft's figures printed; `deltafin serve --draft` with each answers two
              greedy completions at once with the --no-draft run's text, drafted tokens
-             accepted (usage.speculative)
+             accepted (usage.speculative); a draft whose tokenizer has more ids than its model
+             rows (DRAFTS_DIR/xdraft-oob) is refused at load with one line, the --no-draft text
   demo_cluster
              models/demo-moe + models/demo-draft (MODELS_DIR) on three loopback nodes: 20
              prompts x 128 tokens in one coordinator process (tests/test_spec_cluster.c),
@@ -322,6 +323,14 @@ def scen_text():
                       "serve --draft %s, request %d: drafted tokens accepted (%s)" % (name, i, spec))
         finally:
             srv.stop()
+    r = subprocess.run([DELTAFIN, "run", "--model", demo, "--prompt", prompts[0], "--max-new", "40",
+                        "--temperature", "0", "--ignore-eos", "--draft",
+                        os.path.join(DRAFTS, "xdraft-oob")], capture_output=True, text=True,
+                       timeout=180)
+    lines = off_lines(r.stderr)
+    check(r.returncode == 0 and r.stdout == want[0] and len(lines) == 1
+          and "its tokenizer has 5001 ids, its model (config.json vocab_size) 4096 rows" in lines[0],
+          "a draft tokenizer with ids past its model's rows: refused at load, one line (%s)" % lines)
 
 
 def scen_cluster():

@@ -184,7 +184,8 @@ static void test_split_character(void **state) {
   pair p = load_pair(DF_SOURCE_DIR "/models/demo-moe", DEMO_SWAPPED);
   char err[512];
   df_text_draft *x = NULL;
-  assert_int_equal(df_text_draft_new(p.d, p.dtok, p.ttok, &x, err, sizeof err), 0);
+  assert_int_equal(df_text_draft_new(p.d, p.dtok, p.ttok, df_model_cfg(p.t)->vocab_size, &x, err,
+                                     sizeof err), 0);
   int32_t *ids = NULL;
   size_t n = 0;
   assert_int_equal(df_tok_encode(p.ttok, "We went to the caf", 18, 0, &ids, &n, err, sizeof err), 0);

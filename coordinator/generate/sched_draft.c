@@ -155,7 +155,8 @@ static void propose_text(df_sched *s, df_sched_job **who, int n, int *k,
       j->no_draft = true;
       continue;
     }
-    if (!j->xd && df_text_draft_new(s->draft, s->o.draft_tok, s->tok, &j->xd, err, sizeof err) != 0) {
+    if (!j->xd &&
+        df_text_draft_new(s->draft, s->o.draft_tok, s->tok, s->V, &j->xd, err, sizeof err) != 0) {
       j->no_draft = true;
       continue;
     }
@@ -170,8 +171,6 @@ static void propose_text(df_sched *s, df_sched_job **who, int n, int *k,
       df_text_draft_destroy(&j->xd);
       continue;
     }
-    for (int i = 0; i < m; i++)
-      if (dtok[b][i] < 0 || dtok[b][i] >= s->V) m = i; /* an id the target has no row for */
     k[b] = m;
   }
 }

@@ -232,7 +232,7 @@ int df_spec_attach_text(df_spec *s, df_model *draft, const df_tok *draft_tok,
     return -1;
   }
   if (short_of_memory(s, draft, why, whylen)) return -1;
-  if (df_text_draft_new(draft, draft_tok, target_tok, &s->x, why, whylen) != 0) return -1;
+  if (df_text_draft_new(draft, draft_tok, target_tok, s->V, &s->x, why, whylen) != 0) return -1;
   s->drafting = true;
   s->st.drafting = true;
   s->st.off_reason[0] = 0;
@@ -496,8 +496,6 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   if (s->x) {
     int m = df_text_draft_propose(s->x, k, dtok, err, errlen);
     if (m < 0) goto draft_failed;
-    for (int i = 0; i < m; i++)
-      if (dtok[i] >= V) m = i; /* an id the target's model has no row for */
     if (m == 0) { /* nothing to propose this round: one target token */
       s->st.draft_ms += now_ms() - t0;
       int n = step_target_alone(s, kreq, t0, out, err, errlen);
@@ -596,7 +594,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   return a + 1;
 draft_failed : {
   char why[200];
-  snprintf(why, sizeof why, "draft forward failed: %s", err);
+  snprintf(why, sizeof why, "%s: %s", s->x ? "text draft" : "draft forward failed", err);
   df_spec_disable(s, why);
   return step_target_alone(s, 0, now_ms(), out, err, errlen);
 }
@@ -721,6 +719,15 @@ int df_spec_draft_load_any(df_model *target, const char *target_dir, const char 
   if (same == 1 && text_tok) { /* a cross-tokenizer draft: it reads and writes text */
     if (df_tok_load(draft_dir, text_tok, err, sizeof err) != 0) {
       snprintf(why, whylen, "draft %s: %s", draft_dir, err);
+      df_model_destroy(&d);
+      return -1;
+    }
+    /* every id its tokenizer can give must have a row in its model */
+    if ((int64_t)df_tok_vocab_size(*text_tok) > df_model_cfg(d)->vocab_size) {
+      snprintf(why, whylen, "draft %s: its tokenizer has %zu ids, its model (config.json "
+               "vocab_size) %lld rows", draft_dir, df_tok_vocab_size(*text_tok),
+               (long long)df_model_cfg(d)->vocab_size);
+      df_tok_destroy(text_tok);
       df_model_destroy(&d);
       return -1;
     }

@@ -28,7 +28,7 @@ struct df_text_draft {
   df_model *d;
   const df_tok *dt, *tt;
   df_kv_cache *kv;
-  int64_t Vd;
+  int64_t Vd, Vt; /* the draft's and the target model's vocabulary rows */
   float *logits; /* [Vd] */
   uint8_t *tx;
   size_t tn, tcap;
@@ -66,13 +66,14 @@ static int grow_tokens(df_text_draft *x, int64_t need) {
 }
 
 int df_text_draft_new(df_model *draft, const df_tok *dtok, const df_tok *ttok,
-                      df_text_draft **out, char *why, size_t whylen) {
+                      int64_t target_vocab, df_text_draft **out, char *why, size_t whylen) {
   *out = NULL;
   df_text_draft *x = calloc(1, sizeof *x);
   if (!x) goto oom;
   x->d = draft;
   x->dt = dtok;
   x->tt = ttok;
+  x->Vt = target_vocab;
   x->Vd = df_model_cfg(draft)->vocab_size;
   if (!(x->logits = malloc((size_t)x->Vd * sizeof(float)))) goto oom;
   char e[256];
@@ -211,7 +212,7 @@ static int catch_up(df_text_draft *x, size_t cs, char *err, size_t errlen) {
         at = i;
         break;
       }
-    x->n = x->pfirst = at;
+    x->n = at;
     e = x->n ? (size_t)x->end[x->n - 1] : 0;
     fresh = x->n; /* tokens from here on are new: the cache holds other ids there */
     if (encode_text(x, e, cs, err, errlen) != 0) return -1;
@@ -247,6 +248,8 @@ static int target_ids(df_text_draft *x, size_t cs, bool special_end, int k, int3
   if (df_tok_encode_stable(x->tt, p, vlen, 0, &tids, &tn, &stable, err, errlen) != 0) return -1;
   size_t m = special_end && vlen == plen ? tn : stable;
   if (m > (size_t)k) m = (size_t)k;
+  for (size_t i = 0; i < m; i++)
+    if (tids[i] >= x->Vt) m = i; /* an id the target's model has no row for */
   memcpy(out, tids, m * sizeof *out);
   free(tids);
   return (int)m;

@@ -46,11 +46,12 @@ typedef struct df_text_draft_stats {
 } df_text_draft_stats;
 
 /* A text draft for one sequence: `draft` (its vocabulary is dtok's), `dtok` the draft's
- * tokenizer, `ttok` the target's (both borrowed; they must outlive the result). Its KV cache
+ * tokenizer, `ttok` the target's (both borrowed; they must outlive the result), target_vocab
+ * the target model's rows (proposals stop before an id the model has none for). Its KV cache
  * holds df_model_max_ctx(draft) draft tokens. Returns 0 with *out set, or -1 with why
  * (allocation of the KV cache, out of memory) and *out NULL. */
 int df_text_draft_new(df_model *draft, const df_tok *dtok, const df_tok *ttok,
-                      df_text_draft **out, char *why, size_t whylen);
+                      int64_t target_vocab, df_text_draft **out, char *why, size_t whylen);
 void df_text_draft_destroy(df_text_draft **x);
 
 /* Append the target's committed ids[0..n) (each >= 0) to the committed text: their bytes as
@@ -60,8 +61,8 @@ void df_text_draft_destroy(df_text_draft **x);
 int df_text_draft_commit(df_text_draft *x, const int32_t *ids, int64_t n, char *err,
                          size_t errlen);
 
-/* Up to k (1..DF_TEXT_DRAFT_K_MAX) target ids that the draft expects after the committed
- * text, into out[0..k). Returns how many (0: the draft's text ended in the middle of a piece,
+/* Up to k (1..DF_TEXT_DRAFT_K_MAX) target ids (each < target_vocab) that the draft expects
+ * after the committed text, into out[0..k). Returns how many (0: the draft's text ended in the middle of a piece,
  * a character the target split, or a continuation the target's tokenizer does not start at
  * the committed end), or -1 with a message (a draft forward failed, the draft's context is
  * full, out of memory): the caller stops drafting. */
