@@ -44,7 +44,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 
 SCEN, BUILD, FIX, DRAFTS, WORK = sys.argv[1:6]
 MODELS = sys.argv[6] if len(sys.argv) > 6 else None
@@ -127,6 +126,32 @@ def scen_fallbacks():
           "seeded sampling with a draft: same seed same ids, other seed other ids")
 
 
+def serve_two(model, args, prompts, want, label):
+    """`deltafin serve --model MODEL ARGS` answers the two greedy completions of prompts at
+    once with the texts want[i] (a `run` stdout: the text and a newline), drafted tokens
+    accepted in each (usage.speculative)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import concurrent.futures
+    from server_util import Server, post
+    srv = Server(DELTAFIN, model, *args)
+    try:
+        def complete(p):
+            return post(srv.port, "/v1/completions",
+                        {"model": "demo-moe", "prompt": p, "max_tokens": 40, "temperature": 0,
+                         "ignore_eos": True})
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            got = list(ex.map(complete, prompts))
+        for i, (status, _, body) in enumerate(got):
+            text = body["choices"][0]["text"] if status == 200 else str(body)
+            spec = body.get("usage", {}).get("speculative", {}) if status == 200 else {}
+            check(status == 200 and len(text) > 0 and text == want[i][:-1] and want[i][-1:] == "\n",
+                  "%s, request %d: the --no-draft text" % (label, i))
+            check(spec.get("accepted_tokens", 0) > 0,
+                  "%s, request %d: drafted tokens accepted (%s)" % (label, i, spec))
+    finally:
+        srv.stop()
+
+
 def scen_block():
     demo, dspark = os.path.join(MODELS, "demo-moe"), os.path.join(MODELS, "demo-dspark")
     common = ["--model", demo, "--prompt", "The history of the county begins with",
@@ -142,9 +167,6 @@ def scen_block():
         check(acc > 0, "block drafter %s: drafted tokens accepted (%s)"
               % (" ".join(extra) or "adaptive k", st[0] if st else err.strip()[-200:]))
     # the server: two concurrent greedy completions, each the text `run` printed
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import concurrent.futures
-    from server_util import Server, post
     prompts = ["The history of the county begins with", "In the morning the committee"]
     want = []
     for p in prompts:
@@ -152,25 +174,8 @@ def scen_block():
                             "--temperature", "0", "--ignore-eos", "--no-draft"],
                            capture_output=True, text=True, timeout=180)
         want.append(r.stdout)
-    srv = Server(DELTAFIN, demo, "--draft", dspark, "--parallel", "2", "--draft-max-seqs", "2",
-                 "--draft-k", "6")
-    try:
-        def complete(p):
-            return post(srv.port, "/v1/completions",
-                        {"model": "demo-moe", "prompt": p, "max_tokens": 40, "temperature": 0,
-                         "ignore_eos": True})
-        with concurrent.futures.ThreadPoolExecutor(2) as ex:
-            got = list(ex.map(complete, prompts))
-        for i, (status, _, body) in enumerate(got):
-            text = body["choices"][0]["text"] if status == 200 else str(body)
-            spec = body.get("usage", {}).get("speculative", {}) if status == 200 else {}
-            check(status == 200 and len(text) > 0 and text == want[i][:-1] and want[i][-1:] == "\n",
-                  "serve with the block drafter, request %d: the --no-draft text" % i)
-            check(spec.get("accepted_tokens", 0) > 0,
-                  "serve with the block drafter, request %d: drafted tokens accepted (%s)"
-                  % (i, spec))
-    finally:
-        srv.stop()
+    serve_two(demo, ["--draft", dspark, "--parallel", "2", "--draft-max-seqs", "2", "--draft-k", "6"],
+              prompts, want, "serve with the block drafter")
     # the automatic choice with the bundled drafters (no --model, no --draft)
     auto = ["--max-new", "24", "--temperature", "0", "--ignore-eos", "--stats"]
     rc, ids, err = run("--prompt", "The history of the county begins with", *auto)
@@ -284,9 +289,6 @@ def cluster_compare(model, draft, prompts, max_new, n_pairs):
 
 
 def scen_text():
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import concurrent.futures
-    from server_util import Server, post
     demo = os.path.join(MODELS, "demo-moe")
     prompts = ["The history of the county begins with", "In the morning the committee"]
     want = []
@@ -306,23 +308,8 @@ def scen_text():
               "run --draft %s: the --no-draft text" % name)
         check(acc > 0 and any(ln.startswith("text draft (its own tokenizer)") for ln in st),
               "run --draft %s: drafted ids accepted, the text draft's figures (%s)" % (name, st))
-        srv = Server(DELTAFIN, demo, "--draft", draft, "--parallel", "2", "--draft-max-seqs", "2")
-        try:
-            def complete(p):
-                return post(srv.port, "/v1/completions",
-                            {"model": "demo-moe", "prompt": p, "max_tokens": 40, "temperature": 0,
-                             "ignore_eos": True})
-            with concurrent.futures.ThreadPoolExecutor(2) as ex:
-                got = list(ex.map(complete, prompts))
-            for i, (status, _, body) in enumerate(got):
-                text = body["choices"][0]["text"] if status == 200 else str(body)
-                spec = body.get("usage", {}).get("speculative", {}) if status == 200 else {}
-                check(status == 200 and text == want[i][:-1] and want[i][-1:] == "\n",
-                      "serve --draft %s, request %d: the --no-draft text" % (name, i))
-                check(spec.get("accepted_tokens", 0) > 0,
-                      "serve --draft %s, request %d: drafted tokens accepted (%s)" % (name, i, spec))
-        finally:
-            srv.stop()
+        serve_two(demo, ["--draft", draft, "--parallel", "2", "--draft-max-seqs", "2"], prompts,
+                  want, "serve --draft %s" % name)
     r = subprocess.run([DELTAFIN, "run", "--model", demo, "--prompt", prompts[0], "--max-new", "40",
                         "--temperature", "0", "--ignore-eos", "--draft",
                         os.path.join(DRAFTS, "xdraft-oob")], capture_output=True, text=True,
