@@ -15,7 +15,9 @@
  * adaptive k), and with a rejection forced at every draft position (on 5 and 2 prompts);
  * drafted ids accepted and
  * draft tokens reused across rounds; committed text that ends inside a UTF-8 character;
- * df_tok_encode_stable's piece count.
+ * df_tok_encode_stable's piece count; a draft context shorter than the generation (the draft
+ * re-reads a window of recent text); refusals at load (a context too short, no tokenizer.json
+ * with another vocabulary).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
@@ -41,18 +43,21 @@ typedef struct pair {
   df_tok *ttok, *dtok;
 } pair;
 
-static pair load_pair(const char *tdir, const char *ddir) {
+/* draft_ctx: the draft's context is twice this in its own tokens (0: twice the target's) */
+static pair load_pair_ctx(const char *tdir, const char *ddir, int64_t draft_ctx) {
   char err[1024];
   pair p = {0};
   df_model_opts o = {.max_ctx = 256, .threads = 1};
   if (df_model_load(tdir, &o, &p.t, err, sizeof err) != 0) fail_msg("%s: %s", tdir, err);
   if (df_tok_load(tdir, &p.ttok, err, sizeof err) != 0) fail_msg("%s", err);
-  df_model_opts dop = {.max_rows = 64, .threads = 1};
+  df_model_opts dop = {.max_rows = 64, .threads = 1, .max_ctx = draft_ctx};
   if (df_spec_draft_load_any(p.t, tdir, ddir, &dop, &p.d, &p.dtok, err, sizeof err) != 0)
     fail_msg("draft %s: %s", ddir, err);
   if (!p.dtok) fail_msg("%s: loaded as a same-tokenizer draft", ddir);
   return p;
 }
+
+static pair load_pair(const char *tdir, const char *ddir) { return load_pair_ctx(tdir, ddir, 0); }
 
 static void free_pair(pair *p) {
   df_model_destroy(&p->d);
@@ -62,7 +67,7 @@ static void free_pair(pair *p) {
 }
 
 typedef struct totals {
-  int64_t rounds, drafted, accepted, reused, empty;
+  int64_t rounds, drafted, accepted, reused, empty, windows;
 } totals;
 
 /* n_new greedy ids after ids[0..n): target alone (text draft off) or with the text draft
@@ -95,6 +100,7 @@ static void gen(pair *p, bool draft, int k, bool adaptive, int corrupt_at, const
     tot->accepted += st.accepted;
     tot->reused += xs.reused_tokens;
     tot->empty += xs.empty_rounds;
+    tot->windows += xs.windows;
   }
   df_spec_destroy(&s);
 }
@@ -175,6 +181,96 @@ static void test_demo_xdraft(void **state) {
   totals t = identical_on_prompts(&p, 32, 2, "demo-moe + demo-xdraft (own 4k tokenizer)");
   assert_true(t.accepted > 0);
   free_pair(&p);
+}
+
+/* A draft context shorter than the generation (128 draft tokens, 200 target ids): the draft
+ * re-reads a window of recent text each time it fills, keeps proposing after that, and the ids
+ * stay the target's */
+static void test_window(void **state) {
+  (void)state;
+  pair p = load_pair_ctx(DF_SOURCE_DIR "/models/demo-moe", DF_SOURCE_DIR "/models/demo-xdraft", 64);
+  assert_int_equal(df_model_max_ctx(p.d), 128);
+  enum { N_NEW = 200 };
+  int32_t alone[N_NEW], with[N_NEW];
+  totals before = {0}, tot = {0};
+  char err[512];
+  for (int q = 0; q < 3; q++) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (df_tok_encode(p.ttok, demo_prompts[q], strlen(demo_prompts[q]), 0, &ids, &n, err,
+                      sizeof err) != 0)
+      fail_msg("%s", err);
+    gen(&p, false, 1, false, 0, ids, (int64_t)n, N_NEW, alone, NULL);
+    gen(&p, true, 4, false, 0, ids, (int64_t)n, 40, with, &before); /* before any window */
+    gen(&p, true, 4, false, 0, ids, (int64_t)n, N_NEW, with, &tot);
+    if (memcmp(alone, with, sizeof alone) != 0) fail_msg("prompt %d: ids differ", q);
+    free(ids);
+  }
+  printf("# draft context 128: %lld windows; %lld of %lld proposed ids accepted (%lld in the "
+         "first 40 ids)\n", (long long)tot.windows, (long long)tot.accepted,
+         (long long)tot.drafted, (long long)before.accepted);
+  assert_int_equal(before.windows, 0);
+  assert_true(tot.windows >= 3);
+  /* proposals accepted after the windows too, not only before the first one */
+  assert_true(tot.accepted > before.accepted + 50);
+  free_pair(&p);
+}
+
+/* Refused at load, with the reason: a text draft whose context cannot hold a window and a
+ * round; a draft without a tokenizer.json whose vocabulary is not the target's */
+static void test_refused_at_load(void **state) {
+  (void)state;
+  char err[1024];
+  df_model *t = NULL, *d = NULL;
+  df_tok *dtok = NULL;
+  df_model_opts o = {.max_ctx = 256, .threads = 1};
+  if (df_model_load(DF_SOURCE_DIR "/models/demo-moe", &o, &t, err, sizeof err) != 0)
+    fail_msg("%s", err);
+  df_model_opts dop = {.max_rows = 64, .threads = 1};
+  /* demo-xdraft's weights, with a config of 64 positions, then without a tokenizer.json */
+  char dir[] = "/tmp/df-xdraft-XXXXXX", a[512], b[512];
+  assert_non_null(mkdtemp(dir));
+  const char *files[] = {"model.safetensors", "tokenizer.json", "config.json"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(a, sizeof a, "%s/models/demo-xdraft/%s", DF_SOURCE_DIR, files[i]);
+    snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+    assert_int_equal(symlink(a, b), 0);
+  }
+  snprintf(a, sizeof a, "%s/models/demo-xdraft/config.json", DF_SOURCE_DIR);
+  FILE *f = fopen(a, "rb");
+  assert_non_null(f);
+  char cfg[4096];
+  size_t cn = fread(cfg, 1, sizeof cfg - 1, f);
+  fclose(f);
+  cfg[cn] = 0;
+  char *at = strstr(cfg, "\"max_position_embeddings\": 1024");
+  assert_non_null(at);
+  memcpy(at + strlen("\"max_position_embeddings\": "), "  64", 4);
+  snprintf(b, sizeof b, "%s/config.json", dir);
+  f = fopen(b, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(cfg, 1, cn, f), cn);
+  fclose(f);
+  assert_int_equal(df_spec_draft_load_any(t, DF_SOURCE_DIR "/models/demo-moe", dir, &dop, &d,
+                                          &dtok, err, sizeof err), -1);
+  printf("# %s\n", err);
+  assert_non_null(strstr(err, "its context (config.json max_position_embeddings 64) is too "
+                              "short to draft text: at least 96 tokens"));
+  assert_null(d);
+  assert_null(dtok);
+  snprintf(b, sizeof b, "%s/tokenizer.json", dir);
+  unlink(b);
+  assert_int_equal(df_spec_draft_load_any(t, DF_SOURCE_DIR "/models/demo-moe", dir, &dop, &d,
+                                          &dtok, err, sizeof err), -1);
+  printf("# %s\n", err);
+  assert_non_null(strstr(err, "has no tokenizer.json and its vocabulary (config.json vocab_size "
+                              "4096) differs from the target's (151936)"));
+  for (int i = 0; i < 3; i++) {
+    snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+    unlink(b);
+  }
+  rmdir(dir);
+  df_model_destroy(&t);
 }
 
 /* Committed text that ends inside a character: the draft reads up to the last complete one,
@@ -258,6 +354,8 @@ int main(void) {
       cmocka_unit_test(test_demo_swapped_tokenizer),
       cmocka_unit_test(test_split_character),
       cmocka_unit_test(test_demo_xdraft),
+      cmocka_unit_test(test_window),
+      cmocka_unit_test(test_refused_at_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -634,8 +634,8 @@ static char *slurp(const char *path, size_t *len) {
   return buf;
 }
 
-/* 0 when the two folders' tokenizers map every id to the same bytes (or either folder has no
- * tokenizer.json), 1 when they differ (the difference in why), -1 when one cannot be loaded
+/* 0 when the two folders' tokenizers map every id to the same bytes (or the target's folder
+ * has no tokenizer.json), 2 when only the draft's folder has none, 1 when they differ (the difference in why), -1 when one cannot be loaded
  * (why). */
 static int same_tokenizer(const char *tdir, const char *ddir, char *why, size_t whylen) {
   char tp[1100], dp[1100];
@@ -647,6 +647,7 @@ static int same_tokenizer(const char *tdir, const char *ddir, char *why, size_t 
   bool either_missing = !tb || !db;
   free(tb);
   free(db);
+  if (tb && !db) return 2;
   if (identical || either_missing) return 0;
   /* different files: the ids must still mean the same bytes */
   df_tok *tt = NULL, *dt = NULL;
@@ -704,18 +705,36 @@ int df_spec_draft_load_any(df_model *target, const char *target_dir, const char 
                         vocabulary spends more tokens on the same text) */
       o.share_from = NULL;
       o.max_ctx = 2 * (o.max_ctx > 0 ? o.max_ctx : df_model_max_ctx(target));
+      if (o.max_ctx < DF_TEXT_DRAFT_MIN_CTX) o.max_ctx = DF_TEXT_DRAFT_MIN_CTX;
     }
   }
   /* a draft with a shorter context than the target's loads at its own limit; df_spec_new
    * then finds it cannot hold the sequence and switches drafting off with that reason */
   df_model_config dc;
-  if (df_cfg_load(draft_dir, &dc, err, sizeof err) == 0 && o.max_ctx > dc.max_position_embeddings)
-    o.max_ctx = dc.max_position_embeddings;
+  bool have_cfg = df_cfg_load(draft_dir, &dc, err, sizeof err) == 0;
+  if (have_cfg && o.max_ctx > dc.max_position_embeddings) o.max_ctx = dc.max_position_embeddings;
+  if (same == -2 && target_dir) same = same_tokenizer(target_dir, draft_dir, why, whylen);
+  if (same == 2) { /* no tokenizer of its own: its ids must be the target's */
+    if (have_cfg && dc.vocab_size != df_model_cfg(target)->vocab_size) {
+      snprintf(why, whylen, "draft %s: it has no tokenizer.json and its vocabulary (config.json "
+               "vocab_size %lld) differs from the target's (%lld): a draft needs the target's "
+               "vocabulary or a tokenizer.json of its own", draft_dir, (long long)dc.vocab_size,
+               (long long)df_model_cfg(target)->vocab_size);
+      return -1;
+    }
+    same = 0;
+  }
+  if (same == 1 && text_tok && o.max_ctx < DF_TEXT_DRAFT_MIN_CTX) {
+    snprintf(why, whylen, "draft %s: its context (config.json max_position_embeddings %lld) is "
+             "too short to draft text: at least %d tokens", draft_dir,
+             (long long)dc.max_position_embeddings, DF_TEXT_DRAFT_MIN_CTX);
+    return -1;
+  }
   if (df_model_load(draft_dir, &o, &d, err, sizeof err) != 0) {
     snprintf(why, whylen, "draft %s: %s", draft_dir, err);
     return -1;
   }
-  if (same == -2) same = target_dir ? same_tokenizer(target_dir, draft_dir, why, whylen) : 0;
+  if (same == -2) same = 0; /* no target folder to compare with */
   if (same == 1 && text_tok) { /* a cross-tokenizer draft: it reads and writes text */
     if (df_tok_load(draft_dir, text_tok, err, sizeof err) != 0) {
       snprintf(why, whylen, "draft %s: %s", draft_dir, err);

@@ -5,6 +5,8 @@
  * offset after token i, or -1 where an encode did not give each token's bytes back exactly);
  * ids[pfirst..n) are the latest proposal, whose bytes pb[0..pn) continue from text offset p0
  * (end[i] = p0 + the bytes up to token i). The KV cache holds ids[0..kv->len), kv->len <= n.
+ * The draft's tokens start at text offset start (0 until the draft's context first fills: then
+ * the draft re-reads a window of recent text, see slide_window).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "coordinator/generate/text_draft.h"
@@ -37,6 +39,7 @@ struct df_text_draft {
   int64_t n, cap, pfirst;
   uint8_t *pb;
   size_t pn, pcap, p0;
+  size_t start;
   df_text_draft_stats st;
 };
 
@@ -77,6 +80,12 @@ int df_text_draft_new(df_model *draft, const df_tok *dtok, const df_tok *ttok,
   x->Vd = df_model_cfg(draft)->vocab_size;
   if (!(x->logits = malloc((size_t)x->Vd * sizeof(float)))) goto oom;
   char e[256];
+  if (df_model_max_ctx(draft) < DF_TEXT_DRAFT_MIN_CTX) {
+    snprintf(why, whylen, "the draft's context (%lld tokens) is too short to draft text (at "
+             "least %d)", (long long)df_model_max_ctx(draft), DF_TEXT_DRAFT_MIN_CTX);
+    df_text_draft_destroy(&x);
+    return -1;
+  }
   if (!(x->kv = df_model_kv_new(draft, df_model_max_ctx(draft), e, sizeof e))) {
     snprintf(why, whylen, "draft KV cache: %s", e);
     df_text_draft_destroy(&x);
@@ -187,6 +196,38 @@ static int encode_text(df_text_draft *x, size_t from, size_t to, char *err, size
   return 0;
 }
 
+/* The draft's context holds the committed text's last part only: when a round could overflow
+ * it, the draft drops its tokens and re-reads about half its context's worth of the latest
+ * text, from a word boundary (the byte count estimated from its tokens so far), at positions
+ * from 0. Which text the draft reads decides only what it proposes, never what the target
+ * emits. Returns 0, or -1 with a message (an encode error, out of memory). */
+static int slide_window(df_text_draft *x, size_t cs, char *err, size_t errlen) {
+  int64_t want = (x->kv->ctx - DRAFT_MAX - 1) / 2;
+  for (int tries = 0; tries < 4; tries++) {
+    double per_token = (double)(cs - x->start) / (double)(x->n > 0 ? x->n : 1);
+    size_t back = (size_t)(per_token * (double)want);
+    size_t off = back < cs - x->start ? cs - back : x->start;
+    /* to a character start, then past the rest of a word (at most 64 bytes on) */
+    size_t lim = off + 64 < cs ? off + 64 : cs;
+    while (off < cs && (x->tx[off] & 0xC0) == 0x80) off++;
+    for (size_t o = off; o < lim; o++)
+      if ((x->tx[o] & 0xC0) != 0x80 && word_boundary(x, o)) {
+        off = o;
+        break;
+      }
+    if (off >= cs) off = x->start; /* no complete character in reach: keep the tokens' start */
+    x->n = x->pfirst = 0;
+    x->start = off;
+    if (encode_text(x, off, cs, err, errlen) != 0) return -1;
+    x->pfirst = x->n;
+    x->st.windows++;
+    if (x->n + DRAFT_MAX + 1 <= x->kv->ctx) return 0;
+    want /= 2; /* text that needs more tokens than the estimate: a shorter window */
+  }
+  snprintf(err, errlen, "the draft's context is full (%lld of its tokens)", (long long)x->kv->ctx);
+  return -1;
+}
+
 /* Step 1 of text_draft.h: the draft's tokens spell the committed text up to its last complete
  * character, the cache holds all but at least the last of them, and logits holds the draft's
  * next-token logits. Returns 1, 0 when there is no text to continue, -1 on error. */
@@ -202,7 +243,7 @@ static int catch_up(df_text_draft *x, size_t cs, char *err, size_t errlen) {
   x->n = x->pfirst = keep;
   x->pn = 0;
   int64_t fresh = x->n;
-  size_t e = x->n ? (size_t)x->end[x->n - 1] : 0;
+  size_t e = x->n ? (size_t)x->end[x->n - 1] : x->start;
   if (e < cs) {
     /* more text to read: start it at a word boundary a few tokens back (from an offset the
      * tokens spell exactly), else where the tokens end */
@@ -213,15 +254,15 @@ static int catch_up(df_text_draft *x, size_t cs, char *err, size_t errlen) {
         break;
       }
     x->n = at;
-    e = x->n ? (size_t)x->end[x->n - 1] : 0;
+    e = x->n ? (size_t)x->end[x->n - 1] : x->start;
     fresh = x->n; /* tokens from here on are new: the cache holds other ids there */
     if (encode_text(x, e, cs, err, errlen) != 0) return -1;
     x->pfirst = x->n;
   }
   if (x->n == 0) return 0;
-  if (x->n > x->kv->ctx) {
-    snprintf(err, errlen, "the draft's context is full (%lld of its tokens)", (long long)x->kv->ctx);
-    return -1;
+  if (x->n + DRAFT_MAX + 1 > x->kv->ctx) { /* no room for a round: a window of recent text */
+    if (slide_window(x, cs, err, errlen) != 0) return -1;
+    fresh = 0;
   }
   int64_t from = x->kv->len < x->n - 1 ? x->kv->len : x->n - 1;
   if (from > fresh) from = fresh;

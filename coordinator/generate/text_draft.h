@@ -37,19 +37,26 @@
 
 typedef struct df_text_draft df_text_draft;
 
+/* The shortest draft context (draft tokens) a text draft works with: a window of recent text
+ * plus a round's continuation. */
+#define DF_TEXT_DRAFT_MIN_CTX 96
+
 /* Counters of one generation (cumulative). */
 typedef struct df_text_draft_stats {
   int64_t draft_tokens;   /* draft tokens generated as proposals */
   int64_t reused_tokens;  /* of them, kept for a later round because the target wrote their text */
   int64_t encoded_tokens; /* draft tokens made by encoding committed text (catch-up) */
   int64_t empty_rounds;   /* proposals with no complete target piece (no target id proposed) */
+  int64_t windows;        /* times the draft's context filled and it re-read recent text */
 } df_text_draft_stats;
 
 /* A text draft for one sequence: `draft` (its vocabulary is dtok's), `dtok` the draft's
  * tokenizer, `ttok` the target's (both borrowed; they must outlive the result), target_vocab
  * the target model's rows (proposals stop before an id the model has none for). Its KV cache
- * holds df_model_max_ctx(draft) draft tokens. Returns 0 with *out set, or -1 with why
- * (allocation of the KV cache, out of memory) and *out NULL. */
+ * holds df_model_max_ctx(draft) draft tokens (at least DF_TEXT_DRAFT_MIN_CTX): a window over
+ * the committed text, the draft re-reads the latest half of it when it fills. Returns 0 with
+ * *out set, or -1 with why (a context too short, allocation of the KV cache, out of memory)
+ * and *out NULL. */
 int df_text_draft_new(df_model *draft, const df_tok *dtok, const df_tok *ttok,
                       int64_t target_vocab, df_text_draft **out, char *why, size_t whylen);
 void df_text_draft_destroy(df_text_draft **x);
@@ -64,8 +71,8 @@ int df_text_draft_commit(df_text_draft *x, const int32_t *ids, int64_t n, char *
 /* Up to k (1..DF_TEXT_DRAFT_K_MAX) target ids (each < target_vocab) that the draft expects
  * after the committed text, into out[0..k). Returns how many (0: the draft's text ended in the middle of a piece,
  * a character the target split, or a continuation the target's tokenizer does not start at
- * the committed end), or -1 with a message (a draft forward failed, the draft's context is
- * full, out of memory): the caller stops drafting. */
+ * the committed end), or -1 with a message (a draft forward failed, no window of the text
+ * fits the draft's context, out of memory): the caller stops drafting. */
 int df_text_draft_propose(df_text_draft *x, int k, int32_t *out, char *err, size_t errlen);
 
 #define DF_TEXT_DRAFT_K_MAX 16
