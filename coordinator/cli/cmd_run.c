@@ -627,9 +627,9 @@ int df_cmd_run(int argc, char **argv) {
       df_text_draft_stats xs = df_text_draft_get_stats(df_spec_text_draft(gen));
       fprintf(stderr, "text draft (its own tokenizer): %lld draft tokens generated, %lld of them "
               "kept as the target wrote their text, %lld read from the target's text, %lld "
-              "rounds with no complete target piece\n", (long long)xs.draft_tokens,
-              (long long)xs.reused_tokens, (long long)xs.encoded_tokens,
-              (long long)xs.empty_rounds);
+              "rounds with no complete target piece, %lld windows of recent text re-read\n",
+              (long long)xs.draft_tokens, (long long)xs.reused_tokens,
+              (long long)xs.encoded_tokens, (long long)xs.empty_rounds, (long long)xs.windows);
     }
   }
   if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m)) {
