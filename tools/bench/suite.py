@@ -909,6 +909,16 @@ def markdown(res):
                              st("speculative")))
             if s.get("dspark_status") == "pending":
                 L.append("| speculative, block drafter | - | - | pending (%s) |" % s["dspark_reason"])
+            x = A.get("text")
+            if x:
+                L.append("| speculative, draft with its own tokenizer (adaptive k) | %.2f tok/s against %.2f alone "
+                         "(draft model %.2f); acceptance %.2f, mean accepted length %.2f; output %s | speed-up %.2fx "
+                         "(draft model %.2fx) | %s |" % (
+                             x["tok_s"], A["alone"]["tok_s"], A["draft"]["tok_s"], x["acceptance"],
+                             x["mean_accepted_length"], "identical" if x["identical_output"] else "DIFFERENT",
+                             x["speedup"], A["draft"]["speedup"], st("speculative")))
+            elif s.get("text_status") == "pending":
+                L.append("| speculative, draft with its own tokenizer | - | - | pending (%s) |" % s["text_reason"])
         else:
             L.append("| speculative decoding | - | - | %s |" % st("speculative"))
     c = F.get("cluster")
