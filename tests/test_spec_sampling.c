@@ -50,6 +50,7 @@
 #include <cmocka.h>
 
 #include "coordinator/generate/spec.h"
+#include "coordinator/generate/text_draft.h"
 #include "engine/text/tokenizer.h"
 
 #define V 16
@@ -59,15 +60,17 @@
 static const int32_t prompt[] = {1, 2, 3, 4, 5};
 #define NP ((int64_t)(sizeof prompt / sizeof prompt[0]))
 
-static df_model *load(const char *name) {
+static df_model *load_ctx(const char *name, int64_t ctx) {
   char dir[1024], err[1024];
   snprintf(dir, sizeof dir, "%s/spec-drafts/%s", DF_BINARY_DIR, name);
   df_model *m = NULL;
-  df_model_opts o = {.max_ctx = 32, .max_rows = 16, .threads = 1};
+  df_model_opts o = {.max_ctx = ctx, .max_rows = 16, .threads = 1};
   if (df_model_load(dir, &o, &m, err, sizeof err) != 0) fail_msg("load %s: %s", dir, err);
   assert_int_equal(df_model_cfg(m)->vocab_size, V);
   return m;
 }
+
+static df_model *load(const char *name) { return load_ctx(name, 32); }
 
 /* Exact first-token law p0 [V] and conditional second-token laws p1 [V][V] (row x1). */
 static void exact_laws(df_model *t, const df_sampler_params *sp, double *p0, double *p1) {
@@ -270,7 +273,7 @@ static df_tok *letter_tokenizer(const char *name, int mul, int add) {
  * rule is then "p without the proposed id", and the wrong rule (draw from p) is caught. */
 static void test_text_draft(void **state) {
   (void)state;
-  df_model *t = load("v16-target"), *d = load("v16-relabeled");
+  df_model *t = load("v16-target"), *d = load_ctx("v16-relabeled", DF_TEXT_DRAFT_MIN_CTX);
   g_text_t = letter_tokenizer("target", 1, 0);
   g_text_d = letter_tokenizer("draft", 5, 3);
   df_sampler_params sp = {.temperature = 1.5, .top_p = 0.95, .top_k = 6};

@@ -15,7 +15,7 @@
  * adaptive k), and with a rejection forced at every draft position (on 5 and 2 prompts);
  * drafted ids accepted and
  * draft tokens reused across rounds; committed text that ends inside a UTF-8 character;
- * df_tok_encode_stable's piece count; a draft context shorter than the generation (the draft
+ * df_tok_encode_stable's piece count; token healing; a draft context shorter than the generation (the draft
  * re-reads a window of recent text); refusals at load (a context too short, no tokenizer.json
  * with another vocabulary).
  */
@@ -67,7 +67,7 @@ static void free_pair(pair *p) {
 }
 
 typedef struct totals {
-  int64_t rounds, drafted, accepted, reused, empty, windows;
+  int64_t rounds, drafted, accepted, reused, empty, windows, healed;
 } totals;
 
 /* n_new greedy ids after ids[0..n): target alone (text draft off) or with the text draft
@@ -101,6 +101,7 @@ static void gen(pair *p, bool draft, int k, bool adaptive, int corrupt_at, const
     tot->reused += xs.reused_tokens;
     tot->empty += xs.empty_rounds;
     tot->windows += xs.windows;
+    tot->healed += xs.healed;
   }
   df_spec_destroy(&s);
 }
@@ -137,11 +138,11 @@ static totals identical_on_prompts(pair *p, int n_new, int n_forced, const char 
   }
   printf("# %s: 20 prompts x %d ids identical; %lld rounds, %lld of %lld proposed ids accepted "
          "(%.3f), mean accepted length %.2f, %lld draft tokens reused, %lld rounds with nothing "
-         "to propose; forced rejections: %lld rounds, %lld accepted\n", label, n_new,
+         "to propose, %lld healed; forced rejections: %lld rounds, %lld accepted\n", label, n_new,
          (long long)tot.rounds, (long long)tot.accepted, (long long)tot.drafted,
          tot.drafted ? (double)tot.accepted / (double)tot.drafted : 0.0,
          tot.rounds ? (double)tot.accepted / (double)tot.rounds : 0.0, (long long)tot.reused,
-         (long long)tot.empty, (long long)forced.rounds, (long long)forced.accepted);
+         (long long)tot.empty, (long long)tot.healed, (long long)forced.rounds, (long long)forced.accepted);
   assert_true(forced.rounds > 0);
   free(alone);
   free(with);
@@ -153,11 +154,15 @@ static void test_deepseek_relabeled(void **state) {
   pair p = load_pair(DF_BINARY_DIR "/spec-drafts/ds-target-tok",
                      DF_BINARY_DIR "/spec-drafts/ds-relabeled");
   totals t = identical_on_prompts(&p, 48, 5, "tiny-ds-bf16 + its relabeled self");
-  /* the draft writes the target's text: most proposals are the target's ids, and the text of
-   * proposals the target wrote is kept by the draft for the next round */
+  /* the draft writes the target's text: many proposals are the target's ids, and the text of
+   * proposals the target wrote is kept by the draft for the next round. (Fewer than half since
+   * token healing: this random target writes letter soup in token paths no tokenizer would
+   * give, so the draft, re-reading the text in its tokenizer's own pieces, often reads the last
+   * one as the start of a longer piece; 0.67 of the proposals without healing, 0.44 with.) */
   assert_true(t.rounds > 100);
-  assert_true(t.accepted * 2 > t.drafted);
+  assert_true(t.accepted * 3 > t.drafted);
   assert_true(t.reused > 0);
+  assert_true(t.healed > 0);
   free_pair(&p);
 }
 
@@ -213,6 +218,31 @@ static void test_window(void **state) {
   assert_true(tot.windows >= 3);
   /* proposals accepted after the windows too, not only before the first one */
   assert_true(tot.accepted > before.accepted + 50);
+  free_pair(&p);
+}
+
+/* Token healing: demo-moe writes " 1960," over and over, as the tokens " ", "1", "9", "6",
+ * "0", ","; after a committed " " the draft's own encoding ends with a token it would not
+ * write there (it writes ", 1" or " 19" as one piece), so it re-writes those bytes and
+ * proposes the digits; reading the lone end as it is, it proposed "urt". */
+static void test_heal(void **state) {
+  (void)state;
+  pair p = load_pair(DF_SOURCE_DIR "/models/demo-moe", DF_SOURCE_DIR "/models/demo-xdraft");
+  char err[512];
+  df_text_draft *x = NULL;
+  assert_int_equal(df_text_draft_new(p.d, p.dtok, p.ttok, df_model_cfg(p.t)->vocab_size, &x, err,
+                                     sizeof err), 0);
+  /* "London, Feb. 9 -- Vital secrets of Britain's" and the target's greedy continuation */
+  const int32_t prompt[] = {39572, 11, 13498, 13, 220, 24, 1177, 54271, 23594, 315, 13224, 594};
+  const int32_t period[] = {220, 16, 24, 21, 15, 11}, want[] = {16, 24, 21, 15};
+  assert_int_equal(df_text_draft_commit(x, prompt, 12, err, sizeof err), 0);
+  for (int r = 0; r < 8; r++) assert_int_equal(df_text_draft_commit(x, period, 6, err, sizeof err), 0);
+  assert_int_equal(df_text_draft_commit(x, period, 1, err, sizeof err), 0);
+  int32_t out[8];
+  assert_int_equal(df_text_draft_propose(x, 4, out, err, sizeof err), 4);
+  assert_memory_equal(out, want, sizeof want);
+  assert_int_equal(df_text_draft_get_stats(x).healed, 1);
+  df_text_draft_destroy(&x);
   free_pair(&p);
 }
 
@@ -355,6 +385,7 @@ int main(void) {
       cmocka_unit_test(test_split_character),
       cmocka_unit_test(test_demo_xdraft),
       cmocka_unit_test(test_window),
+      cmocka_unit_test(test_heal),
       cmocka_unit_test(test_refused_at_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

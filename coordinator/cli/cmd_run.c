@@ -617,6 +617,9 @@ int df_cmd_run(int argc, char **argv) {
       for (int i = 0; i <= DF_SPEC_K_MAX; i++)
         if (st.k_hist[i] && i) fprintf(stderr, " k=%d:%d", i, st.k_hist[i]);
         else if (st.k_hist[i]) fprintf(stderr, " alone:%d", st.k_hist[i]);
+      if (st.rests)
+        fprintf(stderr, " | rested %d time%s (the target alone, then measured again)", st.rests,
+                st.rests == 1 ? "" : "s");
       fprintf(stderr, "%s%s\n", st.drafting ? "" : " | off: ", st.drafting ? "" : st.off_reason);
       fprintf(stderr, "draft: k over time (from token: k, 0 = target alone):");
       for (int i = 0; i < st.n_k_trace; i++)
@@ -627,9 +630,11 @@ int df_cmd_run(int argc, char **argv) {
       df_text_draft_stats xs = df_text_draft_get_stats(df_spec_text_draft(gen));
       fprintf(stderr, "text draft (its own tokenizer): %lld draft tokens generated, %lld of them "
               "kept as the target wrote their text, %lld read from the target's text, %lld "
-              "rounds with no complete target piece, %lld windows of recent text re-read\n",
+              "rounds with no complete target piece, %lld rounds healed (the last token "
+              "re-written), %lld windows of recent text re-read\n",
               (long long)xs.draft_tokens, (long long)xs.reused_tokens,
-              (long long)xs.encoded_tokens, (long long)xs.empty_rounds, (long long)xs.windows);
+              (long long)xs.encoded_tokens, (long long)xs.empty_rounds, (long long)xs.healed,
+              (long long)xs.windows);
     }
   }
   if ((mo.device.kind != DF_T_DEV_CPU || cluster) && df_model_route_counts(m)) {

@@ -51,8 +51,18 @@ struct df_spec {
   double rate[DF_SPEC_K_MAX + 1]; /* EMA of emitted tokens per ms at each k (0 = target alone) */
   int rate_n[DF_SPEC_K_MAX + 1];
   int64_t since_choice;
+  /* drafting that did not pay rests (the target alone) until token rest_until, then is
+   * measured again; each rest twice the last (SPEC_REST_FIRST .. SPEC_REST_MAX tokens) */
+  bool resting;
+  int64_t rest_until, rest_len;
   df_spec_stats st;
 };
+
+/* Tokens the target runs alone after drafting measured slower than it, before drafting is
+ * measured again: the first rest, and the longest (text a draft cannot guess often gives
+ * way to text it can: a list, a repetition, code after prose). */
+#define SPEC_REST_FIRST 64
+#define SPEC_REST_MAX 1024
 
 /* Target rows captured per forward chunk for a block drafter (a verify's k+1 fit). */
 #define SPEC_CAP_ROWS 64
@@ -366,7 +376,22 @@ static void record_rate(df_spec *s, int k, int emitted, double ms) {
 /* Adaptive k: every few rounds, try an unmeasured neighbour (or target alone), else take
  * the best measured rate; stop drafting when target alone is measurably faster. */
 static void adapt(df_spec *s) {
-  if (!s->pp.adaptive || !s->drafting || ++s->since_choice < 4) return;
+  if (!s->pp.adaptive || !s->drafting) return;
+  if (s->resting) {
+    if (s->len < s->rest_until) return;
+    /* the rest is over: drafting is measured again from k_init, the target alone's rate
+     * kept (it does not depend on the text), every drafting rate forgotten */
+    s->resting = false;
+    s->st.drafting = true;
+    s->st.off_not_paying = false;
+    s->st.off_reason[0] = 0;
+    for (int c = 1; c <= DF_SPEC_K_MAX; c++) s->rate_n[c] = 0;
+    s->k = s->pp.k_init;
+    s->since_choice = 0;
+    trace_k(s, s->k);
+    return;
+  }
+  if (++s->since_choice < 4) return;
   s->since_choice = 0;
   int cand[3] = {s->k - 1, s->k + 1, 0};
   for (int i = 0; i < 3; i++) {
@@ -386,7 +411,20 @@ static void adapt(df_spec *s) {
     snprintf(why, sizeof why, "it does not pay (%.2f tok/s with k=%d, %.2f tok/s target alone)",
              s->rate[best] * 1e3, best, s->rate[0] * 1e3);
     s->st.off_not_paying = true;
-    df_spec_disable(s, why);
+    /* it rests: the target alone, the drafter kept in step (it reads the committed tokens
+     * when it drafts again) */
+    snprintf(s->st.off_reason, sizeof s->st.off_reason, "%s", why);
+    s->st.drafting = false;
+    s->resting = true;
+    s->rest_len = s->rest_len ? s->rest_len * 2 : SPEC_REST_FIRST;
+    if (s->rest_len > SPEC_REST_MAX) s->rest_len = SPEC_REST_MAX;
+    s->rest_until = s->len + s->rest_len;
+    s->st.rests++;
+    s->k = 0;
+    trace_k(s, 0);
+    if (!s->pp.quiet)
+      fprintf(stderr, "deltafin: drafting rests: %s; the target runs alone for %lld tokens\n",
+              why, (long long)s->rest_len);
     return;
   }
   s->k = best;

@@ -78,8 +78,11 @@ typedef struct df_spec_stats {
   bool drafting;           /* drafting currently on */
   int k;                   /* current draft length */
   char off_reason[256];    /* why drafting is off ("" when on or never configured) */
-  bool off_not_paying;     /* drafting went off because the target alone was measured faster
-                              (adaptive k: a measurement, not a fault) */
+  bool off_not_paying;     /* drafting is off because the target alone was measured faster
+                              (adaptive k: a measurement, not a fault): it rests, and is
+                              measured again after 64 tokens, then after twice as many each
+                              time it does not pay, at most 1024 */
+  int rests;               /* times drafting rested so */
   int k_hist[DF_SPEC_K_MAX + 1]; /* rounds run at each k (0: target-alone steps while drafting) */
   int n_k_trace;                 /* entries used in k_trace */
   struct {

@@ -40,6 +40,7 @@ struct df_text_draft {
   uint8_t *pb;
   size_t pn, pcap, p0;
   size_t start;
+  size_t read_end; /* the text offset the draft's tokens end at after a catch-up */
   df_text_draft_stats st;
 };
 
@@ -165,6 +166,21 @@ static bool word_boundary(const df_text_draft *x, size_t e) {
   return true;
 }
 
+/* The draft's greedy choice among the tokens whose bytes agree with rem[0..n) (the committed
+ * bytes its text has not spelled yet): a prefix of them, or starting with all of them; no
+ * special token. Ties go to the lower id, as df_argmax_f32. -1 when no token agrees. */
+static int32_t heal_argmax(const df_text_draft *x, const uint8_t *rem, size_t n) {
+  int32_t best = -1;
+  for (int64_t id = 0; id < x->Vd; id++) {
+    if (best >= 0 && !(x->logits[id] > x->logits[best])) continue;
+    size_t bl = 0;
+    const uint8_t *b = df_tok_id_to_bytes(x->dt, (int32_t)id, &bl);
+    if (!b || !bl || df_tok_is_special(x->dt, (int32_t)id)) continue;
+    if (memcmp(b, rem, bl < n ? bl : n) == 0) best = (int32_t)id;
+  }
+  return best;
+}
+
 /* Append draft tokens for text tx[from..to): their ends where the encode spells the text
  * back byte for byte, else only the last. Returns 0, or -1 with a message. */
 static int encode_text(df_text_draft *x, size_t from, size_t to, char *err, size_t errlen) {
@@ -264,11 +280,37 @@ static int catch_up(df_text_draft *x, size_t cs, char *err, size_t errlen) {
     if (slide_window(x, cs, err, errlen) != 0) return -1;
     fresh = 0;
   }
+  x->read_end = cs;
   int64_t from = x->kv->len < x->n - 1 ? x->kv->len : x->n - 1;
   if (from > fresh) from = fresh;
+  /* token healing: the target's tokens end where its tokenizer splits, often inside what
+   * the draft's tokenizer holds as one piece (Qwen's lone " " before digits, "coun" of
+   * "county"); the draft's encoding then ends with a token it would not have written itself,
+   * and from such an end it guesses badly. Its own choice at the last token's position,
+   * among the tokens that agree with that token's bytes, decides: when it is a longer token
+   * (the draft reads the bytes as the start of a longer piece), the draft drops its last
+   * token and re-writes its bytes, its choices held to tokens that agree with them
+   * (heal_argmax); otherwise it reads the token as it is. */
+  bool heal = x->n >= 2 && x->end[x->n - 2] >= 0 && !df_tok_is_special(x->dt, x->ids[x->n - 1]);
+  if (heal && from > x->n - 2) from = x->n - 2;
   from = df_kv_truncate_or_reset(x->kv, from);
-  return df_model_forward(x->d, x->kv, x->ids + from, x->n - from, DF_LOGITS_LAST, x->logits,
-                          err, errlen) == 0 ? 1 : -1;
+  int64_t upto = heal && from < x->n - 1 ? x->n - 1 : x->n;
+  if (df_model_forward(x->d, x->kv, x->ids + from, upto - from, DF_LOGITS_LAST, x->logits, err,
+                       errlen) != 0)
+    return -1;
+  if (upto == x->n) return 1;
+  size_t ll = 0, bl = 0;
+  const uint8_t *lb = df_tok_id_to_bytes(x->dt, x->ids[x->n - 1], &ll);
+  int32_t best = lb && ll ? heal_argmax(x, lb, ll) : -1;
+  if (best >= 0 && df_tok_id_to_bytes(x->dt, best, &bl) && bl > ll) {
+    x->n--;
+    if (x->pfirst > x->n) x->pfirst = x->n;
+    x->read_end = (size_t)x->end[x->n - 1];
+    x->st.healed++;
+    return 1;
+  }
+  return df_model_forward(x->d, x->kv, x->ids + x->n - 1, 1, DF_LOGITS_LAST, x->logits, err,
+                          errlen) == 0 ? 1 : -1;
 }
 
 /* Step 3 of text_draft.h: the target ids (at most k, into out) of the complete pieces of the
@@ -299,18 +341,22 @@ static int target_ids(df_text_draft *x, size_t cs, bool special_end, int k, int3
 int df_text_draft_propose(df_text_draft *x, int k, int32_t *out, char *err, size_t errlen) {
   if (k < 1) return 0;
   if (k > DF_TEXT_DRAFT_K_MAX) k = DF_TEXT_DRAFT_K_MAX;
-  size_t cs = complete_len(x);
-  int r = catch_up(x, cs, err, errlen);
+  int r = catch_up(x, complete_len(x), err, errlen);
   if (r <= 0) return r;
-  /* step 2: the draft continues, until its text holds k complete target pieces */
-  int kd = k * 3 / 2 + 2;
+  size_t cs = x->read_end;
+  /* step 2: the draft continues, until its text holds k complete target pieces (first
+   * re-writing the committed bytes after cs) */
+  size_t tail = x->tn - cs;
+  int kd = k * 3 / 2 + 2 + (tail ? 2 : 0);
   if (kd > DRAFT_MAX) kd = DRAFT_MAX;
   if (grow_tokens(x, x->n + kd) != 0) goto oom;
   x->p0 = cs;
   x->pn = 0;
   int m = 0;
   for (int g = 0; g < kd; g++) {
-    int32_t id = df_argmax_f32(x->logits, x->Vd);
+    int32_t id = x->pn < tail ? heal_argmax(x, x->tx + cs + x->pn, tail - x->pn)
+                              : df_argmax_f32(x->logits, x->Vd);
+    if (id < 0) break; /* no token of the draft spells the committed bytes */
     size_t bl = 0;
     const uint8_t *b = df_tok_id_to_bytes(x->dt, id, &bl);
     if (!b) break; /* a padding row: no text */

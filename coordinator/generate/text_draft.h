@@ -11,7 +11,11 @@
  *  1. catch up: the draft keeps the longest prefix of its tokens whose bytes equal the committed
  *     text (its own earlier proposals included, when the target accepted their text), backs
  *     off to a word boundary, rolls its cache back to it and encodes the rest of the committed
- *     text with its tokenizer (up to the last complete UTF-8 character);
+ *     text with its tokenizer (up to the last complete UTF-8 character); token healing: when
+ *     the draft's best token at its last token's position, among those that agree with that
+ *     token's bytes, is a longer one (the target's tokens ended inside what the draft reads as
+ *     one piece: Qwen's lone " " before digits), the draft drops its last token and re-writes
+ *     those bytes first, its choices held to tokens that agree with them;
  *  2. the draft continues greedily until its text holds k complete target pieces (at most
  *     3k/2 + 2 of its tokens), or until it emits a special token;
  *  3. its continuation's bytes (from the committed text's end) are encoded with the target's
@@ -48,6 +52,7 @@ typedef struct df_text_draft_stats {
   int64_t encoded_tokens; /* draft tokens made by encoding committed text (catch-up) */
   int64_t empty_rounds;   /* proposals with no complete target piece (no target id proposed) */
   int64_t windows;        /* times the draft's context filled and it re-read recent text */
+  int64_t healed;         /* rounds whose draft re-wrote the committed text's last token */
 } df_text_draft_stats;
 
 /* A text draft for one sequence: `draft` (its vocabulary is dtok's), `dtok` the draft's
