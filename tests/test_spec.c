@@ -89,6 +89,55 @@ static void test_greedy_identical(void **state) {
   df_model_destroy(&dense);
 }
 
+/* Drafting measured as not paying (every round waits 30 ms) rests: the target alone for 64
+ * tokens, then drafting is measured again (k back at its first value), then rests 128 tokens;
+ * the ids stay the target's */
+static void test_rest_and_measure_again(void **state) {
+  (void)state;
+  char dir[1024], err[1024];
+  snprintf(dir, sizeof dir, "%s/spec-drafts/perturbed", DF_BINARY_DIR);
+  df_model *t = load(DF_FIXTURES "/tiny-moe-sparse"), *d = load(dir);
+  df_sampler_params greedy = {.temperature = 0, .top_p = 1};
+  enum { N = 200 };
+  int32_t alone[N], with[N];
+  df_spec_stats st[2];
+  for (int run = 0; run < 2; run++) {
+    df_spec_params pp = {.k_init = 3, .adaptive = true, .quiet = true,
+                         .test_draft_delay_ms = run ? 30 : 0};
+    df_spec *s = df_spec_new(t, run ? d : NULL, &greedy, &pp, 0, err, sizeof err);
+    if (!s) fail_msg("%s", err);
+    if (df_spec_prefill(s, prompts[1], 6, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    int32_t *out = run ? with : alone;
+    for (int n = 0; n < N;) {
+      int32_t toks[DF_SPEC_K_MAX + 1];
+      int got = df_spec_step(s, toks, err, sizeof err);
+      if (got < 1) fail_msg("step: %s", err);
+      for (int i = 0; i < got && n < N; i++) out[n++] = toks[i];
+    }
+    st[run] = df_spec_get_stats(s);
+    df_spec_destroy(&s);
+  }
+  assert_memory_equal(alone, with, sizeof alone);
+  const df_spec_stats *w = &st[1];
+  printf("# rests %d, k over time:", w->rests);
+  for (int i = 0; i < w->n_k_trace; i++)
+    printf(" %lld:%d", (long long)w->k_trace[i].at, w->k_trace[i].k);
+  printf("\n");
+  assert_int_equal(w->rests, 2);
+  /* off, back at k 3 at least 64 tokens later, off again */
+  int i0 = -1, i1 = -1;
+  for (int i = 0; i < w->n_k_trace; i++)
+    if (w->k_trace[i].k == 0 && i0 < 0) i0 = i;
+    else if (i0 >= 0 && w->k_trace[i].k == 3 && i1 < 0) i1 = i;
+  assert_true(i0 >= 0 && i1 > i0);
+  assert_true(w->k_trace[i1].at - w->k_trace[i0].at >= 64);
+  assert_true(w->off_not_paying);
+  assert_false(w->drafting); /* resting at the end: 200 tokens end inside the second rest */
+  assert_non_null(strstr(w->off_reason, "it does not pay"));
+  df_model_destroy(&t);
+  df_model_destroy(&d);
+}
+
 static void test_vocab_mismatch_falls_back(void **state) {
   (void)state;
   char dir[1024];
@@ -127,6 +176,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_greedy_identical),
       cmocka_unit_test(test_vocab_mismatch_falls_back),
+      cmocka_unit_test(test_rest_and_measure_again),
       cmocka_unit_test(test_sampling_reproducible),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -545,6 +545,10 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
                    : propose_model(s, k, dtok, err, errlen)) != 0) {
     goto draft_failed;
   }
+  if (s->pp.test_draft_delay_ms > 0) { /* TESTS ONLY (spec.h) */
+    struct timespec ts = {0, (long)(s->pp.test_draft_delay_ms * 1e6)};
+    nanosleep(&ts, NULL);
+  }
   for (int i = 0; s->pp.test_oracle && i < k && L + i < s->pp.n_oracle; i++) /* TESTS ONLY */
     dtok[i] = s->pp.test_oracle[L + i];
   if (s->pp.test_corrupt_at > 0 && s->pp.test_corrupt_at <= k) /* TESTS ONLY (spec.h) */

@@ -62,6 +62,9 @@ typedef struct df_spec_params {
    * round accept exactly test_corrupt_at - 1 tokens. NULL = off. */
   const int32_t *test_oracle;
   int64_t n_oracle;
+  /* TESTS ONLY: milliseconds every drafting round waits (counted as draft time), so that the
+   * adaptive controller measures drafting as not paying whatever the machine. 0 = off. */
+  double test_draft_delay_ms;
 } df_spec_params;
 
 /* Default memory reserve kept free when a draft is used (256 MiB). */
