@@ -807,6 +807,7 @@ def scenario_verify():
 # ------------------------------------------------------------------ Kimi K3
 
 K3_REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "kimi_k3_ckpt.py")
+DSPARK_CKPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "dspark_ckpt.py")
 K3_EXPERT = "block_sparse_moe.experts."
 
 
@@ -1079,32 +1080,67 @@ def scenario_stream_k3_real():
     shutil.rmtree(d, ignore_errors=True)
 
 
+def dspark_repo(target, name):
+    """A random DSpark block drafter for `target` (tests/reference/dspark_ckpt.py), served as
+    `name`: {path: bytes}."""
+    out = os.path.join(WORK, SCENARIO, "dspark-src")
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run([sys.executable, DSPARK_CKPT, "--target", target, "--out", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    files = {n: open(os.path.join(out, n), "rb").read() for n in sorted(os.listdir(out))}
+    hub.add_repo(Repo(name, files))
+    return files
+
+
 def scenario_setup_k3():
-    """deltafin setup --stream / --full against the hub: pulls, loads, prints the plan, the
-    admission verdict and the next command; the stream folder then runs like the full one."""
+    """deltafin setup --stream / --full against the hub: pulls the model and its block drafter
+    (Inferact/Kimi-K3-DSpark, served here as a random drafter for the tiny K3) beside it,
+    loads both, prints the plan, the admission verdict and the next command; the stream folder
+    then runs like the full one, with the drafter the same ids. A drafter the hub does not
+    have, or one of another model, is reported and left out; --no-drafter fetches none."""
     src, files = k3_repo("acme/tiny-k3")
+    dfiles = dspark_repo(src, "Inferact/Kimi-K3-DSpark")
     rc0, ids0, _, _ = k3_run(src, "full")
     d = fresh("setup-stream")
+    dd = os.path.join(os.path.dirname(d), "Kimi-K3-DSpark")
+    shutil.rmtree(dd, ignore_errors=True)
     hub.reset()
     p = deltafin(["setup", "--stream", "acme/tiny-k3", "--dir", d, "--cache-budget", "1M",
                   "--progress-interval", "0.2"])
     print(p.stdout)
     check(p.returncode == 0, "setup --stream exits 0")
     check(manifest(d)["mode"] == "stream", "setup --stream pulls in stream mode")
-    check("deltafin run --model %s" % d in p.stdout, "setup prints the run command")
+    check("deltafin run --model %s --draft %s" % (d, dd) in p.stdout,
+          "setup prints the run command, with the drafter")
     check("admission    ok" in p.stdout and "stream mode" in p.stdout, "setup prints the verdict")
-    check("no draft model for Kimi K3" in p.stdout, "setup says K3 has no drafter")
+    check("drafter      Inferact/Kimi-K3-DSpark in %s" % dd in p.stdout and
+          all(open(os.path.join(dd, n), "rb").read() == b for n, b in dfiles.items()),
+          "setup pulls K3's block drafter beside the model, byte-identical")
     check(not shard_gets() or all((a, b) not in layout_ex(files, path)
                                   for path, a, b in get_ranges(shard_gets())),
           "setup fetches no expert")
     hub.reset()
     rc, ids, _, _ = k3_run(d, "setup-stream")
     check(rc == 0 and ids == ids0, "the setup --stream folder runs with the full folder's ids")
+    p = deltafin(["run", "--model", d, "--draft", dd, "--stats"] + RUN_ARGS)
+    check(p.returncode == 0 and p.stdout.strip() == ids0 and "drafter: %s (block drafter" % dd
+          in p.stderr, "with the drafter setup fetched: the same ids (%s)" % p.stderr[-300:])
     d2 = fresh("setup-full")
-    p = deltafin(["setup", "--full", "acme/tiny-k3", "--dir", d2, "--quiet"])
+    p = deltafin(["setup", "--full", "acme/tiny-k3", "--dir", d2, "--quiet", "--no-drafter"])
     check(p.returncode == 0 and manifest(d2)["mode"] == "full" and "admission    ok" in p.stdout,
           "setup --full pulls everything")
+    check("drafter      none (--no-drafter)" in p.stdout, "--no-drafter fetches no drafter")
     all_published(d2, files)
+    # a drafter the hub does not have, and one made for another model: reported, left out
+    p = deltafin(["setup", "--full", "acme/tiny-k3", "--dir", d2, "--quiet", "--drafter",
+                  "acme/no-such-drafter", "--retries", "0"])
+    check(p.returncode == 0 and "drafter      not fetched (acme/no-such-drafter:" in p.stdout
+          and "--draft" not in p.stdout, "a missing drafter: reported, the model ready alone")
+    dspark_repo(os.path.join(FIXTURES, "tiny-ds-bf16"), "acme/other-drafter")  # hidden 64, not 96
+    p = deltafin(["setup", "--full", "acme/tiny-k3", "--dir", d2, "--quiet", "--drafter",
+                  "acme/other-drafter", "--drafter-dir", os.path.join(WORK, SCENARIO, "other")])
+    check(p.returncode == 0 and "does not fit this model:" in p.stdout and "--draft" not in
+          p.stdout, "a drafter of another model: reported, left out (%s)" % p.stdout[-400:])
     p = deltafin(["setup", "acme/tiny-k3", "--dir", d2])
     check(p.returncode == 2 and "--full" in p.stderr, "setup needs --full or --stream")
     p = deltafin(["setup", "--full", "--stream", "--dir", d2])
@@ -1115,7 +1151,10 @@ def scenario_setup_k3():
           any("/api/models/moonshotai/Kimi-K3/" in r["url"] for r in hub.requests(kind="api")),
           "setup's default model is moonshotai/Kimi-K3 (asked of HF_ENDPOINT)")
     p = deltafin(["setup", "--help"])
-    check(p.returncode == 0 and "no draft model" in p.stdout, "setup --help mentions the drafter")
+    check(p.returncode == 0 and "Inferact/Kimi-K3-DSpark" in p.stdout,
+          "setup --help names K3's drafter")
+    p = deltafin(["pull", "acme/tiny-k3", "--drafter", "a/b"])
+    check(p.returncode == 2, "pull has no --drafter")
 
 
 def layout_ex(files, path):

@@ -40,13 +40,23 @@ int df_cmd_pull(int argc, char **argv);
  * run next. 0 ready, 1 failed (pull, load, or the resident part does not fit), 2 usage. */
 int df_cmd_setup(int argc, char **argv);
 #define DF_SETUP_DEFAULT_MODEL "moonshotai/Kimi-K3"
+/* The block drafter `setup` fetches beside a Kimi K3 folder (docs/K3.md §6.2). */
+#define DF_SETUP_K3_DRAFTER "Inferact/Kimi-K3-DSpark"
 struct df_pull_opts;
-/* The options of `deltafin pull` (setup false: one ORG/NAME required; --json allowed) or of
- * `deltafin setup` (setup true: --full or --stream required, *full says which; the id is
- * optional, default DF_SETUP_DEFAULT_MODEL; no --json) into *o (initialised here). Returns
- * -1 to go on, else the exit status to return: 0 after --help, 2 after a usage error
- * (message on stderr). */
-int df_cli_pull_args(int argc, char **argv, bool setup, struct df_pull_opts *o, bool *full);
+/* setup's own options: the drafter repository (NULL = the model's known drafter, if any),
+ * none at all, and where it goes (NULL = beside the model folder, named after the repo). */
+typedef struct df_cli_setup_opts {
+  const char *drafter;
+  bool no_drafter;
+  const char *drafter_dir;
+} df_cli_setup_opts;
+/* The options of `deltafin pull` (setup NULL: one ORG/NAME required; --json allowed) or of
+ * `deltafin setup` (setup non-NULL, filled here: --full or --stream required, *full says
+ * which; the id is optional, default DF_SETUP_DEFAULT_MODEL; no --json; --drafter ORG/NAME,
+ * --no-drafter, --drafter-dir DIR) into *o (initialised here). Returns -1 to go on, else the
+ * exit status to return: 0 after --help, 2 after a usage error (message on stderr). */
+int df_cli_pull_args(int argc, char **argv, df_cli_setup_opts *setup, struct df_pull_opts *o,
+                     bool *full);
 /* `deltafin verify`: 0 when no problem, 1 otherwise, 2 usage. */
 int df_cmd_verify(int argc, char **argv);
 /* `deltafin cluster init|token|status|revoke` (coordinator/cli/cmd_cluster.c): init prints

@@ -51,16 +51,23 @@ static void setup_usage(FILE *f) {
           "                       fetches on first use (deltafin pull ORG/NAME --stream)\n");
   pull_options_usage(f);
   fprintf(f,
-          "Kimi K3 has no draft model yet: `deltafin run` decodes with the target alone (a\n"
-          "  DSpark drafter for it is not supported yet).\n"
+          "  --drafter ORG/NAME   the block drafter to fetch beside the model (default for\n"
+          "                       Kimi K3: " DF_SETUP_K3_DRAFTER "; none for other models)\n"
+          "  --no-drafter         fetch no drafter\n"
+          "  --drafter-dir DIR    where the drafter goes (default: beside the model folder,\n"
+          "                       named after the repository)\n"
+          "  A drafter that cannot be fetched or does not fit the model is reported and left\n"
+          "  out: the model still runs, with the target alone.\n"
           "environment: as deltafin pull: HF_ENDPOINT, HF_TOKEN (else HF_TOKEN_PATH or\n"
           "  ~/.cache/huggingface/token), https_proxy/http_proxy/no_proxy\n");
 }
 
 enum { O_REV = 1, O_DIR, O_INC, O_EXC, O_STREAM, O_BUDGET, O_JOBS, O_TIMEOUT, O_RETRIES,
-       O_QUIET, O_JSON, O_HELP, O_INTERVAL, O_DRY, O_FULL };
+       O_QUIET, O_JSON, O_HELP, O_INTERVAL, O_DRY, O_FULL, O_DRAFTER, O_NO_DRAFTER,
+       O_DRAFTER_DIR };
 
-int df_cli_pull_args(int argc, char **argv, bool setup, df_pull_opts *o, bool *full) {
+int df_cli_pull_args(int argc, char **argv, df_cli_setup_opts *setup, df_pull_opts *o,
+                     bool *full) {
   static const struct option opts[] = {
       {"revision", required_argument, 0, O_REV},  {"dir", required_argument, 0, O_DIR},
       {"include", required_argument, 0, O_INC},   {"exclude", required_argument, 0, O_EXC},
@@ -70,18 +77,23 @@ int df_cli_pull_args(int argc, char **argv, bool setup, df_pull_opts *o, bool *f
       {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, O_HELP},
       {"progress-interval", required_argument, 0, O_INTERVAL},
       {"dry-run", no_argument, 0, O_DRY},         {"full", no_argument, 0, O_FULL},
+      {"drafter", required_argument, 0, O_DRAFTER}, {"no-drafter", no_argument, 0, O_NO_DRAFTER},
+      {"drafter-dir", required_argument, 0, O_DRAFTER_DIR},
       {0, 0, 0, 0}};
   const char *cmd = setup ? "setup" : "pull";
   void (*usage)(FILE *) = setup ? setup_usage : pull_usage;
   df_pull_opts_init(o);
   if (full) *full = false;
+  if (setup) *setup = (df_cli_setup_opts){0};
   int64_t v;
   double d;
   int c;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    if ((c == O_FULL && !setup) || (c == O_JSON && setup)) c = '?';
+    if ((c == O_FULL && !setup) || (c == O_JSON && setup) ||
+        (!setup && (c == O_DRAFTER || c == O_NO_DRAFTER || c == O_DRAFTER_DIR)))
+      c = '?';
     switch (c) {
     case O_REV: o->revision = optarg; break;
     case O_DIR: o->dir = optarg; break;
@@ -100,6 +112,16 @@ int df_cli_pull_args(int argc, char **argv, bool setup, df_pull_opts *o, bool *f
     case O_STREAM: o->stream = true; break;
     case O_FULL: *full = true; break;
     case O_DRY: o->dry_run = true; break;
+    case O_DRAFTER:
+      if (!df_pull_repo_id_ok(optarg)) {
+        fprintf(stderr, "deltafin setup: --drafter: '%s' is not a repository id: expected "
+                "ORG/NAME\n", optarg);
+        return 2;
+      }
+      setup->drafter = optarg;
+      break;
+    case O_NO_DRAFTER: setup->no_drafter = true; break;
+    case O_DRAFTER_DIR: setup->drafter_dir = optarg; break;
     case O_BUDGET:
       if (df_pull_parse_bytes(optarg, &o->cache_budget) != 0 || o->cache_budget == 0) {
         fprintf(stderr, "deltafin %s: --cache-budget: expected a size like 20G, got '%s'\n", cmd,
@@ -147,6 +169,10 @@ int df_cli_pull_args(int argc, char **argv, bool setup, df_pull_opts *o, bool *f
     fprintf(stderr, "deltafin %s: '%s' is not a repository id: expected ORG/NAME\n", cmd, o->repo);
     return 2;
   }
+  if (setup && setup->no_drafter && (setup->drafter || setup->drafter_dir)) {
+    fprintf(stderr, "deltafin setup: --no-drafter with --drafter or --drafter-dir\n");
+    return 2;
+  }
   if (o->cache_budget && !o->stream) {
     fprintf(stderr, "deltafin %s: --cache-budget needs --stream\n", cmd);
     return 2;
@@ -156,7 +182,7 @@ int df_cli_pull_args(int argc, char **argv, bool setup, df_pull_opts *o, bool *f
 
 int df_cmd_pull(int argc, char **argv) {
   df_pull_opts o;
-  int st = df_cli_pull_args(argc, argv, false, &o, NULL);
+  int st = df_cli_pull_args(argc, argv, NULL, &o, NULL);
   if (st >= 0) return st;
   char err[2048], dir[4096];
   if (df_pull_run(&o, dir, sizeof dir, err, sizeof err) != 0) {

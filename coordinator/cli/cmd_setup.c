@@ -5,8 +5,11 @@
  * loads it (nothing of the routed experts is read, so a --stream folder loads without
  * fetching), and the memory plan, the host admission verdict (engine/model.h
  * df_model_admit_host, the check `run` and `serve` make) and the command to run next are
- * printed on stdout. Exit: 0 ready, 1 pull / load failed or the resident part does not fit
- * this machine's memory (the download is kept), 2 usage. */
+ * printed on stdout. A model with a known block drafter (Kimi K3: DF_SETUP_K3_DRAFTER), or
+ * one named with --drafter, gets it pulled beside it and loaded against it
+ * (engine/draft/dspark.h); a drafter that cannot be fetched or loaded is reported and left
+ * out, the model runs alone. Exit: 0 ready, 1 pull / load failed or the resident part does
+ * not fit this machine's memory (the download is kept), 2 usage. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,7 @@
 #include "coordinator/hub/pull.h"
 #include "coordinator/hub/pull_manifest.h"
 #include "coordinator/hub/pull_util.h"
+#include "engine/draft/dspark.h"
 #include "engine/model.h"
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
@@ -28,10 +32,64 @@ static bool has_file(const char *dir, const char *name) {
   return access(p, R_OK) == 0;
 }
 
+/* The drafter so names for model m (pulled into dir): pulled beside dir (or so->drafter_dir)
+ * with the model's network options, then loaded against m. Prints one "drafter" line; the
+ * folder into ddir (empty when there is none to use). */
+static void setup_drafter(const df_cli_setup_opts *so, const df_pull_opts *mo, const char *dir,
+                          const df_model *m, char *ddir, size_t cap) {
+  ddir[0] = 0;
+  bool k3 = !strcmp(df_model_cfg(m)->model_type, "kimi_k3");
+  const char *repo = so->drafter ? so->drafter : k3 ? DF_SETUP_K3_DRAFTER : NULL;
+  if (so->no_drafter || !repo) {
+    if (k3)
+      printf("drafter      none (--no-drafter): `deltafin run` decodes with the target alone\n");
+    return;
+  }
+  char where[4400];
+  if (so->drafter_dir) {
+    snprintf(where, sizeof where, "%s", so->drafter_dir);
+  } else { /* beside the model: DIR/../NAME */
+    const char *slash = strrchr(dir, '/'), *name = strchr(repo, '/') + 1;
+    if (slash)
+      snprintf(where, sizeof where, "%.*s/%s", (int)(slash - dir), dir, name);
+    else
+      snprintf(where, sizeof where, "%s", name);
+  }
+  df_pull_opts d;
+  df_pull_opts_init(&d);
+  d.repo = repo;
+  d.dir = where;
+  d.jobs = mo->jobs;
+  d.quiet = mo->quiet;
+  d.progress_interval_s = mo->progress_interval_s;
+  d.net = mo->net;
+  char err[2048], got[4096];
+  if (df_pull_run(&d, got, sizeof got, err, sizeof err) != 0) {
+    printf("drafter      not fetched (%s: %s); `deltafin run` decodes with the target alone\n",
+           repo, err);
+    return;
+  }
+  df_dspark *bd = NULL;
+  if (!df_dspark_is_folder(got)) {
+    printf("drafter      %s in %s is not a DSpark block drafter (config.json architectures); "
+           "left out\n", repo, got);
+    return;
+  }
+  if (df_dspark_load(got, m, 16, &bd, err, sizeof err) != 0) {
+    printf("drafter      %s in %s does not fit this model: %s; left out\n", repo, got, err);
+    return;
+  }
+  df_dspark_destroy(&bd);
+  printf("drafter      %s in %s (a block drafter reading the model's hidden states: `deltafin "
+         "run --draft` and `serve --draft` take it; chat turns draft with it)\n", repo, got);
+  snprintf(ddir, cap, "%s", got);
+}
+
 int df_cmd_setup(int argc, char **argv) {
   df_pull_opts o;
+  df_cli_setup_opts so;
   bool full = false;
-  int st = df_cli_pull_args(argc, argv, true, &o, &full);
+  int st = df_cli_pull_args(argc, argv, &so, &o, &full);
   if (st >= 0) return st;
   char err[2048], dir[4096];
   if (df_pull_run(&o, dir, sizeof dir, err, sizeof err) != 0) {
@@ -84,17 +142,20 @@ int df_cmd_setup(int argc, char **argv) {
   } else {
     printf("admission    unknown: this machine's memory size is unreadable (/proc/meminfo)\n");
   }
-  if (!strcmp(c->model_type, "kimi_k3"))
-    printf("drafter      none: there is no draft model for Kimi K3 yet; run decodes with the "
-           "target alone\n");
+  char ddir[4096], dq[8400];
+  setup_drafter(&so, &o, dir, m, ddir, sizeof ddir);
   if (rc == 0) {
     bool tok = has_file(dir, "tokenizer.json") || has_file(dir, "tiktoken.model");
     printf("\nnext:\n");
-    if (tok)
+    if (tok && ddir[0])
+      printf("  deltafin run --model %s --draft %s --chat --prompt 'Hello' --stats\n", qd,
+             df_cli_shell_word(ddir, dq, sizeof dq));
+    else if (tok)
       printf("  deltafin run --model %s --chat --prompt 'Hello' --stats\n", qd);
     else
-      printf("  deltafin run --model %s --prompt-ids 1,2,3 --max-new 16   (no tokenizer in the "
-             "folder: token ids only)\n", qd);
+      printf("  deltafin run --model %s%s%s --prompt-ids 1,2,3 --max-new 16   (no tokenizer in "
+             "the folder: token ids only)\n", qd, ddir[0] ? " --draft " : "",
+             ddir[0] ? df_cli_shell_word(ddir, dq, sizeof dq) : "");
     printf("  deltafin inspect %s      deltafin verify %s\n", qd, qd);
   } else {
     printf("\nthe download is complete and kept; run it on a machine with at least %.1f GiB of "

@@ -57,6 +57,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_checkpoint as mc  # noqa: E402
 import safetensors_io as st  # noqa: E402
+import kimi_k3_ckpt  # noqa: E402,F401  (registers U8, the MXFP4 pairs of a Kimi K3 target)
 
 TARGET_TYPES = ("qwen3", "qwen3_moe", "deepseek_v3", "kimi_k2", "kimi_linear", "kimi_k3")
 EMBED = "model.embed_tokens.weight"
