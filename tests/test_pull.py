@@ -1096,7 +1096,8 @@ def scenario_setup_k3():
     """deltafin setup --stream / --full against the hub: pulls the model and its block drafter
     (Inferact/Kimi-K3-DSpark, served here as a random drafter for the tiny K3) beside it,
     loads both, prints the plan, the admission verdict and the next command; the stream folder
-    then runs like the full one, with the drafter the same ids. A drafter the hub does not
+    then runs like the full one, and `run` without --draft drafts with the drafter setup
+    recorded in the model folder, the same ids. A drafter the hub does not
     have, or one of another model, is reported and left out; --no-drafter fetches none."""
     src, files = k3_repo("acme/tiny-k3")
     dfiles = dspark_repo(src, "Inferact/Kimi-K3-DSpark")
@@ -1110,8 +1111,7 @@ def scenario_setup_k3():
     print(p.stdout)
     check(p.returncode == 0, "setup --stream exits 0")
     check(manifest(d)["mode"] == "stream", "setup --stream pulls in stream mode")
-    check("deltafin run --model %s --draft %s" % (d, dd) in p.stdout,
-          "setup prints the run command, with the drafter")
+    check("deltafin run --model %s" % d in p.stdout, "setup prints the run command")
     check("admission    ok" in p.stdout and "stream mode" in p.stdout, "setup prints the verdict")
     check("drafter      Inferact/Kimi-K3-DSpark in %s" % dd in p.stdout and
           all(open(os.path.join(dd, n), "rb").read() == b for n, b in dfiles.items()),
@@ -1122,25 +1122,36 @@ def scenario_setup_k3():
     hub.reset()
     rc, ids, _, _ = k3_run(d, "setup-stream")
     check(rc == 0 and ids == ids0, "the setup --stream folder runs with the full folder's ids")
-    p = deltafin(["run", "--model", d, "--draft", dd, "--stats"] + RUN_ARGS)
-    check(p.returncode == 0 and p.stdout.strip() == ids0 and "drafter: %s (block drafter" % dd
-          in p.stderr, "with the drafter setup fetched: the same ids (%s)" % p.stderr[-300:])
+    rec = open(os.path.join(d, ".deltafin", "drafter")).read()
+    check(rec == os.path.realpath(dd) + "\n", "the model folder's record names the drafter (%r)" % rec)
+    p = deltafin(["run", "--model", d, "--stats"] + RUN_ARGS)
+    check(p.returncode == 0 and p.stdout.strip() == ids0 and
+          "drafter: %s (block drafter `deltafin setup` fetched for this model)" % os.path.realpath(dd)
+          in p.stderr, "run without --draft drafts with the drafter setup fetched: the same ids (%s)"
+          % p.stderr[-300:])
+    p = deltafin(["run", "--model", d, "--no-draft", "--stats"] + RUN_ARGS)
+    check(p.returncode == 0 and p.stdout.strip() == ids0 and "drafter:" not in p.stderr,
+          "--no-draft: the target alone")
     d2 = fresh("setup-full")
     p = deltafin(["setup", "--full", "acme/tiny-k3", "--dir", d2, "--quiet", "--no-drafter"])
     check(p.returncode == 0 and manifest(d2)["mode"] == "full" and "admission    ok" in p.stdout,
           "setup --full pulls everything")
-    check("drafter      none (--no-drafter)" in p.stdout, "--no-drafter fetches no drafter")
+    check("drafter      none (--no-drafter)" in p.stdout and
+          not os.path.exists(os.path.join(d2, ".deltafin", "drafter")),
+          "--no-drafter fetches no drafter and records none")
     all_published(d2, files)
     # a drafter the hub does not have, and one made for another model: reported, left out
     p = deltafin(["setup", "--full", "acme/tiny-k3", "--dir", d2, "--quiet", "--drafter",
                   "acme/no-such-drafter", "--retries", "0"])
     check(p.returncode == 0 and "drafter      not fetched (acme/no-such-drafter:" in p.stdout
-          and "--draft" not in p.stdout, "a missing drafter: reported, the model ready alone")
+          and not os.path.exists(os.path.join(d2, ".deltafin", "drafter")),
+          "a missing drafter: reported, the model ready alone")
     dspark_repo(os.path.join(FIXTURES, "tiny-ds-bf16"), "acme/other-drafter")  # hidden 64, not 96
     p = deltafin(["setup", "--full", "acme/tiny-k3", "--dir", d2, "--quiet", "--drafter",
                   "acme/other-drafter", "--drafter-dir", os.path.join(WORK, SCENARIO, "other")])
-    check(p.returncode == 0 and "does not fit this model:" in p.stdout and "--draft" not in
-          p.stdout, "a drafter of another model: reported, left out (%s)" % p.stdout[-400:])
+    check(p.returncode == 0 and "does not fit this model:" in p.stdout and
+          not os.path.exists(os.path.join(d2, ".deltafin", "drafter")),
+          "a drafter of another model: reported, left out (%s)" % p.stdout[-400:])
     p = deltafin(["setup", "acme/tiny-k3", "--dir", d2])
     check(p.returncode == 2 and "--full" in p.stderr, "setup needs --full or --stream")
     p = deltafin(["setup", "--full", "--stream", "--dir", d2])

@@ -181,10 +181,33 @@ const char *df_cli_default_block(void) {
   return demo_dir("demo-dspark", DF_DEFAULT_BLOCK, buf, sizeof buf);
 }
 
+/* The drafter model_dir's record names (df_cli_drafters_sort), into out->recorded_dir. */
+static bool recorded_drafter(const char *model_dir, df_cli_drafters *out) {
+  char path[4400], line[4096];
+  snprintf(path, sizeof path, "%s/" DF_CLI_DRAFTER_RECORD, model_dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  bool ok = fgets(line, sizeof line, f) != NULL;
+  fclose(f);
+  if (!ok) return false;
+  line[strcspn(line, "\r\n")] = 0;
+  if (!line[0]) return false;
+  if (line[0] == '/')
+    snprintf(out->recorded_dir, sizeof out->recorded_dir, "%s", line);
+  else
+    snprintf(out->recorded_dir, sizeof out->recorded_dir, "%.2040s/%.2040s", model_dir, line);
+  return df_dspark_is_folder(out->recorded_dir);
+}
+
 int df_cli_drafters_sort(const char *cmd, const char *const *dirs, int n, bool use_bundled,
-                         df_cli_drafters *out) {
+                         const char *model_dir, bool use_recorded, df_cli_drafters *out) {
   *out = (df_cli_drafters){0};
   char cfg[4300];
+  if (n == 0 && model_dir && use_recorded && recorded_drafter(model_dir, out)) {
+    out->block = out->recorded_dir;
+    out->recorded = true;
+    return 0;
+  }
   if (n == 0 && use_bundled) {
     const char *d[2] = {df_cli_default_draft(), df_cli_default_block()};
     for (int i = 0; i < 2; i++) {

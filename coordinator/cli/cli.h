@@ -132,13 +132,21 @@ const char *df_cli_default_block(void);
 typedef struct df_cli_drafters {
   const char *text;
   const char *block;
+  bool recorded;       /* block came from the model folder's record (setup fetched it) */
+  char recorded_dir[4096];
 } df_cli_drafters;
 
+/* The file in a model folder that names the block drafter `deltafin setup` fetched for it:
+ * one line, the drafter folder's path (relative paths from the model folder). */
+#define DF_CLI_DRAFTER_RECORD ".deltafin/drafter"
+
 /* Sort the --draft folders dirs[0..n) (n 0..2) into *out; with n = 0 and use_bundled, the
- * bundled demo draft and block drafter that exist. A folder that is neither kind's is taken as
- * a draft model (its load then says what is wrong). Two of one kind: prints "deltafin CMD:
- * ..." naming both and returns -1 (usage error); else 0. */
+ * bundled demo draft and block drafter that exist; with n = 0, model_dir non-NULL and
+ * use_recorded, the block drafter model_dir's DF_CLI_DRAFTER_RECORD names when that folder
+ * is a DSpark folder (out->recorded; a record naming anything else is ignored). A folder
+ * that is neither kind's is taken as a draft model (its load then says what is wrong). Two of
+ * one kind: prints "deltafin CMD: ..." naming both and returns -1 (usage error); else 0. */
 int df_cli_drafters_sort(const char *cmd, const char *const *dirs, int n, bool use_bundled,
-                         df_cli_drafters *out);
+                         const char *model_dir, bool use_recorded, df_cli_drafters *out);
 
 #endif

@@ -280,7 +280,7 @@ int df_cmd_run(int argc, char **argv) {
    * without --model and --draft, the bundled demo drafters */
   df_cli_drafters drafters;
   if (df_cli_drafters_sort("run", draft_dirs, n_draft_dirs, !model_dir && !no_draft,
-                           &drafters) != 0)
+                           model_dir, !no_draft, &drafters) != 0)
     return 2;
   const char *draft_why = NULL;
   if (!no_draft) {
@@ -288,6 +288,7 @@ int df_cmd_run(int argc, char **argv) {
     draft_dir = block ? drafters.block : drafters.text;
     draft_why = !draft_dir ? NULL
                 : block && drafters.text ? "block drafter for a chat turn"
+                : drafters.recorded ? "block drafter `deltafin setup` fetched for this model"
                 : block ? "block drafter, the only drafter given"
                 : drafters.block ? "draft model for a raw completion"
                 : "draft model, the only drafter given";

@@ -258,7 +258,7 @@ int df_cmd_serve(int argc, char **argv) {
    * with the draft model (coordinator/generate/sched.h) */
   df_cli_drafters drafters;
   if (df_cli_drafters_sort("serve", draft_dirs, n_draft_dirs, !model_dir && !no_draft,
-                           &drafters) != 0)
+                           model_dir, !no_draft, &drafters) != 0)
     return 2;
   if (!model_dir) {
     model_dir = df_cli_default_model();

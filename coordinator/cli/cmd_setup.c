@@ -11,9 +11,12 @@
  * out, the model runs alone. Exit: 0 ready, 1 pull / load failed or the resident part does
  * not fit this machine's memory (the download is kept), 2 usage. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coordinator/cli/cli.h"
@@ -32,6 +35,36 @@ static bool has_file(const char *dir, const char *name) {
   return access(p, R_OK) == 0;
 }
 
+/* Name the drafter folder ddir in dir's DF_CLI_DRAFTER_RECORD (ddir NULL: remove the record),
+ * written to a temporary file and renamed. Returns 0, or -1 with a message on stderr. */
+static int record_drafter(const char *dir, const char *ddir) {
+  char p[4400], tmp[4500], real[PATH_MAX];
+  snprintf(p, sizeof p, "%s/" DF_CLI_DRAFTER_RECORD, dir);
+  if (!ddir) {
+    if (unlink(p) != 0 && errno != ENOENT) {
+      fprintf(stderr, "deltafin setup: %s: %s\n", p, strerror(errno));
+      return -1;
+    }
+    return 0;
+  }
+  if (!realpath(ddir, real)) snprintf(real, sizeof real, "%s", ddir);
+  snprintf(tmp, sizeof tmp, "%s/.deltafin", dir);
+  if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "deltafin setup: %s: %s\n", tmp, strerror(errno));
+    return -1;
+  }
+  snprintf(tmp, sizeof tmp, "%s.tmp", p);
+  FILE *f = fopen(tmp, "w");
+  bool ok = f && fprintf(f, "%s\n", real) > 0;
+  if (f && fclose(f) != 0) ok = false;
+  if (!ok || rename(tmp, p) != 0) {
+    fprintf(stderr, "deltafin setup: %s: %s\n", p, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
 /* The drafter so names for model m (pulled into dir): pulled beside dir (or so->drafter_dir)
  * with the model's network options, then loaded against m. Prints one "drafter" line; the
  * folder into ddir (empty when there is none to use). */
@@ -40,6 +73,7 @@ static void setup_drafter(const df_cli_setup_opts *so, const df_pull_opts *mo, c
   ddir[0] = 0;
   bool k3 = !strcmp(df_model_cfg(m)->model_type, "kimi_k3");
   const char *repo = so->drafter ? so->drafter : k3 ? DF_SETUP_K3_DRAFTER : NULL;
+  record_drafter(dir, NULL); /* recorded again below once this setup's drafter loads */
   if (so->no_drafter || !repo) {
     if (k3)
       printf("drafter      none (--no-drafter): `deltafin run` decodes with the target alone\n");
@@ -80,8 +114,10 @@ static void setup_drafter(const df_cli_setup_opts *so, const df_pull_opts *mo, c
     return;
   }
   df_dspark_destroy(&bd);
-  printf("drafter      %s in %s (a block drafter reading the model's hidden states: `deltafin "
-         "run --draft` and `serve --draft` take it; chat turns draft with it)\n", repo, got);
+  if (record_drafter(dir, got) != 0) return;
+  printf("drafter      %s in %s (a block drafter reading the model's hidden states; `deltafin "
+         "run` and `serve` on this model draft with it unless given --draft or --no-draft: "
+         "%s/" DF_CLI_DRAFTER_RECORD " names it)\n", repo, got, dir);
   snprintf(ddir, cap, "%s", got);
 }
 
@@ -142,20 +178,16 @@ int df_cmd_setup(int argc, char **argv) {
   } else {
     printf("admission    unknown: this machine's memory size is unreadable (/proc/meminfo)\n");
   }
-  char ddir[4096], dq[8400];
+  char ddir[4096];
   setup_drafter(&so, &o, dir, m, ddir, sizeof ddir);
   if (rc == 0) {
     bool tok = has_file(dir, "tokenizer.json") || has_file(dir, "tiktoken.model");
     printf("\nnext:\n");
-    if (tok && ddir[0])
-      printf("  deltafin run --model %s --draft %s --chat --prompt 'Hello' --stats\n", qd,
-             df_cli_shell_word(ddir, dq, sizeof dq));
-    else if (tok)
+    if (tok)
       printf("  deltafin run --model %s --chat --prompt 'Hello' --stats\n", qd);
     else
-      printf("  deltafin run --model %s%s%s --prompt-ids 1,2,3 --max-new 16   (no tokenizer in "
-             "the folder: token ids only)\n", qd, ddir[0] ? " --draft " : "",
-             ddir[0] ? df_cli_shell_word(ddir, dq, sizeof dq) : "");
+      printf("  deltafin run --model %s --prompt-ids 1,2,3 --max-new 16   (no tokenizer in the "
+             "folder: token ids only)\n", qd);
     printf("  deltafin inspect %s      deltafin verify %s\n", qd, qd);
   } else {
     printf("\nthe download is complete and kept; run it on a machine with at least %.1f GiB of "
