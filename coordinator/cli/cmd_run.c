@@ -620,8 +620,8 @@ int df_cmd_run(int argc, char **argv) {
         if (st.k_hist[i] && i) fprintf(stderr, " k=%d:%d", i, st.k_hist[i]);
         else if (st.k_hist[i]) fprintf(stderr, " alone:%d", st.k_hist[i]);
       if (st.rests)
-        fprintf(stderr, " | rested %d time%s (the target alone, then measured again)", st.rests,
-                st.rests == 1 ? "" : "s");
+        fprintf(stderr, " | %d rest%s (the target alone for 64 tokens, twice as many each time, "
+                "drafting measured again after each)", st.rests, st.rests == 1 ? "" : "s");
       fprintf(stderr, "%s%s\n", st.drafting ? "" : " | off: ", st.drafting ? "" : st.off_reason);
       fprintf(stderr, "draft: k over time (from token: k, 0 = target alone):");
       for (int i = 0; i < st.n_k_trace; i++)
