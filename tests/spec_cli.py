@@ -39,7 +39,9 @@ SCENARIO:
              computed here without it); exit 77 (skipped) while the pair is missing
 Readiness is awaited on log lines, never on fixed sleeps.
 """
+import json
 import os
+import struct
 import shutil
 import socket
 import subprocess
@@ -318,6 +320,46 @@ def scen_text():
     check(r.returncode == 0 and r.stdout == want[0] and len(lines) == 1
           and "its tokenizer has 5001 ids, its model (config.json vocab_size) 4096 rows" in lines[0],
           "a draft tokenizer with ids past its model's rows: refused at load, one line (%s)" % lines)
+    serve_broken_text_draft(demo, prompts, want)
+
+
+def nan_xdraft():
+    """models/demo-xdraft with model.norm.weight all NaN (its forwards fail), in WORK."""
+    src, d = os.path.join(MODELS, "demo-xdraft"), os.path.join(WORK, "xdraft-nan")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for f in os.listdir(src):
+        if f != "model.safetensors":
+            os.symlink(os.path.join(src, f), os.path.join(d, f))
+    data = bytearray(open(os.path.join(src, "model.safetensors"), "rb").read())
+    n = struct.unpack("<Q", data[:8])[0]
+    info = json.loads(data[8:8 + n])["model.norm.weight"]
+    a, b = (8 + n + o for o in info["data_offsets"])
+    nan = {"BF16": b"\xc0\x7f", "F32": b"\x00\x00\xc0\x7f"}[info["dtype"]]
+    data[a:b] = nan * ((b - a) // len(nan))
+    open(os.path.join(d, "model.safetensors"), "wb").write(data)
+    return d
+
+
+def serve_broken_text_draft(demo, prompts, want):
+    """serve with a text draft whose forwards fail: drafting with it goes off for every request
+    with one log line, /metrics says so, and the answers are the --no-draft texts."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from server_util import Server, metrics, post
+    srv = Server(DELTAFIN, demo, "--draft", nan_xdraft(), "--parallel", "2")
+    try:
+        for i, p in enumerate(prompts):
+            status, _, body = post(srv.port, "/v1/completions",
+                                   {"model": "demo-moe", "prompt": p, "max_tokens": 40,
+                                    "temperature": 0, "ignore_eos": True})
+            check(status == 200 and body["choices"][0]["text"] == want[i][:-1],
+                  "serve with a failing text draft, request %d: the --no-draft text" % i)
+        check(metrics(srv.port).get("deltafin_draft_enabled") == 0,
+              "serve with a failing text draft: /metrics deltafin_draft_enabled 0")
+    finally:
+        srv.stop()
+    off = [ln for ln in srv.log if "drafting with the draft model off: text draft:" in ln]
+    check(len(off) == 1, "serve with a failing text draft: one log line (%s)" % off)
 
 
 def scen_cluster():

@@ -292,6 +292,26 @@ static void test_greedy_identical(void **state) {
                    151643);
 }
 
+/* A one-token prompt: the drafter has no context row until the target's first step, which
+ * runs alone; drafting goes on from the second (it went off with "0 context rows + a block
+ * of 4 do not fit" before) and the ids are the target's. */
+static void test_one_token_prompt(void **state) {
+  (void)state;
+  df_model *t = load_target(DF_SOURCE_DIR "/models/demo-moe");
+  df_dspark *b = load_drafter(DF_SOURCE_DIR "/models/demo-dspark", t);
+  int r = df_dspark_block(b);
+  const int32_t prompt[1] = {785}; /* "The" */
+  int32_t want[N_NEW], got[N_NEW];
+  gen(t, NULL, (df_spec_params){0}, prompt, 1, want);
+  df_spec_stats st = gen(t, b, (df_spec_params){.k_init = r, .k_min = r, .k_max = r}, prompt, 1, got);
+  assert_memory_equal(want, got, sizeof want);
+  assert_true(st.drafting);
+  assert_true(st.rounds > 0);
+  assert_int_equal(st.k_hist[0], 1); /* the first step alone */
+  df_dspark_destroy(&b);
+  df_model_destroy(&t);
+}
+
 /* DeepSeek-V3 (MLA target, the tiny BF16 fixture): 20 prompts, the same guarantees. */
 static void test_greedy_deepseek(void **state) {
   (void)state;
@@ -542,6 +562,7 @@ int main(void) {
       cmocka_unit_test(test_reference_deepseek),
       cmocka_unit_test(test_reference_tied),
       cmocka_unit_test(test_greedy_identical),
+      cmocka_unit_test(test_one_token_prompt),
       cmocka_unit_test(test_greedy_deepseek),
       cmocka_unit_test(test_greedy_kimi_linear),
       cmocka_unit_test(test_scheduler_shipped),

@@ -139,14 +139,15 @@ static int model_draft_len(const df_sched *s, const df_sched_job *j) {
 
 /* A cross-tokenizer draft's proposals for the greedy decoding sequences in who[0..n): each
  * request's draft state reads the ids committed since its last round and proposes up to
- * draft_k target ids (k[b], 0 where nothing is proposed); one sequence at a time. A sequence
- * whose draft fails (its context full) stops drafting; the others go on. */
+ * draft_k target ids (k[b], 0 where nothing is proposed); one sequence at a time. A draft
+ * that fails (a forward, its tokenizer, memory) is off for good, for every request, with one
+ * log line (df_sched__draft_off), as a draft model that fails is. */
 static void propose_text(df_sched *s, df_sched_job **who, int n, int *k,
                          int32_t (*dtok)[DF_SCHED_K_MAX]) {
-  char err[512];
+  char err[512], why[600];
+  for (int b = 0; b < n; b++) k[b] = 0;
   for (int b = 0; b < n; b++) {
     df_sched_job *j = who[b];
-    k[b] = 0;
     int kb = model_draft_len(s, j);
     if (kb <= 0) continue;
     df_slot *sl = &s->pool.slots[j->slot];
@@ -155,21 +156,21 @@ static void propose_text(df_sched *s, df_sched_job **who, int n, int *k,
       j->no_draft = true;
       continue;
     }
-    if (!j->xd &&
-        df_text_draft_new(s->draft, s->o.draft_tok, s->tok, s->V, &j->xd, err, sizeof err) != 0) {
-      j->no_draft = true;
-      continue;
-    }
     int m = -1;
-    if (df_text_draft_commit(j->xd, j->seq + j->x_committed, j->len - j->x_committed, err,
-                             sizeof err) == 0) {
-      j->x_committed = j->len;
-      m = df_text_draft_propose(j->xd, kb, dtok[b], err, sizeof err);
+    if (j->xd ||
+        df_text_draft_new(s->draft, s->o.draft_tok, s->tok, s->V, &j->xd, err, sizeof err) == 0) {
+      if (df_text_draft_commit(j->xd, j->seq + j->x_committed, j->len - j->x_committed, err,
+                               sizeof err) == 0) {
+        j->x_committed = j->len;
+        m = df_text_draft_propose(j->xd, kb, dtok[b], err, sizeof err);
+      }
     }
     if (m < 0) {
-      j->no_draft = true;
       df_text_draft_destroy(&j->xd);
-      continue;
+      snprintf(why, sizeof why, "text draft: %s", err);
+      df_sched__draft_off(s, DF_SLOT_DRAFT_MODEL, why);
+      for (int c = 0; c < n; c++) k[c] = 0;
+      return;
     }
     k[b] = m;
   }

@@ -520,9 +520,10 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   /* room: the verify writes pending + k tokens; the sequence grows by up to k + 1 */
   int k = s->k;
   while (k > 0 && s->len + k + 1 > s->ctx) k--;
-  /* a block drafter proposes after the pending token: right after a prefill that kept every
-   * logit nothing is pending yet, so that step samples from those logits alone */
-  if (!s->drafting || k == 0 || (s->b && !s->pending)) {
+  /* a block drafter proposes after the pending token from a context of at least one row:
+   * right after a prefill that kept every logit nothing is pending yet, and after a
+   * one-token prompt its context is empty; such a step is the target's alone */
+  if (!s->drafting || k == 0 || (s->b && (!s->pending || s->bkv->len == 0))) {
     int n = step_target_alone(s, 0, now_ms(), out, err, errlen);
     if (n > 0 && s->drafting) adapt(s);
     return n;
@@ -635,7 +636,7 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
   s->st.k = s->k;
   return a + 1;
 draft_failed : {
-  char why[200];
+  char why[600];
   snprintf(why, sizeof why, "%s: %s", s->x ? "text draft" : "draft forward failed", err);
   df_spec_disable(s, why);
   return step_target_alone(s, 0, now_ms(), out, err, errlen);

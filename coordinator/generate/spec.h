@@ -80,7 +80,7 @@ typedef struct df_spec_stats {
   double verify_ms;        /* total target time after prefill */
   bool drafting;           /* drafting currently on */
   int k;                   /* current draft length */
-  char off_reason[256];    /* why drafting is off ("" when on or never configured) */
+  char off_reason[640];    /* why drafting is off ("" when on or never configured) */
   bool off_not_paying;     /* drafting is off because the target alone was measured faster
                               (adaptive k: a measurement, not a fault): it rests, and is
                               measured again after 64 tokens, then after twice as many each
