@@ -607,8 +607,9 @@ int df_cmd_run(int argc, char **argv) {
               (long long)seed, drafting_at_start && !fixed_k ? "the draws; the text too when "
               "adaptive drafting picks the same draft lengths" : "this run");
     if (draft_dir && draft_why)
-      fprintf(stderr, "drafter: %s (%s)%s\n", draft_dir, draft_why,
-              dm || bd ? "" : "; it could not be used");
+      fprintf(stderr, "drafter: %s (%s%s)%s\n", draft_dir, draft_why,
+              dtok ? "; its own tokenizer: it drafts text" : "",
+              drafting_at_start ? "" : "; it could not be used");
     if (st.rounds) {
       fprintf(stderr,
               "draft: %lld rounds, acceptance %.3f, mean accepted length %.2f (+1 target token "
