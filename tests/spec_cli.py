@@ -320,6 +320,13 @@ def scen_text():
     check(r.returncode == 0 and r.stdout == want[0] and len(lines) == 1
           and "its tokenizer has 5001 ids, its model (config.json vocab_size) 4096 rows" in lines[0],
           "a draft tokenizer with ids past its model's rows: refused at load, one line (%s)" % lines)
+    r = subprocess.run([DELTAFIN, "run", "--model", demo, "--prompt", prompts[0], "--max-new", "40",
+                        "--temperature", "0", "--ignore-eos", "--no-draft", "--draft",
+                        os.path.join(MODELS, "demo-xdraft")], capture_output=True, text=True,
+                       timeout=180)
+    check(r.returncode == 0 and r.stdout == want[0] and r.stderr.strip() ==
+          "deltafin run: --no-draft: the target runs alone; --draft %s is not used"
+          % os.path.join(MODELS, "demo-xdraft"), "--no-draft with --draft: one line, the target alone")
     serve_broken_text_draft(demo, prompts, want)
 
 

@@ -279,6 +279,9 @@ int df_cmd_run(int argc, char **argv) {
   /* the drafter: a chat turn drafts with the block drafter when there is one (it reads the
    * target's own hidden states), a raw completion with the draft model when there is one;
    * without --model and --draft, the bundled demo drafters */
+  if (no_draft && n_draft_dirs)
+    fprintf(stderr, "deltafin run: --no-draft: the target runs alone; --draft %s is not used\n",
+            draft_dirs[0]);
   df_cli_drafters drafters;
   if (df_cli_drafters_sort("run", draft_dirs, n_draft_dirs, !model_dir && !no_draft,
                            model_dir, !no_draft, &drafters) != 0)

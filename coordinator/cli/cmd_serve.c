@@ -257,6 +257,9 @@ int df_cmd_serve(int argc, char **argv) {
   }
   /* both drafters stay loaded: chat requests draft with the block drafter, raw completions
    * with the draft model (coordinator/generate/sched.h) */
+  if (no_draft && n_draft_dirs)
+    fprintf(stderr, "deltafin serve: --no-draft: the target runs alone; --draft %s is not used\n",
+            draft_dirs[0]);
   df_cli_drafters drafters;
   if (df_cli_drafters_sort("serve", draft_dirs, n_draft_dirs, !model_dir && !no_draft,
                            model_dir, !no_draft, &drafters) != 0)
