@@ -45,6 +45,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "train"))
+import bpe_tokenizer  # noqa: E402  (GPT-2's byte table)
+
 
 OUT = None
 
@@ -134,8 +137,8 @@ def ds_pair(fixtures, out):
         json.dump(tok, f)
 
 
-def xdraft_oob(models, out):
-    src, dst = os.path.join(models, "demo-xdraft"), os.path.join(out, "xdraft-oob")
+def retokenized(src, dst, edit):
+    """dst: src's files linked, its tokenizer.json written after edit(tokenizer dict)."""
     shutil.rmtree(dst, ignore_errors=True)
     os.makedirs(dst)
     for fn in ("config.json", "generation_config.json", "model.safetensors",
@@ -143,27 +146,25 @@ def xdraft_oob(models, out):
         os.symlink(os.path.abspath(os.path.join(src, fn)), os.path.join(dst, fn))
     with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
         tok = json.load(f)
-    tok["added_tokens"].append({"id": 5000, "content": " history", "single_word": False,
-                                "lstrip": False, "rstrip": False, "normalized": False,
-                                "special": False})
+    edit(tok)
     with open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tok, f, ensure_ascii=False)
+
+
+def xdraft_oob(models, out):
+    def add_id_5000(tok):
+        tok["added_tokens"].append({"id": 5000, "content": " history", "single_word": False,
+                                    "lstrip": False, "rstrip": False, "normalized": False,
+                                    "special": False})
+    retokenized(os.path.join(models, "demo-xdraft"), os.path.join(out, "xdraft-oob"), add_id_5000)
 
 
 def demo_swapped(models, out):
-    src, dst = os.path.join(models, "demo-draft"), os.path.join(out, "demo-swapped")
-    shutil.rmtree(dst, ignore_errors=True)
-    os.makedirs(dst)
-    for fn in ("config.json", "generation_config.json", "model.safetensors",
-               "tokenizer_config.json"):
-        os.symlink(os.path.abspath(os.path.join(src, fn)), os.path.join(dst, fn))
-    with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
-        tok = json.load(f)
-    v = tok["model"]["vocab"]
-    inv = {i: k for k, i in v.items() if i in (150000, 150001)}
-    v[inv[150000]], v[inv[150001]] = 150001, 150000
-    with open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(tok, f, ensure_ascii=False)
+    def swap(tok):
+        v = tok["model"]["vocab"]
+        inv = {i: k for k, i in v.items() if i in (150000, 150001)}
+        v[inv[150000]], v[inv[150001]] = 150001, 150000
+    retokenized(os.path.join(models, "demo-draft"), os.path.join(out, "demo-swapped"), swap)
 
 
 def relabel_v16(out):
@@ -214,16 +215,7 @@ def mk(name, *args):
 
 def byte_level_tokenizer():
     """A GPT-2-style byte-level BPE tokenizer.json: the 256 byte symbols and a few merges."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    sym = [chr(c) for _, c in sorted(zip(bs, cs))]
-    vocab = {s: i for i, s in enumerate(sym)}
+    vocab = {bpe_tokenizer.B2U[b]: b for b in range(256)}
     merges = []
     for a, b in zip("thaeiouns", "heentrdgt"):
         for x, y in ((a, b), (b, a)):
