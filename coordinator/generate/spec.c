@@ -678,7 +678,8 @@ static char *slurp(const char *path, size_t *len) {
 }
 
 /* 0 when the two folders' tokenizers map every id to the same bytes (or the target's folder
- * has no tokenizer.json), 2 when only the draft's folder has none, 1 when they differ (the difference in why), -1 when one cannot be loaded
+ * has no tokenizer.json), 2 when only the draft's folder has none, 1 when they differ (the
+ * difference in why), -1 when one cannot be loaded
  * (why). */
 static int same_tokenizer(const char *tdir, const char *ddir, char *why, size_t whylen) {
   char tp[1100], dp[1100];
@@ -741,22 +742,18 @@ int df_spec_draft_load_any(df_model *target, const char *target_dir, const char 
   df_model *d = NULL;
   /* a cross-tokenizer draft is known by its tokenizer before it loads: it shares no table
    * with the target, and its context counts its own tokens (up to its own limit) */
-  int same = -2; /* not compared yet */
-  if (text_tok && target_dir) {
-    same = same_tokenizer(target_dir, draft_dir, why, whylen);
-    if (same == 1) { /* up to twice the target's context in its own tokens (a smaller
-                        vocabulary spends more tokens on the same text) */
-      o.share_from = NULL;
-      o.max_ctx = 2 * (o.max_ctx > 0 ? o.max_ctx : df_model_max_ctx(target));
-      if (o.max_ctx < DF_TEXT_DRAFT_MIN_CTX) o.max_ctx = DF_TEXT_DRAFT_MIN_CTX;
-    }
+  int same = target_dir ? same_tokenizer(target_dir, draft_dir, why, whylen) : 0;
+  if (same == 1 && text_tok) { /* up to twice the target's context in its own tokens (a
+                                  smaller vocabulary spends more tokens on the same text) */
+    o.share_from = NULL;
+    o.max_ctx = 2 * (o.max_ctx > 0 ? o.max_ctx : df_model_max_ctx(target));
+    if (o.max_ctx < DF_TEXT_DRAFT_MIN_CTX) o.max_ctx = DF_TEXT_DRAFT_MIN_CTX;
   }
   /* a draft with a shorter context than the target's loads at its own limit; df_spec_new
    * then finds it cannot hold the sequence and switches drafting off with that reason */
   df_model_config dc;
   bool have_cfg = df_cfg_load(draft_dir, &dc, err, sizeof err) == 0;
   if (have_cfg && o.max_ctx > dc.max_position_embeddings) o.max_ctx = dc.max_position_embeddings;
-  if (same == -2 && target_dir) same = same_tokenizer(target_dir, draft_dir, why, whylen);
   if (same == 2) { /* no tokenizer of its own: its ids must be the target's */
     if (have_cfg && dc.vocab_size != df_model_cfg(target)->vocab_size) {
       snprintf(why, whylen, "draft %s: it has no tokenizer.json and its vocabulary (config.json "
@@ -777,7 +774,6 @@ int df_spec_draft_load_any(df_model *target, const char *target_dir, const char 
     snprintf(why, whylen, "draft %s: %s", draft_dir, err);
     return -1;
   }
-  if (same == -2) same = 0; /* no target folder to compare with */
   if (same == 1 && text_tok) { /* a cross-tokenizer draft: it reads and writes text */
     if (df_tok_load(draft_dir, text_tok, err, sizeof err) != 0) {
       snprintf(why, whylen, "draft %s: %s", draft_dir, err);
