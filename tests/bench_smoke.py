@@ -21,8 +21,10 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUITE = os.path.join(HERE, "..", "tools", "bench", "suite.py")
 FIGURES = ("memory_bandwidth", "engine_random", "bandwidth_utilisation", "engine_widened_demo",
-           "speculative", "cluster", "plan_k3", "server", "tokenizer", "wait_policy")
-MAY_SKIP = ("server", "tokenizer")
+           "llama_cpp", "speculative", "cluster", "plan_k3", "server", "tokenizer", "wait_policy")
+# llama_cpp: tiny mode times the peer only where it is installed already (BUILD/bench/peer, or
+# BENCH_LLAMA_CPP); the skip says which
+MAY_SKIP = ("server", "tokenizer", "llama_cpp")
 
 fails = []
 
@@ -60,7 +62,8 @@ def main():
         if not check(f is not None, "figure %s present" % name):
             continue
         check(f.get("commit") == r["commit"], "%s: commit" % name)
-        check(len(f.get("commands", [])) > 0 and all(isinstance(c, str) and c for c in f["commands"]),
+        check(f.get("status") == "skipped" or
+              (len(f.get("commands", [])) > 0 and all(isinstance(c, str) and c for c in f["commands"])),
               "%s: commands" % name)
         ok = f.get("status") == "ok" or (name in MAY_SKIP and f.get("status") == "skipped")
         check(ok, "%s: status %s %s" % (name, f.get("status"), f.get("error", f.get("reason", ""))))
@@ -77,6 +80,20 @@ def main():
     if F.get("engine_widened_demo", {}).get("status") == "ok":
         m = F["engine_widened_demo"]["model"]
         check(m["hidden"] == 4 * 64, "widened target is 4x wider than tiny-moe-tied")
+    p = F.get("llama_cpp", {})
+    if p.get("status") == "ok":
+        check(isinstance(p.get("peer"), str) and "llama.cpp" in p["peer"], "llama_cpp: names its peer and build")
+        for m in p["models"]:
+            for k in ("deltafin_decode_tok_s", "peer_decode_tok_s", "deltafin_prefill_tok_s", "peer_prefill_tok_s",
+                      "decode_ratio", "prefill_ratio"):
+                check(pos(m.get(k)), "llama_cpp %s: %s positive" % (m.get("label"), k))
+            check(m.get("gguf", "").endswith(".gguf"), "llama_cpp %s: the GGUF it ran" % m.get("label"))
+        g = p.get("greedy_ids")
+        check(g is None or (g["same"] is True and len(g["peer"]) == 16),
+              "llama_cpp: the peer's greedy ids equal Deltafin's on the demo target")
+    elif p.get("status") == "skipped":
+        check("node-llama-cpp" in p.get("reason", "") or "node" in p.get("reason", ""),
+              "llama_cpp: the skip says which peer is missing")
     s = F.get("speculative", {})
     if s.get("status") == "ok":
         check(s.get("identical_output") is True, "speculative: identical output")

@@ -12,6 +12,14 @@ average before and after it):
   engine_random          decode and prefill tok/s on random bf16 checkpoints of three sizes
   bandwidth_utilisation  weight bytes per token / time per token / read bandwidth, per model
   engine_widened_demo    the same on the widened demo target (tools/widen)
+  llama_cpp              the peer on the same weights: each model converted to an unquantized
+                         GGUF (tools/bench/gguf.py), llama.cpp's decode and prefill timed in
+                         rounds interleaved with Deltafin's, 2 threads each. The peer is a
+                         llama.cpp build the user points at (--llama-cpp DIR or
+                         BENCH_LLAMA_CPP: its llama-bench), else node-llama-cpp (pinned,
+                         prebuilt llama.cpp, installed into BUILD/bench/peer on first use; not
+                         installed in tiny mode), whose greedy ids on the demo target are also
+                         compared with Deltafin's
   speculative            widened target alone vs with the demo draft model, with the
                          block drafter (models/demo-dspark widened by the same ratio; adaptive
                          k and fixed k 6) and with the draft of its own tokenizer
@@ -36,6 +44,7 @@ checks the JSON, never the speed).
 
 usage: suite.py --build BUILD_DIR [--mode full|quick|tiny] [--out DIR] [--command TEXT]
                 [--demo-target DIR] [--demo-draft DIR] [--demo-dspark DIR] [--only NAME,...]
+                [--llama-cpp DIR]
 """
 import argparse
 import hashlib
@@ -62,7 +71,7 @@ PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executabl
 
 SCHEMA = "deltafin-bench/1"
 FIGURES = ("memory_bandwidth", "engine_random", "bandwidth_utilisation", "engine_widened_demo",
-           "speculative", "cluster", "plan_k3", "server", "tokenizer", "wait_policy")
+           "llama_cpp", "speculative", "cluster", "plan_k3", "server", "tokenizer", "wait_policy")
 
 # Random checkpoints: (label, make_checkpoint.py arguments). The large one is the ~2 GB
 # target of the engine's performance goal (hidden 1024, 16 layers, 64 experts top-8).
@@ -75,21 +84,26 @@ RANDOM_MODELS = {
 # 4 extra zero-output layers: about 2.7 GB of bf16.
 WIDEN_FULL = ["--hidden-ratio", "16", "--moe-inter", "512", "--extra-layers", "4"]
 WIDEN_TINY = ["--hidden-ratio", "4", "--moe-inter", "128", "--extra-layers", "1"]
+# The fallback llama.cpp peer: node-llama-cpp, pinned, with its prebuilt CPU binaries for this
+# platform (llama.cpp picks the CPU variant at run time), installed into BUILD/bench/peer.
+NLC_VERSION = "3.21.1"
+GGUF = os.path.join(HERE, "gguf.py")
+PEER_JS = os.path.join(HERE, "llama_peer.mjs")
 
 MODES = {
     # engine: model labels, decode tokens, prefill tokens, repeats, bandwidth buffer MiB
     "full": dict(engine=["S", "M", "L"], decode=32, prefill=128, repeat=3, bw_mib=1024,
                  widen=True, spec_new=64, spec_prompts=2, spec_rounds=3, cluster_model="M", cluster_new=32, plan_new=48,
                  server_model="M", server_tokens=32, server_prompt=32, tok_docs=60,
-                 tok_names=["qwen3", "deepseek_v3"]),
+                 tok_names=["qwen3", "deepseek_v3"], peer=["S", "M", "L", "widened-demo"], peer_rounds=3),
     "quick": dict(engine=["S"], decode=16, prefill=64, repeat=2, bw_mib=512,
                   widen=False, spec_new=32, spec_prompts=1, spec_rounds=1, cluster_model="S", cluster_new=16, plan_new=24,
                   server_model="S", server_tokens=16, server_prompt=16, tok_docs=10,
-                  tok_names=["qwen3"]),
+                  tok_names=["qwen3"], peer=["S", "demo"], peer_rounds=2),
     "tiny": dict(engine=["tiny"], decode=4, prefill=8, repeat=1, bw_mib=32,
                  widen=True, spec_new=8, spec_prompts=1, spec_rounds=1, cluster_model="tiny", cluster_new=4, plan_new=4,
                  server_model="tiny", server_tokens=4, server_prompt=4, tok_docs=1,
-                 tok_names=["qwen3"]),
+                 tok_names=["qwen3"], peer=["tiny"], peer_rounds=1),
 }
 
 T0 = time.time()
@@ -358,11 +372,11 @@ class Suite:
                 f.write(key + "\n")
         return d, cmdline(cmd)
 
-    def engine(self, model, label, env=None):
+    def engine(self, model, label, env=None, repeat=None):
         m = self.mode
         js = os.path.join(self.out, "engine-%s.json" % label)
         cmd = [self.exe["engine"], "--model", model, "--decode", str(m["decode"]), "--prefill",
-               str(m["prefill"]), "--repeat", str(m["repeat"]), "--bw-mib", str(m["bw_mib"]), "--json", js]
+               str(m["prefill"]), "--repeat", str(repeat or m["repeat"]), "--bw-mib", str(m["bw_mib"]), "--json", js]
         if env:
             self.cur["commands"].append(" ".join("%s=%s" % kv for kv in env.items()) + " " + cmdline(cmd))
             run(cmd, timeout=1800, env=dict(os.environ, **env))
@@ -732,6 +746,162 @@ class Suite:
             fig["status"] = "failed"
             fig["error"] = "cluster ids differ from local ids"
 
+    # -- the llama.cpp peer ----------------------------------------------------------------
+    def gguf(self, model, name):
+        """The model as an unquantized GGUF, cached beside the checkpoints (keyed by the
+        checkpoint's files and the writer)."""
+        h = hashlib.sha256()
+        for fn in sorted(os.listdir(model)):
+            st = os.stat(os.path.join(model, fn))
+            h.update(("%s %d %d\n" % (fn, st.st_size, int(st.st_mtime))).encode())
+        h.update(open(GGUF, "rb").read())
+        key = h.hexdigest()[:16]
+        d = os.path.join(self.ckpt, "gguf")
+        os.makedirs(d, exist_ok=True)
+        out = os.path.join(d, name + ".gguf")
+        stamp = out + ".key"
+        cmd = [PY, GGUF, "--model", model, "--out", out]
+        if not (os.path.exists(out) and os.path.exists(stamp) and open(stamp).read().strip() == key):
+            log("writing %s as GGUF (%s)" % (rel(model), rel(out)))
+            run(cmd, timeout=3600)
+            with open(stamp, "w") as f:
+                f.write(key + "\n")
+        self.cur["commands"].append(cmdline(cmd))
+        return out
+
+    def find_peer(self):
+        """{"kind": "native"|"node-llama-cpp", ...} or a string saying why there is none."""
+        if self.a.llama_cpp:
+            p = os.path.abspath(self.a.llama_cpp)
+            for c in (p, os.path.join(p, "llama-bench"), os.path.join(p, "bin", "llama-bench"),
+                      os.path.join(p, "build", "bin", "llama-bench")):
+                if os.path.isfile(c) and os.access(c, os.X_OK):
+                    return {"kind": "native", "llama_bench": c}
+            raise RuntimeError("--llama-cpp %s: no llama-bench there (nor in bin/ or build/bin/)" % p)
+        if not shutil.which("node"):
+            return "node is not installed (the fallback peer is node-llama-cpp)"
+        d = os.path.join(self.build, "bench", "peer")  # one install per build tree, every mode
+        pkg = os.path.join(d, "node_modules", "node-llama-cpp", "package.json")
+        have = os.path.exists(pkg) and json.load(open(pkg)).get("version") == NLC_VERSION
+        if not have:
+            if self.a.mode == "tiny":
+                return ("node-llama-cpp %s is not installed in %s (tiny mode does not install it; a full "
+                        "or --quick run does)" % (NLC_VERSION, rel(d)))
+            if not shutil.which("npm"):
+                return "npm is not installed (needed once to install node-llama-cpp %s)" % NLC_VERSION
+            arch = {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+            plat = "@node-llama-cpp/%s-%s" % ({"linux": "linux", "darwin": "mac"}.get(sys.platform, sys.platform), arch)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "package.json"), "w") as f:
+                json.dump({"name": "deltafin-bench-peer", "private": True,
+                           "dependencies": {"node-llama-cpp": NLC_VERSION, plat: NLC_VERSION}}, f, indent=1)
+            log("installing node-llama-cpp %s (%s) into %s" % (NLC_VERSION, plat, rel(d)))
+            self.cmd(["npm", "install", "--prefix", d, "--omit=optional", "--ignore-scripts", "--no-audit",
+                      "--no-fund"], timeout=900)
+        return {"kind": "node-llama-cpp", "dir": d}
+
+    def peer_time(self, peer, gguf, vocab, label):
+        """One round of the peer on `gguf`: decode ms/token, prefill tok/s, and what it is."""
+        m = self.mode
+        if peer["kind"] == "native":
+            cmd = [peer["llama_bench"], "-m", gguf, "-p", str(m["prefill"]), "-n", str(m["decode"]), "-t", "2",
+                   "-r", "1", "-o", "json"]
+            recs = json.loads(self.cmd(cmd, timeout=1800).stdout)
+            pp = [r for r in recs if r.get("n_prompt") and not r.get("n_gen")]
+            tg = [r for r in recs if r.get("n_gen") and not r.get("n_prompt")]
+            r0 = recs[0]
+            return {"decode_ms_per_token": 1e3 / tg[0]["avg_ts"], "prefill_tok_s": pp[0]["avg_ts"],
+                    "peer": "llama.cpp %s (build %s, native: %s)" % (r0.get("build_commit"), r0.get("build_number"),
+                                                                     rel(peer["llama_bench"])),
+                    "cpu_info": r0.get("cpu_info"), "backends": r0.get("backends")}
+        cmd = ["node", PEER_JS, "--nlc", peer["dir"], "--model", gguf, "--threads", "2", "--prefill",
+               str(m["prefill"]), "--decode", str(m["decode"]), "--vocab", str(vocab)]
+        r = json.loads(self.cmd(cmd, timeout=1800).stdout)
+        run0 = r["runs"][0]
+        return {"decode_ms_per_token": 1e3 * run0["decode_s"] / m["decode"],
+                "prefill_tok_s": m["prefill"] / run0["prefill_s"],
+                "peer": "%s (llama.cpp %s %s, %s)" % (r["peer"], r["llama_cpp_release"]["repo"],
+                                                      r["llama_cpp_release"]["release"], r["build_type"]),
+                "cpu_info": r["system_info"].strip()}
+
+    def fig_llama_cpp(self, fig):
+        fig["title"] = "llama.cpp on the same weights (unquantized GGUF), rounds interleaved, 2 threads each"
+        peer = self.find_peer()
+        if isinstance(peer, str):
+            fig["status"] = "skipped"
+            fig["reason"] = peer
+            log("llama_cpp: skipped: %s" % peer)
+            return
+        fig["peer_kind"] = peer["kind"]
+        fig["models"] = []
+        env = {"OMP_NUM_THREADS": "2"}
+        for label in self.mode["peer"]:
+            if label in ("widened-demo", "demo"):
+                if not self.demo_present(draft=False):
+                    fig["models"].append({"label": label, "status": "pending",
+                                          "reason": "%s is absent" % rel(self.demo_target)})
+                    continue
+                model = self.widened()[0] if label == "widened-demo" else self.demo_target
+            else:
+                model = self.random_model(label)
+            cfg = json.load(open(os.path.join(model, "config.json")))
+            gguf = self.gguf(model, "%s-%s" % (label, os.path.basename(model)))
+            log("llama_cpp: %s (%s), %d rounds" % (label, rel(model), self.mode["peer_rounds"]))
+            rounds = []
+            for i in range(self.mode["peer_rounds"]):
+                order = ("deltafin", "peer") if i % 2 == 0 else ("peer", "deltafin")
+                rd = {}
+                for who in order:
+                    if who == "peer":
+                        rd["peer"] = self.peer_time(peer, gguf, cfg["vocab_size"], label)
+                    else:
+                        r = self.engine(model, "peer-%s-%d" % (label, i), env=env, repeat=1)
+                        del self.engine_runs["peer-%s-%d" % (label, i)]
+                        rd["deltafin"] = {"decode_ms_per_token": r["decode_ms_per_token"],
+                                          "prefill_tok_s": r["prefill_tok_s"], "isa": r["isa"],
+                                          "threads": r["threads"]}
+                rounds.append(rd)
+            def gm(xs):
+                return math.exp(sum(math.log(x) for x in xs) / len(xs))
+            dec = gm([x["peer"]["decode_ms_per_token"] / x["deltafin"]["decode_ms_per_token"] for x in rounds])
+            pre = gm([x["deltafin"]["prefill_tok_s"] / x["peer"]["prefill_tok_s"] for x in rounds])
+            med = lambda k, w: sorted(x[w][k] for x in rounds)[len(rounds) // 2]
+            entry = {"label": label, "model": rel(model), "gguf": rel(gguf), "rounds": rounds,
+                     "deltafin_decode_tok_s": round(1e3 / med("decode_ms_per_token", "deltafin"), 2),
+                     "peer_decode_tok_s": round(1e3 / med("decode_ms_per_token", "peer"), 2),
+                     "deltafin_prefill_tok_s": round(med("prefill_tok_s", "deltafin"), 2),
+                     "peer_prefill_tok_s": round(med("prefill_tok_s", "peer"), 2),
+                     "decode_ratio": round(dec, 4), "prefill_ratio": round(pre, 4), "status": "ok"}
+            fig["peer"] = rounds[0]["peer"]["peer"]
+            fig["peer_cpu"] = rounds[0]["peer"].get("cpu_info")
+            log("  %s: decode %.1f vs %.1f tok/s (%.2fx), prefill %.0f vs %.0f tok/s (%.2fx) — Deltafin vs peer" % (
+                label, entry["deltafin_decode_tok_s"], entry["peer_decode_tok_s"], dec,
+                entry["deltafin_prefill_tok_s"], entry["peer_prefill_tok_s"], pre))
+            fig["models"].append(entry)
+        if peer["kind"] == "node-llama-cpp" and self.demo_present(draft=False):
+            # the peer reads the same model: greedy ids from the demo target's own GGUF
+            n = 16
+            gguf = self.gguf(self.demo_target, "demo-" + os.path.basename(self.demo_target))
+            cfg = json.load(open(os.path.join(self.demo_target, "config.json")))
+            ids = ("39572,11,13498,13,220,24,1177,54271,23594,315,13224,594" if cfg["vocab_size"] > 60000
+                   else "5,6,7,8,9,10,11,12")
+            pr = json.loads(self.cmd(["node", PEER_JS, "--nlc", peer["dir"], "--model", gguf, "--prefill", "0",
+                                      "--decode", "0", "--vocab", str(cfg["vocab_size"]), "--ids", ids,
+                                      "--greedy", str(n)]).stdout)["greedy"]
+            mine = self.cmd([self.exe["deltafin"], "run", "--model", self.demo_target, "--prompt-ids", ids,
+                             "--max-new", str(n), "--temperature", "0", "--no-draft"]).stdout.split()
+            fig["greedy_ids"] = {"prompt": ids, "peer": pr, "deltafin": [int(x) for x in mine],
+                                 "same": pr == [int(x) for x in mine]}
+        ok = [x for x in fig["models"] if x["status"] == "ok"]
+        if not ok:
+            fig["status"] = "pending"
+            fig["reason"] = "no model to run"
+            return
+        fig["ratio"] = {"name": "Deltafin / llama.cpp: decode tok/s, prefill tok/s (geometric mean of the "
+                                "paired rounds)",
+                        "values": {x["label"]: {"decode": x["decode_ratio"], "prefill": x["prefill_ratio"]}
+                                   for x in ok}}
+
     def fig_server(self, fig):
         model = self.random_model(self.mode["server_model"])
         fig["title"] = "server aggregate completion throughput at 1/4/8 concurrent streams"
@@ -798,6 +968,7 @@ class Suite:
         self.figure("engine_widened_demo", self.fig_widened)
         self.figure("memory_bandwidth", self.fig_memory_bandwidth)
         self.figure("bandwidth_utilisation", self.fig_bandwidth_utilisation)
+        self.figure("llama_cpp", self.fig_llama_cpp)
         self.figure("speculative", self.fig_speculative)
         self.figure("cluster", self.fig_cluster)
         self.figure("plan_k3", self.fig_plan_k3)
@@ -931,6 +1102,24 @@ def markdown(res):
                 ", ".join("%s %.2fx" % (k, v) for k, v in c["ratio"]["values"].items()), st("cluster")))
         else:
             L.append("| cluster | - | - | %s |" % st("cluster"))
+    p = F.get("llama_cpp")
+    if p:
+        if p["status"] in ("ok", "failed") and p.get("models"):
+            for x in p["models"]:
+                if x["status"] != "ok":
+                    L.append("| llama.cpp peer, %s | - | - | %s (%s) |" % (x["label"], x["status"], x.get("reason", "")))
+                    continue
+                L.append("| llama.cpp peer, %s (%s) | decode %.1f tok/s against the peer's %.1f; prefill %.1f tok/s "
+                         "against %.1f | Deltafin / peer: decode %.2fx, prefill %.2fx | %s |" % (
+                             x["label"], p.get("peer", "?"), x["deltafin_decode_tok_s"], x["peer_decode_tok_s"],
+                             x["deltafin_prefill_tok_s"], x["peer_prefill_tok_s"], x["decode_ratio"],
+                             x["prefill_ratio"], st("llama_cpp")))
+            g = p.get("greedy_ids")
+            if g:
+                L.append("| llama.cpp peer, greedy ids on the demo target | %d ids %s | - | %s |" % (
+                    len(g["deltafin"]), "identical" if g["same"] else "DIFFERENT", st("llama_cpp")))
+        else:
+            L.append("| llama.cpp peer | - | - | %s |" % st("llama_cpp"))
     p = F.get("plan_k3")
     if p and p.get("prediction"):
         pr = p["prediction"]
@@ -992,6 +1181,9 @@ def main():
     ap.add_argument("--demo-draft")
     ap.add_argument("--demo-dspark", help="block drafter trained for --demo-target")
     ap.add_argument("--only", help="comma-separated figure names")
+    ap.add_argument("--llama-cpp", default=os.environ.get("BENCH_LLAMA_CPP"),
+                    help="a llama.cpp build (folder holding llama-bench, or bin/ or build/bin/ under it) "
+                         "to time as the peer; default: $BENCH_LLAMA_CPP, else node-llama-cpp %s" % NLC_VERSION)
     a = ap.parse_args()
     sys.path.insert(0, HERE)
     return Suite(a).run()
