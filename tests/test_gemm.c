@@ -2,13 +2,13 @@
  * paths of df_k_linear, bit for bit.
  *
  * For BF16, F16 and F32 weights, with and without bias, over shapes that exercise every edge
- * (rows not a multiple of the 6-row block, columns not a multiple of the 8-column tile, K with
- * and without a K % 8 tail, K below 8): df_k_linear at M >= DF_K_GEMM_MIN_ROWS on AVX-512 (the
- * GEMM) equals the same call on AVX2 and on the scalar path, and each row equals a one-row
- * product of that row alone (batch invariance); df_k_linear_multi mixing GEMM-sized and small
- * jobs equals the jobs one by one; 1 to 4 threads give the same bytes; and the values are a
- * correct product (against double precision, to a bound of K * 2^-22 relative). Skipped where
- * the CPU has no AVX-512 (the GEMM never runs there).
+ * (rows not a multiple of the 4- and 6-row blocks, columns not a multiple of the 8-column tile,
+ * K with and without a K % 8 tail, K below 8): df_k_linear at M >= DF_K_GEMM_MIN_ROWS on each
+ * ISA with a GEMM the CPU has (AVX2; AVX-512) equals the same call on every other ISA it has,
+ * the scalar path included, and each row equals a one-row product of that row alone (batch
+ * invariance); df_k_linear_multi mixing GEMM-sized and small jobs equals the jobs one by one;
+ * 1 to 4 threads give the same bytes; and the values are a correct product (against double
+ * precision, to a bound of K * 2^-22 relative). Skipped where the CPU has no AVX2.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,7 +54,9 @@ static void check_dtype(df_dtype dt) {
                                  {100, 7, 8},  {16, 1, 5},   {31, 16, 256}, {48, 41, 77}};
   uint64_t s = 12345 + (uint64_t)dt;
   df_isa hw = df_k_isa_hw();
+  for (int gi = DF_ISA_AVX2; gi <= (int)hw; gi++)
   for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+    df_isa gemm_isa = (df_isa)gi;
     int64_t M = shapes[c].M, N = shapes[c].N, K = shapes[c].K;
     size_t es = df_dtype_size(dt);
     void *w = malloc((size_t)(N * K) * es), *bias = malloc((size_t)N * es);
@@ -65,7 +67,7 @@ static void check_dtype(df_dtype dt) {
     for (int64_t i = 0; i < M * K; i++) x[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 997.0f;
     for (int b = 0; b < 2; b++) {
       const void *bb = b ? bias : NULL;
-      df_k_set_isa(DF_ISA_AVX512);
+      df_k_set_isa(gemm_isa);
       df_k_set_threads(2);
       df_k_linear(x, M, K, K, w, dt, N, bb, ya, N);
       /* the GEMM tiles really ran: one called directly writes the same columns */
@@ -75,14 +77,16 @@ static void check_dtype(df_dtype dt) {
       for (int64_t m = 0; m < M; m++)
         assert_memory_equal(yc + m * N, ya + m * N, (size_t)nr * sizeof(float));
       free(yc);
-      for (int isa = DF_ISA_SCALAR; isa < (int)DF_ISA_AVX512; isa++) {
+      for (int isa = DF_ISA_SCALAR; isa <= (int)hw; isa++) {
+        if (isa == gi) continue;
         df_k_set_isa((df_isa)isa);
         df_k_linear(x, M, K, K, w, dt, N, bb, yb, N);
         if (memcmp(ya, yb, (size_t)(M * N) * sizeof(float)))
-          fail_msg("dtype %d [%lld x %lld x %lld] bias %d: GEMM differs from %s", (int)dt,
-                   (long long)M, (long long)N, (long long)K, b, df_k_isa_name((df_isa)isa));
+          fail_msg("dtype %d [%lld x %lld x %lld] bias %d: the %s GEMM differs from %s", (int)dt,
+                   (long long)M, (long long)N, (long long)K, b, df_k_isa_name(gemm_isa),
+                   df_k_isa_name((df_isa)isa));
       }
-      df_k_set_isa(DF_ISA_AVX512);
+      df_k_set_isa(gemm_isa);
       for (int t = 1; t <= 4; t++) {
         df_k_set_threads(t);
         df_k_linear(x, M, K, K, w, dt, N, bb, yb, N);
@@ -116,26 +120,26 @@ static void check_dtype(df_dtype dt) {
 
 static void test_bf16(void **state) {
   (void)state;
-  if (df_k_isa_hw() < DF_ISA_AVX512) skip();
+  if (df_k_isa_hw() < DF_ISA_AVX2) skip();
   check_dtype(DF_DT_BF16);
 }
 
 static void test_f16(void **state) {
   (void)state;
-  if (df_k_isa_hw() < DF_ISA_AVX512) skip();
+  if (df_k_isa_hw() < DF_ISA_AVX2) skip();
   check_dtype(DF_DT_F16);
 }
 
 static void test_f32(void **state) {
   (void)state;
-  if (df_k_isa_hw() < DF_ISA_AVX512) skip();
+  if (df_k_isa_hw() < DF_ISA_AVX2) skip();
   check_dtype(DF_DT_F32);
 }
 
 /* One region with GEMM-sized and small jobs equals the jobs one at a time. */
 static void test_multi(void **state) {
   (void)state;
-  if (df_k_isa_hw() < DF_ISA_AVX512) skip();
+  if (df_k_isa_hw() < DF_ISA_AVX2) skip();
   uint64_t s = 99;
   enum { NJ = 4 };
   const int64_t Ms[NJ] = {40, 3, 16, 1}, Ns[NJ] = {24, 12, 9, 30}, Ks[NJ] = {96, 96, 37, 64};

@@ -251,9 +251,9 @@ typedef void (*coltile_fn)(const float *, int64_t, int64_t, int64_t, const void 
 
 /* Column tile `t` of a job: tiles of 8 columns for one row (decode), else 4; FP8 and MXFP4
  * jobs always 4 (df_k_linear_fp8_cols, df_k_linear_mxfp4_cols). */
-/* Prefill-sized products of BF16 / F16 / F32 weights go to the AVX-512 GEMM tiles. */
+/* Prefill-sized products of BF16 / F16 / F32 weights go to the GEMM tiles (AVX2 or AVX-512). */
 static bool job_gemm(const df_k_linear_job *j) {
-  return j->M >= DF_K_GEMM_MIN_ROWS && df_k_isa() >= DF_ISA_AVX512 &&
+  return j->M >= DF_K_GEMM_MIN_ROWS && df_k_isa() >= DF_ISA_AVX2 &&
          (j->wdt == DF_DT_BF16 || j->wdt == DF_DT_F16 || j->wdt == DF_DT_F32);
 }
 
