@@ -228,7 +228,8 @@ int main(int argc, char **argv) {
   }
   char err[1024];
   df_model *m = NULL;
-  df_model_opts mo = {.max_ctx = n_prefill + n_decode + 16, .max_rows = n_prefill};
+  df_model_opts mo = {.max_ctx = (n_prefill > 8 ? n_prefill : 8) + n_decode + 16,
+                      .max_rows = n_prefill > 8 ? n_prefill : 8};
   fprintf(stderr, "bench: loading %s\n", model_dir);
   if (df_model_load(model_dir, &mo, &m, err, sizeof err) != 0) {
     fprintf(stderr, "df-bench-engine: %s\n", err);
@@ -238,8 +239,9 @@ int main(int argc, char **argv) {
   df_model_bytes mb = df_model_memory(m);
   int64_t V = cfg->vocab_size;
   float *logits = malloc((size_t)V * sizeof(float));
-  int32_t *ids = malloc((size_t)n_prefill * sizeof *ids);
-  for (int i = 0; i < n_prefill; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
+  int n_ids = n_prefill > 8 ? n_prefill : 8; /* the decode runs start from an 8-token prompt */
+  int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
+  for (int i = 0; i < n_ids; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
 
   fprintf(stderr, "bench: memory read bandwidth\n");
   double bw = mem_read_gbs(5, bw_mib);

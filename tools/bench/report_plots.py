@@ -6,7 +6,7 @@
 Writes, for the figures present with status ok: engine.png (decode and prefill tok/s per
 model with the bandwidth-utilisation ratio), breakdown.png (decode ms/token by part),
 speculative.png (target alone, draft model and block drafter: speed-up and mean accepted
-length), cluster.png, server.png, tokenizer.png. Returns the paths written.
+length), llama_cpp.png (Deltafin and the llama.cpp peer: decode and prefill tok/s), cluster.png, server.png, tokenizer.png. Returns the paths written.
 """
 import json
 import os
@@ -95,6 +95,30 @@ def plot_all(res, out):
         ax.set_title("Speculative: acceptance %.2f, mean accepted %.2f, x%.2f\n%s" % (
             s["acceptance"], s["mean_accepted_length"], s["ratio"]["value"], _subtitle(res)), fontsize=9)
         save(fig, "speculative.png")
+
+    p = _ok(res, "llama_cpp")
+    if p:
+        ms = [m for m in p["models"] if m["status"] == "ok"]
+        labels = [m["label"] for m in ms]
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+        w = 0.38
+        xs = range(len(ms))
+        for ax, what, unit in ((axes[0], "decode", "decode tok/s"), (axes[1], "prefill", "prefill tok/s")):
+            b1 = ax.bar([x - w / 2 for x in xs], [m["deltafin_%s_tok_s" % what] for m in ms], w, label="Deltafin",
+                        color="#4c72b0")
+            b2 = ax.bar([x + w / 2 for x in xs], [m["peer_%s_tok_s" % what] for m in ms], w, label="llama.cpp",
+                        color="#dd8452")
+            ax.bar_label(b1, labels=["%.0f\n%.2fx" % (m["deltafin_%s_tok_s" % what], m["%s_ratio" % what])
+                                     for m in ms], fontsize=8)
+            ax.bar_label(b2, fmt="%.0f", fontsize=8)
+            ax.set_xticks(list(xs))
+            ax.set_xticklabels(labels)
+            ax.set_ylabel(unit + ", 2 threads")
+            ax.set_yscale("log")
+            ax.legend(fontsize=8)
+        fig.suptitle("Deltafin and llama.cpp on the same bf16 weights (%s)\n%s" % (p.get("peer", "?"), _subtitle(res)),
+                     fontsize=9)
+        save(fig, "llama_cpp.png")
 
     c = _ok(res, "cluster")
     if c:

@@ -383,6 +383,7 @@ class Suite:
         else:
             self.cmd(cmd, timeout=1800)
         r = json.load(open(js))
+        self.isa_seen = (r["isa"], r["threads"])
         r["label"] = label
         r["model"] = rel(model)
         r["size_gb"] = round(r["total_bytes"] / 1e9, 3)
@@ -997,9 +998,8 @@ class Suite:
                              "time); otherwise the timings are measured under load"},
             "figures": {k: self.figures[k] for k in FIGURES if k in self.figures},
         }
-        if self.engine_runs:
-            any_run = next(iter(self.engine_runs.values()))
-            res["machine"].update(isa=any_run["isa"], threads=any_run["threads"])
+        if getattr(self, "isa_seen", None):
+            res["machine"].update(isa=self.isa_seen[0], threads=self.isa_seen[1])
         path = os.path.join(self.out, "results.json")
         with open(path + ".tmp", "w") as f:
             json.dump(res, f, indent=1)
@@ -1047,10 +1047,12 @@ def markdown(res):
         L.append("| memory read bandwidth | %.2f GB/s | lowest/highest run %.2f | ok |" % (b["gbs"], b["ratio"]["value"]))
     for r in F.get("engine_random", {}).get("models", []):
         L.append("| random %s (%.2f GB, hidden %d, %d layers, %d experts top-%d) | decode %.2f ms/token (%.1f tok/s); "
-                 "prefill %d tokens %.1f tok/s (%.1f GFLOP/s) | bandwidth utilisation %.2f; prefill / 64-row kernel %s | ok |"
+                 "prefill %d tokens %.1f tok/s (%.1f GFLOP/s) | bandwidth utilisation %.2f; prefill / 64-row kernel %s; "
+                 "prefill / FMA peak (%s GFLOP/s) %s | ok |"
                  % (r["label"], r["size_gb"], r["hidden"], r["layers"], r["experts"], r["top_k"], r["decode_ms_per_token"],
                     r["decode_tok_s"], r["prefill_tokens"], r["prefill_tok_s"], r["prefill_gflops"],
-                    r["bandwidth_utilisation"], fmt(r["prefill_vs_gemm64"])))
+                    r["bandwidth_utilisation"], fmt(r["prefill_vs_gemm64"]), fmt(r.get("fma_peak_gflops"), 0),
+                    fmt(r.get("prefill_fraction_of_peak"))))
     w = F.get("engine_widened_demo")
     if w:
         if w["status"] == "ok":
