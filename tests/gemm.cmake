@@ -1,4 +1,5 @@
-# The prefill GEMM tiles (AVX2 and AVX-512; engine/kernels/kernels_gemm.c): bitwise equal to
-# df_k_linear on every other ISA the CPU has, the scalar path included, and to one-row products for BF16 / F16 / F32 weights over edge shapes,
-# 1-4 threads, mixed df_k_linear_multi jobs; a correct product against double precision.
+# The prefill GEMM tiles (AVX-512; engine/kernels/kernels_gemm.c): bitwise equal to df_k_linear's
+# AVX2 and scalar paths and to one-row products for BF16 / F16 / F32 weights over edge shapes,
+# 1-4 threads, mixed df_k_linear_multi jobs; a correct product against double precision. The
+# AVX2 multi-row tile (2-17 rows) bitwise equal to the scalar path and to one-row products.
 df_add_cmocka_test(test_gemm SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_gemm.c LIBS dfengine)

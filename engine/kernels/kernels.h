@@ -190,8 +190,7 @@ void df_k_linear_fp8(const float *x, int64_t M, int64_t K, int64_t ldx, const ui
                      int64_t N, float *y, int64_t ldy);
 
 /* Rows of a product at which df_k_linear and df_k_linear_multi compute BF16 / F16 / F32 weights
- * with df_k_linear_gemm_cols (where the CPU has AVX2 or AVX-512), and its tile width in weight
- * rows. */
+ * with df_k_linear_gemm_cols (where the CPU has AVX-512), and its tile width in weight rows. */
 #define DF_K_GEMM_MIN_ROWS 16
 #define DF_K_GEMM_NR 8
 
@@ -201,7 +200,7 @@ void df_k_linear_fp8(const float *x, int64_t M, int64_t K, int64_t ldx, const ui
  * y + n0). A register-blocked GEMM (kernels_gemm.c) whose every element is computed with the
  * operations of df_k_linear's lane order, so the values are df_k_linear's bit for bit. Uses a
  * per-thread buffer of 32 K bytes. Returns false, writing nothing, when the ISA in use is below
- * AVX2 or the buffer cannot be allocated: the caller computes the tile another way. */
+ * AVX-512 or the buffer cannot be allocated: the caller computes the tile another way. */
 bool df_k_linear_gemm_cols(df_dtype dt, const float *x, int64_t M, int64_t K, int64_t ldx,
                            const void *w, int64_t n0, int nr, const void *bias, float *y,
                            int64_t ldy);

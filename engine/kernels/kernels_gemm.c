@@ -1,5 +1,5 @@
 /* engine/kernels/kernels_gemm.c — prefill's linear products (many rows) as a register-blocked
- * GEMM on AVX2 and AVX-512; see kernels.h df_k_linear_gemm_cols.
+ * GEMM on AVX-512; see kernels.h df_k_linear_gemm_cols.
  *
  * Owns: y = x w^T for M >= DF_K_GEMM_MIN_ROWS rows and BF16 / F16 / F32 weights, computing each
  * output element exactly as df_k_linear's other paths do (kernels.h: eight fp32 lanes k = l mod
@@ -15,10 +15,7 @@
  * both halves, so every lane sees the same multiply-add sequence as a 256-bit accumulator of one
  * output; the wider register only computes two outputs at once. 6 x 4 accumulators stay in
  * registers: per 8 k, 24 fused multiply-adds for 4 panel loads and 6 broadcasts (the 256-bit
- * 3 x 4 tile of kernels.c does 12 for 4 widening loads and 3 loads).
- * On AVX2 the same panel serves blocks of 4 activation rows x 3 weight rows (then 3, then 2):
- * 12 256-bit accumulators, one output each, 12 fused multiply-adds for 3 panel and 4 activation
- * loads per 8 k, the weights widened once per tile instead of once per block of rows.
+ * 3 x 4 tile does 12 for 4 widening loads and 3 loads).
  */
 #include "engine/kernels/kernels.h"
 
@@ -107,107 +104,6 @@ static GEMM_FN void block6x8(const float *const *xr, const float *panel, int64_t
 #undef FMA4
 #undef LANES
 #undef BCAST
-
-/* AVX2: rows xr[0..4) against panel rows c0 .. c0 + NC (NC 3 or 2) over columns [k0, k1)
- * (multiples of 8); acc[i * 3 + j] holds the 8 lanes of row i with weight row c0 + j, read back
- * (unless `first`: zero) and stored again, so a product split in K steps is the same sequence
- * of fused multiply-adds per lane as one pass. With NC 3, 12 accumulators, three panel vectors
- * and one activation vector fill the 16 registers: per 8 k, 12 fused multiply-adds for 7 loads
- * and no widening (the panel was widened once for all row blocks). */
-#define ROW4(i, NC)                                                                            \
-  do {                                                                                         \
-    __m256 xv = _mm256_loadu_ps(xr[i] + k);                                                    \
-    a##i##0 = _mm256_fmadd_ps(xv, w0, a##i##0);                                                \
-    a##i##1 = _mm256_fmadd_ps(xv, w1, a##i##1);                                                \
-    if (NC > 2) a##i##2 = _mm256_fmadd_ps(xv, w2, a##i##2);                                    \
-  } while (0)
-#define DEF_BLOCK4(NC)                                                                         \
-  static AVX2_FN void block4x##NC(const float *const *xr, const float *panel, int c0,          \
-                                  int64_t k0, int64_t k1, float *acc, bool first) {            \
-    __m256 a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32;                         \
-    if (first) {                                                                               \
-      a00 = _mm256_setzero_ps();                                                               \
-      a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = a00;                   \
-    } else {                                                                                   \
-      a00 = _mm256_load_ps(acc), a01 = _mm256_load_ps(acc + 8);                                \
-      a02 = _mm256_load_ps(acc + 16), a10 = _mm256_load_ps(acc + 24);                          \
-      a11 = _mm256_load_ps(acc + 32), a12 = _mm256_load_ps(acc + 40);                          \
-      a20 = _mm256_load_ps(acc + 48), a21 = _mm256_load_ps(acc + 56);                          \
-      a22 = _mm256_load_ps(acc + 64), a30 = _mm256_load_ps(acc + 72);                          \
-      a31 = _mm256_load_ps(acc + 80), a32 = _mm256_load_ps(acc + 88);                          \
-    }                                                                                          \
-    const float *p = panel + (k0 / 8) * 64 + 8 * c0;                                           \
-    for (int64_t k = k0; k < k1; k += 8, p += 64) {                                            \
-      __m256 w0 = _mm256_load_ps(p), w1 = _mm256_load_ps(p + 8);                               \
-      __m256 w2 = NC > 2 ? _mm256_load_ps(p + 16) : w1;                                        \
-      ROW4(0, NC);                                                                             \
-      ROW4(1, NC);                                                                             \
-      ROW4(2, NC);                                                                             \
-      ROW4(3, NC);                                                                             \
-    }                                                                                          \
-    _mm256_store_ps(acc, a00), _mm256_store_ps(acc + 8, a01), _mm256_store_ps(acc + 16, a02);  \
-    _mm256_store_ps(acc + 24, a10), _mm256_store_ps(acc + 32, a11);                            \
-    _mm256_store_ps(acc + 40, a12), _mm256_store_ps(acc + 48, a20);                            \
-    _mm256_store_ps(acc + 56, a21), _mm256_store_ps(acc + 64, a22);                            \
-    _mm256_store_ps(acc + 72, a30), _mm256_store_ps(acc + 80, a31);                            \
-    _mm256_store_ps(acc + 88, a32);                                                            \
-  }
-DEF_BLOCK4(3)
-DEF_BLOCK4(2)
-#undef DEF_BLOCK4
-#undef ROW4
-
-/* K columns per pass of the AVX2 blocks: the panel's 8 KB slice stays in L1 across every row
- * block and each block's 4 KB of activations across the panel's three column groups. */
-#define G_KC 256
-
-/* The AVX2 tile: every row block's accumulators (M/4 blocks x 3 column groups x 12 x 8 floats,
- * a per-thread buffer) advance one K slice at a time; then each output is its lane sum, the
- * K % 8 tail in ascending k and the bias, as df_k_linear. False when out of memory. */
-static AVX2_FN bool gemm_avx2(df_dtype dt, const float *panel, const float *x, int64_t M,
-                              int64_t K, int64_t ldx, const void *const *wr, int64_t n0, int nr,
-                              const void *bias, float *y, int64_t ldy) {
-  static _Thread_local float *t_acc;
-  static _Thread_local size_t t_acc_cap;
-  int64_t K8 = K & ~(int64_t)7, nb = (M + 3) / 4;
-  size_t need = (size_t)nb * 3 * 96;
-  if (need > t_acc_cap) {
-    free(t_acc);
-    t_acc = aligned_alloc(64, need * sizeof(float));
-    t_acc_cap = t_acc ? need : 0;
-    if (!t_acc) return false;
-  }
-  int ng = (nr + 2) / 3; /* column groups: panel rows 0-2, 3-5, 6-7 */
-  for (int64_t k0 = 0; k0 < K8 || k0 == 0; k0 += G_KC) {
-    int64_t k1 = K8 - k0 < G_KC ? K8 : k0 + G_KC;
-    for (int64_t b = 0; b < nb; b++) {
-      int64_t m0 = b * 4;
-      int mr = (int)(M - m0 < 4 ? M - m0 : 4);
-      const float *xr[4]; /* missing rows repeat the last: computed, discarded */
-      for (int i = 0; i < 4; i++) xr[i] = x + (m0 + (i < mr ? i : mr - 1)) * ldx;
-      for (int g = 0; g < ng; g++) {
-        float *acc = t_acc + (size_t)(b * 3 + g) * 96;
-        if (g < 2)
-          block4x3(xr, panel, 3 * g, k0, k1, acc, k0 == 0);
-        else
-          block4x2(xr, panel, 3 * g, k0, k1, acc, k0 == 0);
-      }
-    }
-  }
-  for (int64_t b = 0; b < nb; b++) {
-    int64_t m0 = b * 4;
-    int mr = (int)(M - m0 < 4 ? M - m0 : 4);
-    for (int i = 0; i < mr; i++)
-      for (int j = 0; j < nr; j++) {
-        const float *acc = t_acc + (size_t)(b * 3 + j / 3) * 96 + (i * 3 + j % 3) * 8;
-        float s = avx2_reduce(_mm256_load_ps(acc));
-        const float *xi = x + (m0 + i) * ldx;
-        for (int64_t t = K8; t < K; t++) s = fmaf(xi[t], k_to_f32(wr[j], dt, t), s);
-        y[(m0 + i) * ldy + n0 + j] = bias ? s + k_to_f32(bias, dt, n0 + j) : s;
-      }
-  }
-  return true;
-}
 #endif
 
 bool df_k_linear_gemm_cols(df_dtype dt, const float *x, int64_t M, int64_t K, int64_t ldx,
@@ -216,7 +112,7 @@ bool df_k_linear_gemm_cols(df_dtype dt, const float *x, int64_t M, int64_t K, in
   assert(nr >= 1 && nr <= DF_K_GEMM_NR && M >= 1);
   assert(dt == DF_DT_BF16 || dt == DF_DT_F16 || dt == DF_DT_F32);
 #if DF_HAVE_X86
-  if (df_k_isa() < DF_ISA_AVX2) return false;
+  if (df_k_isa() < DF_ISA_AVX512) return false;
   int64_t K8 = K & ~(int64_t)7;
   float *panel = panel_of((size_t)K8 * DF_K_GEMM_NR + 16);
   if (!panel) return false; /* out of memory: the caller's tiles compute the same values */
@@ -225,7 +121,6 @@ bool df_k_linear_gemm_cols(df_dtype dt, const float *x, int64_t M, int64_t K, in
   for (int j = 0; j < DF_K_GEMM_NR; j++)
     wr[j] = (const char *)w + (size_t)(n0 + (j < nr ? j : nr - 1)) * (size_t)K * esz;
   pack(wr, dt, K8, panel);
-  if (df_k_isa() < DF_ISA_AVX512) return gemm_avx2(dt, panel, x, M, K, ldx, wr, n0, nr, bias, y, ldy);
   float o[G_MR * DF_K_GEMM_NR];
   for (int64_t m0 = 0; m0 < M; m0 += G_MR) {
     int mr = (int)(M - m0 < G_MR ? M - m0 : G_MR);
