@@ -50,6 +50,35 @@ typedef struct shape {
   int64_t M, N, K;
 } shape;
 
+/* One random product: w [N, K] and bias [N] of dtype dt, x [M, K] fp32, outputs ya, yb [M, N]. */
+typedef struct prod {
+  void *w, *bias;
+  float *x, *ya, *yb;
+} prod;
+
+static prod prod_new(df_dtype dt, int64_t M, int64_t N, int64_t K, uint64_t *s) {
+  size_t es = df_dtype_size(dt);
+  prod p = {malloc((size_t)(N * K) * es), malloc((size_t)N * es), malloc((size_t)(M * K) * sizeof(float)),
+            malloc((size_t)(M * N) * sizeof(float)), malloc((size_t)(M * N) * sizeof(float))};
+  assert_non_null(p.w);
+  assert_non_null(p.bias);
+  assert_non_null(p.x);
+  assert_non_null(p.ya);
+  assert_non_null(p.yb);
+  for (int64_t i = 0; i < N * K; i++) put_w(p.w, dt, i, s);
+  for (int64_t i = 0; i < N; i++) put_w(p.bias, dt, i, s);
+  for (int64_t i = 0; i < M * K; i++) p.x[i] = (float)((int64_t)(lcg(s) % 2001) - 1000) / 997.0f;
+  return p;
+}
+
+static void prod_free(prod *p) {
+  free(p->w);
+  free(p->bias);
+  free(p->x);
+  free(p->ya);
+  free(p->yb);
+}
+
 static void check_dtype(df_dtype dt) {
   static const shape shapes[] = {{16, 8, 64},  {17, 9, 13},  {23, 33, 100}, {64, 20, 1029},
                                  {100, 7, 8},  {16, 1, 5},   {31, 16, 256}, {48, 41, 77}};
@@ -57,13 +86,9 @@ static void check_dtype(df_dtype dt) {
   df_isa hw = df_k_isa_hw();
   for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
     int64_t M = shapes[c].M, N = shapes[c].N, K = shapes[c].K;
-    size_t es = df_dtype_size(dt);
-    void *w = malloc((size_t)(N * K) * es), *bias = malloc((size_t)N * es);
-    float *x = malloc((size_t)(M * K) * sizeof(float));
-    float *ya = malloc((size_t)(M * N) * sizeof(float)), *yb = malloc((size_t)(M * N) * sizeof(float));
-    for (int64_t i = 0; i < N * K; i++) put_w(w, dt, i, &s);
-    for (int64_t i = 0; i < N; i++) put_w(bias, dt, i, &s);
-    for (int64_t i = 0; i < M * K; i++) x[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 997.0f;
+    prod p = prod_new(dt, M, N, K, &s);
+    void *w = p.w, *bias = p.bias;
+    float *x = p.x, *ya = p.ya, *yb = p.yb;
     for (int b = 0; b < 2; b++) {
       const void *bb = b ? bias : NULL;
       df_k_set_isa(DF_ISA_AVX512);
@@ -105,11 +130,7 @@ static void check_dtype(df_dtype dt) {
             fail_msg("[%lld, %lld]: %g, double %g", (long long)m, (long long)n, ya[m * N + n], r);
         }
     }
-    free(w);
-    free(bias);
-    free(x);
-    free(ya);
-    free(yb);
+    prod_free(&p);
   }
   df_k_set_isa(hw);
   df_k_set_threads(0);
@@ -182,13 +203,9 @@ static void test_avx2_rows(void **state) {
         for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++) {
           int64_t N = Ns[a], K = Ks[b];
           df_dtype dt = dts[d];
-          size_t es = df_dtype_size(dt);
-          void *w = malloc((size_t)(N * K) * es), *bias = malloc((size_t)N * es);
-          float *x = malloc((size_t)(M * K) * sizeof(float));
-          float *ya = malloc((size_t)(M * N) * sizeof(float)), *yb = malloc((size_t)(M * N) * sizeof(float));
-          for (int64_t i = 0; i < N * K; i++) put_w(w, dt, i, &s);
-          for (int64_t i = 0; i < N; i++) put_w(bias, dt, i, &s);
-          for (int64_t i = 0; i < M * K; i++) x[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 997.0f;
+          prod p = prod_new(dt, M, N, K, &s);
+          void *w = p.w, *bias = p.bias;
+          float *x = p.x, *ya = p.ya, *yb = p.yb;
           const void *bb = (M + N) % 2 ? bias : NULL;
           df_k_set_isa(DF_ISA_AVX2);
           df_k_set_threads(2);
@@ -208,11 +225,7 @@ static void test_avx2_rows(void **state) {
             df_k_linear(x, M, K, K, w, dt, N, bb, yb, N);
             assert_memory_equal(ya, yb, (size_t)(M * N) * sizeof(float));
           }
-          free(w);
-          free(bias);
-          free(x);
-          free(ya);
-          free(yb);
+          prod_free(&p);
         }
   df_k_set_isa(hw);
   df_k_set_threads(0);
