@@ -103,16 +103,16 @@ INLINE void tile_scalar(df_dtype dt, int mr, int nr, const float *x, int64_t ldx
   })
 
 #define DEF_MICRO(sfx, DT)                                                                     \
-  static AVX2_FN void k1x8_##sfx(const float *x, const void *const *w, int64_t K, float *o) {  \
+  static AVX2_FN void k1x8_##sfx(const float *x, const void *const *w, int64_t K, float *o,   \
+                                 const char *pfb, size_t pfs) {                                \
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,     \
            a7 = a0;                                                                            \
     int64_t K8 = K & ~(int64_t)7;                                                              \
-    const size_t pf = (size_t)8 * (size_t)K * sizeof(DT_T_##sfx);                               \
     for (int64_t k = 0; k < K8; k += 8) {                                                      \
       __m256 xv = _mm256_loadu_ps(x + k);                                                      \
       if ((k & (PF_STEP_##sfx - 1)) == 0)                                                      \
         for (int j_ = 0; j_ < 8; j_++)                                                         \
-          _mm_prefetch((const char *)w[j_] + pf + (size_t)k * sizeof(DT_T_##sfx), _MM_HINT_T1); \
+          _mm_prefetch(pfb + (size_t)j_ * pfs + (size_t)k * sizeof(DT_T_##sfx), _MM_HINT_T1);  \
       a0 = _mm256_fmadd_ps(xv, avx2_ld(w[0], DT, k), a0);                                      \
       a1 = _mm256_fmadd_ps(xv, avx2_ld(w[1], DT, k), a1);                                      \
       a2 = _mm256_fmadd_ps(xv, avx2_ld(w[2], DT, k), a2);                                      \
@@ -180,7 +180,15 @@ DEF_4X3(bf16, DF_DT_BF16)
 DEF_4X3(f16, DF_DT_F16)
 DEF_4X3(f32, DF_DT_F32)
 
-typedef void (*k1x8_fn)(const float *, const void *const *, int64_t, float *);
+typedef void (*k1x8_fn)(const float *, const void *const *, int64_t, float *, const char *,
+                        size_t);
+
+/* Set by multi_for while the calling thread runs the last tile of a job and its next tile is
+ * the first of another one-row job: that job's first weight row and row stride, for the 1 x 8
+ * kernel to prefetch instead of the bytes past its matrix's end (a hint: no result changes).
+ * NULL otherwise. */
+static _Thread_local const char *t_next_rows;
+static _Thread_local size_t t_next_stride;
 typedef void (*k4x3_fn)(const float *const *, const void *const *, int64_t, float *, size_t);
 
 /* Columns [n0, n0 + nr) of y for M >= 2 rows, nr <= FEW_NR: blocks of 4 rows, the 4 x 3
@@ -225,7 +233,11 @@ static void coltile_avx2(df_dtype dt, const float *x, int64_t M, int64_t K, int6
     wr[j] = (const char *)w + (size_t)(n0 + (j < nr ? j : nr - 1)) * (size_t)K * esz;
   float o[8];
   k1x8_fn f = dt == DF_DT_BF16 ? k1x8_bf16 : dt == DF_DT_F16 ? k1x8_f16 : k1x8_f32;
-  f(x, wr, K, o);
+  /* the next tile's rows: the next 8 rows of this matrix, or the next job's first rows */
+  const char *pfb = (const char *)wr[0] + (size_t)8 * (size_t)K * esz;
+  size_t pfs = (size_t)K * esz;
+  if (t_next_rows) pfb = t_next_rows, pfs = t_next_stride;
+  f(x, wr, K, o, pfb, pfs);
   for (int j = 0; j < nr; j++) y[n0 + j] = bias ? o[j] + df_k_to_f32(bias, dt, n0 + j) : o[j];
 }
 #endif
@@ -354,8 +366,13 @@ static void multi_for(const df_k_linear_job *jobs, int n_jobs, const int64_t *fi
   for (int64_t t = 0; t < total; t++) {
     while (t >= first[job + 1]) job++;
     while (t < first[job]) job--;
+    const df_k_linear_job *nx = t + 1 == first[job + 1] && job + 1 < n_jobs ? &jobs[job + 1] : NULL;
+    t_next_rows = nx && nx->M == 1 && (nx->wdt == DF_DT_BF16 || nx->wdt == DF_DT_F16 ||
+                                       nx->wdt == DF_DT_F32) ? (const char *)nx->w : NULL;
+    t_next_stride = nx ? (size_t)nx->K * df_dtype_size(nx->wdt) : 0;
     job_tile(&jobs[job], t - first[job]);
   }
+  t_next_rows = NULL;
 }
 
 void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
