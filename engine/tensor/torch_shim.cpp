@@ -20,7 +20,10 @@
 #include <omp.h>
 #include <torch/cuda.h>
 
+#include <sys/mman.h>
+
 #include <cassert>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -206,7 +209,22 @@ extern "C" df_t_tensor *df_t_new_f32(int ndim, const int64_t *shape, char *err, 
   try {
     std::vector<int64_t> sizes(shape, shape + ndim);
     auto *h = new df_t_tensor;
-    h->t = at::zeros(sizes, at::TensorOptions().dtype(at::kFloat));
+    size_t bytes = (size_t)n * 4;
+    if (bytes >= ((size_t)1 << 20)) {
+      /* large buffers (KV caches sized for the whole context, workspaces) from anonymous
+       * pages: zero by definition and touched only where written, so a cache costs memory for
+       * the positions a sequence reaches, not its whole context at allocation */
+      void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        delete h;
+        snprintf(err, errlen, "allocating %zu bytes: %s", bytes, strerror(errno));
+        return nullptr;
+      }
+      h->t = at::from_blob(p, sizes, [bytes](void *d) { munmap(d, bytes); },
+                           at::TensorOptions().dtype(at::kFloat));
+    } else {
+      h->t = at::zeros(sizes, at::TensorOptions().dtype(at::kFloat));
+    }
     h->dt = DF_DT_F32;
     h->owned = true;
     return h;

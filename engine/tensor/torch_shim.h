@@ -89,7 +89,9 @@ uint64_t df_t_stored_bytes(const df_t_tensor *w);
 df_k_weight df_t_kweight(const df_t_tensor *w);
 
 /* A new zero-filled fp32 tensor of the given shape on the CPU; NULL on allocation failure
- * (message names the byte count). */
+ * (message names the byte count). From 1 MiB up its memory is anonymous pages (mmap), zero
+ * and resident only once written: a KV cache sized for the whole context costs the memory of
+ * the positions it holds. */
 df_t_tensor *df_t_new_f32(int ndim, const int64_t *shape, char *err, size_t errlen);
 
 /* Free the handle (and memory the shim allocated); sets *t to NULL; NULL-safe. */
