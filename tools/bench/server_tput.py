@@ -119,8 +119,8 @@ def main():
                     "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
 
         # warm-up: one pass at the most streams pages in the weights of every expert a batch
-        # touches and allocates the KV cache of every sequence slot (each zeroed once: 128 MB
-        # for bench600m's 4096 positions), costs a server pays once, not per request
+        # touches and allocates the KV cache of every sequence slot, costs a server pays once,
+        # not per request
         n = max(levels)
         warm = [None] * n
         ts = [threading.Thread(target=stream, args=(port, body(i), warm, i)) for i in range(n)]
