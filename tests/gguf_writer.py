@@ -94,7 +94,7 @@ def convert(model, out):
                           stderr=subprocess.PIPE, text=True, timeout=600)
 
 
-def check_model(model, out):
+def check_model(model, out, pre="qwen2"):
     label = os.path.basename(model)
     p = convert(model, out)
     if not check(p.returncode == 0, "%s: gguf.py exit %d: %s" % (label, p.returncode, p.stderr.strip())):
@@ -157,8 +157,8 @@ def check_model(model, out):
     tj_path = os.path.join(model, "tokenizer.json")
     if os.path.exists(tj_path):
         tj = json.load(open(tj_path, encoding="utf-8"))
-        check(r.kv.get("tokenizer.ggml.model") == "gpt2" and r.kv.get("tokenizer.ggml.pre") == "qwen2",
-              "%s: gpt2 vocabulary, qwen2 pre-tokenizer" % label)
+        check(r.kv.get("tokenizer.ggml.model") == "gpt2" and r.kv.get("tokenizer.ggml.pre") == pre,
+              "%s: gpt2 vocabulary, %s pre-tokenizer (got %s)" % (label, pre, r.kv.get("tokenizer.ggml.pre")))
         vocab = tj["model"]["vocab"]
         check(all(toks[i] == s for s, i in vocab.items()), "%s: ids of tokenizer.json's vocab" % label)
         for t in tj["added_tokens"]:
@@ -186,7 +186,7 @@ def refused(work, name, edit, field):
     p = convert(d, out)
     check(p.returncode == 2 and field in p.stderr and "config.json" in p.stderr,
           "%s: exit 2 naming %s (got %d: %s)" % (name, field, p.returncode, p.stderr.strip()))
-    check(not os.path.exists(out), "%s: nothing written" % name)
+    check(not os.path.exists(out) and not os.path.exists(out + ".tmp"), "%s: nothing written" % name)
 
 
 def main():
@@ -196,9 +196,22 @@ def main():
     demo = os.path.join(ROOT, "models", "demo-moe")
     demo_gguf = os.path.join(work, "demo.gguf")
     check_model(demo, demo_gguf)
+    xd = os.path.join(work, "xdraft.gguf")  # qwen3 dense with GPT-2's tokenizer
+    if check(convert(os.path.join(ROOT, "models", "demo-xdraft"), xd).returncode == 0, "demo-xdraft converts"):
+        r = Reader(xd)
+        check(r.kv.get("general.architecture") == "qwen3" and r.kv.get("tokenizer.ggml.pre") == "gpt2",
+              "demo-xdraft: qwen3 with the gpt2 pre-tokenizer (got %s, %s)" % (
+                  r.kv.get("general.architecture"), r.kv.get("tokenizer.ggml.pre")))
+        check("blk.0.ffn_gate.weight" in r.tensors and "blk.0.ffn_gate_inp.weight" not in r.tensors,
+              "demo-xdraft: dense FFN tensors")
     refused(work, "dense-layer", lambda c: c.update(mlp_only_layers=[0]), "mlp_only_layers")
     refused(work, "yarn", lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling")
     refused(work, "family", lambda c: c.update(model_type="deepseek_v3"), "model_type")
+    refused(work, "top-k", lambda c: c.update(num_experts_per_tok=c["num_experts"] + 1), "num_experts_per_tok")
+    refused(work, "bias", lambda c: c.update(attention_bias=True), "attention_bias")
+    refused(work, "head-dim-type", lambda c: c.update(head_dim="16"), "head_dim")
+    refused(work, "eps-null", lambda c: c.update(rms_norm_eps=None), "rms_norm_eps")
+    refused(work, "shape", lambda c: c.update(head_dim=c["head_dim"] * 2), "config.json implies")
     peer = os.path.join(build, "bench", "peer")
     if os.path.exists(os.path.join(peer, "node_modules", "node-llama-cpp")) and shutil.which("node") \
             and os.path.exists(demo_gguf):

@@ -13,13 +13,16 @@ BF16 -> F32 widens). A tied model gets no output.weight (llama.cpp then uses tok
 Expert matrices are stacked [experts, rows, cols] in expert order.
 
 Tokenizer: a tokenizer.json with a byte-level BPE model becomes llama.cpp's "gpt2" vocabulary
-with the "qwen2" pre-tokenizer (ids, merges, added tokens; ids with no token become
-"[PADn]", unused); a folder without one (the bench's random checkpoints, which run on ids) gets
+with the "qwen2" pre-tokenizer (Qwen2's split regex) or the "gpt2" one (GPT-2's byte level)
+(ids, merges, added tokens; ids with no token become "[PADn]", unused); another tokenizer.json
+is refused; a folder without one (the bench's random checkpoints, which run on ids) gets
 a placeholder SentencePiece-style vocabulary of vocab_size entries (byte tokens and "wN"
 pieces), enough for llama.cpp to load and time the model on token ids.
 
-Writes FILE.gguf.tmp and renames it into place when complete. Exit status 2 with a message
-naming the field on a checkpoint it cannot convert.
+Every tensor's shape is checked against config.json, and a checkpoint with tensors it has no
+place for (biases, say) is refused. Writes FILE.gguf.tmp and renames it into place when
+complete (an existing FILE.gguf is replaced; an error or an interrupt removes the .tmp).
+Exit status 2 with a message naming the file and field on a checkpoint it cannot convert.
 """
 import argparse
 import json
@@ -81,11 +84,49 @@ def kv_bytes(key, vtype, v):
     return out + struct.pack("<I", vtype) + _value(vtype, v)
 
 
-def cfg_int(cfg, key, path):
-    v = cfg.get(key)
+def cfg_int(cfg, key, path, default=None):
+    v = cfg.get(key, default)
     if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
         raise ConvertError("%s: %s must be a positive integer (got %r)" % (path, key, v))
     return v
+
+
+def cfg_float(cfg, key, path, default):
+    v = cfg.get(key, default)
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+        raise ConvertError("%s: %s must be a positive number (got %r)" % (path, key, v))
+    return float(v)
+
+
+def load_json(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            v = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConvertError("%s: cannot read %s: %s" % (path, what, e))
+    if not isinstance(v, dict):
+        raise ConvertError("%s: %s is not a JSON object" % (path, what))
+    return v
+
+
+# the pre-tokenizers llama.cpp names (tokenizer.ggml.pre) that this writer recognises
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def pre_name(pre, path):
+    """llama.cpp's pre-tokenizer name for tokenizer.json's pre_tokenizer: Qwen2's split regex
+    then byte level -> "qwen2"; GPT-2's byte level with its own regex -> "gpt2"."""
+    if isinstance(pre, dict) and pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
+        return "gpt2"
+    if isinstance(pre, dict) and pre.get("type") == "Sequence":
+        ps = pre.get("pretokenizers") or []
+        if (len(ps) == 2 and ps[0].get("type") == "Split" and
+                (ps[0].get("pattern") or {}).get("Regex") == QWEN2_SPLIT and
+                ps[1].get("type") == "ByteLevel" and not ps[1].get("use_regex", True)):
+            return "qwen2"
+    raise ConvertError("%s: pre_tokenizer %s: not Qwen2's split + byte level nor GPT-2's byte level, the "
+                       "two this writer maps to llama.cpp" % (path, json.dumps(pre)[:120]))
 
 
 def first_id(v):
@@ -95,12 +136,13 @@ def first_id(v):
 
 
 def bpe_vocab(tok_path, V):
-    """(tokens, types, merges) from a byte-level BPE tokenizer.json, padded to V ids."""
-    with open(tok_path, encoding="utf-8") as f:
-        tj = json.load(f)
+    """(tokens, types, merges, pre) from a byte-level BPE tokenizer.json, padded to V ids."""
+    tj = load_json(tok_path, "tokenizer.json")
     model = tj.get("model") or {}
     if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
-        return None
+        raise ConvertError("%s: model.type %r: this writer converts byte-level BPE vocabularies" % (
+            tok_path, model.get("type")))
+    pre = pre_name(tj.get("pre_tokenizer"), tok_path)
     tokens = [None] * V
     types = [TOK_UNUSED] * V
     for s, i in model["vocab"].items():
@@ -117,7 +159,7 @@ def bpe_vocab(tok_path, V):
     merges = []
     for m in model.get("merges") or []:
         merges.append(m if isinstance(m, str) else " ".join(m))
-    return tokens, types, merges
+    return tokens, types, merges, pre
 
 
 def placeholder_vocab(V):
@@ -142,8 +184,7 @@ class Tensor:
 
 def convert(model_dir, out_path):
     cfg_path = os.path.join(model_dir, "config.json")
-    with open(cfg_path) as f:
-        cfg = json.load(f)
+    cfg = load_json(cfg_path, "config.json")
     mt = cfg.get("model_type")
     if mt not in ("qwen3_moe", "qwen3"):
         raise ConvertError("%s: model_type %r: this writer converts qwen3_moe and qwen3" % (cfg_path, mt))
@@ -154,23 +195,43 @@ def convert(model_dir, out_path):
     V = cfg_int(cfg, "vocab_size", cfg_path)
     nh = cfg_int(cfg, "num_attention_heads", cfg_path)
     nkv = cfg_int(cfg, "num_key_value_heads", cfg_path)
-    hd = cfg.get("head_dim") or H // nh
-    if cfg.get("rope_scaling"):
-        raise ConvertError("%s: rope_scaling is set: this writer converts plain RoPE only" % cfg_path)
+    if cfg.get("head_dim") is None and H % nh:
+        raise ConvertError("%s: no head_dim, and hidden_size %d is not a multiple of num_attention_heads %d"
+                           % (cfg_path, H, nh))
+    hd = cfg_int(cfg, "head_dim", cfg_path) if cfg.get("head_dim") is not None else H // nh
+    if nh % nkv:
+        raise ConvertError("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d"
+                           % (cfg_path, nh, nkv))
+    ctx = cfg_int(cfg, "max_position_embeddings", cfg_path, 4096)
+    theta = cfg_float(cfg, "rope_theta", cfg_path, 1e6)
+    eps = cfg_float(cfg, "rms_norm_eps", cfg_path, 1e-6)
+    for key in ("rope_scaling", "attention_bias", "use_sliding_window"):
+        if cfg.get(key):
+            raise ConvertError("%s: %s is set (%s): this writer converts plain RoPE attention without biases or "
+                               "sliding windows" % (cfg_path, key, json.dumps(cfg[key])[:60]))
     moe = arch == "qwen3moe"
+    I = cfg_int(cfg, "intermediate_size", cfg_path) if not moe else 0
     if moe:
         E = cfg_int(cfg, "num_experts", cfg_path)
         K = cfg_int(cfg, "num_experts_per_tok", cfg_path)
         FE = cfg_int(cfg, "moe_intermediate_size", cfg_path)
+        if K > E:
+            raise ConvertError("%s: num_experts_per_tok %d exceeds num_experts %d" % (cfg_path, K, E))
         if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
             raise ConvertError("%s: dense layers among MoE layers (mlp_only_layers / decoder_sparse_step): "
                                "llama.cpp's qwen3moe has MoE on every layer" % cfg_path)
         if cfg.get("norm_topk_prob") is False:
             raise ConvertError("%s: norm_topk_prob false: llama.cpp's qwen3moe renormalises the top-k" % cfg_path)
 
-    def arr(name, f32=False):
+    used = set()
+
+    def arr(name, f32=False, shape=None):
         if name not in ck:
             raise ConvertError("%s: tensor %s is missing" % (model_dir, name))
+        if shape is not None and ck.shape(name) != list(shape):
+            raise ConvertError("%s: tensor %s has shape %s; config.json implies %s" % (
+                model_dir, name, ck.shape(name), list(shape)))
+        used.add(name)
         a = ck.array(name)
         dt = ck.dtype(name)
         if f32:
@@ -181,49 +242,55 @@ def convert(model_dir, out_path):
 
     tensors = []
 
-    def add(gname, hf, f32=False):
-        a = arr(hf, f32)
+    def add(gname, hf, shape, f32=False):
+        a = arr(hf, f32, shape)
         tensors.append(Tensor(gname, list(a.shape), G_F32 if f32 else G_BF16, [a]))
 
     p = "model."
-    add("token_embd.weight", p + "embed_tokens.weight")
-    add("output_norm.weight", p + "norm.weight", True)
+    add("token_embd.weight", p + "embed_tokens.weight", (V, H))
+    add("output_norm.weight", p + "norm.weight", (H,), True)
     if not cfg.get("tie_word_embeddings", False):
-        add("output.weight", "lm_head.weight")
+        add("output.weight", "lm_head.weight", (V, H))
     for i in range(L):
         lp = "%slayers.%d." % (p, i)
         b = "blk.%d." % i
-        add(b + "attn_norm.weight", lp + "input_layernorm.weight", True)
-        add(b + "attn_q.weight", lp + "self_attn.q_proj.weight")
-        add(b + "attn_k.weight", lp + "self_attn.k_proj.weight")
-        add(b + "attn_v.weight", lp + "self_attn.v_proj.weight")
-        add(b + "attn_output.weight", lp + "self_attn.o_proj.weight")
-        add(b + "attn_q_norm.weight", lp + "self_attn.q_norm.weight", True)
-        add(b + "attn_k_norm.weight", lp + "self_attn.k_norm.weight", True)
-        add(b + "ffn_norm.weight", lp + "post_attention_layernorm.weight", True)
+        add(b + "attn_norm.weight", lp + "input_layernorm.weight", (H,), True)
+        add(b + "attn_q.weight", lp + "self_attn.q_proj.weight", (nh * hd, H))
+        add(b + "attn_k.weight", lp + "self_attn.k_proj.weight", (nkv * hd, H))
+        add(b + "attn_v.weight", lp + "self_attn.v_proj.weight", (nkv * hd, H))
+        add(b + "attn_output.weight", lp + "self_attn.o_proj.weight", (H, nh * hd))
+        add(b + "attn_q_norm.weight", lp + "self_attn.q_norm.weight", (hd,), True)
+        add(b + "attn_k_norm.weight", lp + "self_attn.k_norm.weight", (hd,), True)
+        add(b + "ffn_norm.weight", lp + "post_attention_layernorm.weight", (H,), True)
         if moe:
-            add(b + "ffn_gate_inp.weight", lp + "mlp.gate.weight", True)
-            for g, h in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-                parts = [arr("%smlp.experts.%d.%s.weight" % (lp, e, h)) for e in range(E)]
-                tensors.append(Tensor(b + "ffn_%s_exps.weight" % g, [E] + list(parts[0].shape), G_BF16, parts))
+            add(b + "ffn_gate_inp.weight", lp + "mlp.gate.weight", (E, H), True)
+            for g, h, shp in (("gate", "gate_proj", (FE, H)), ("up", "up_proj", (FE, H)),
+                              ("down", "down_proj", (H, FE))):
+                parts = [arr("%smlp.experts.%d.%s.weight" % (lp, e, h), shape=shp) for e in range(E)]
+                tensors.append(Tensor(b + "ffn_%s_exps.weight" % g, [E] + list(shp), G_BF16, parts))
         else:
-            for g, h in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
-                add(b + "ffn_%s.weight" % g, lp + "mlp.%s.weight" % h)
+            for g, h, shp in (("gate", "gate_proj", (I, H)), ("up", "up_proj", (I, H)), ("down", "down_proj", (H, I))):
+                add(b + "ffn_%s.weight" % g, lp + "mlp.%s.weight" % h, shp)
+    unused = sorted(set(ck.names) - used)
+    if unused:
+        raise ConvertError("%s: %d tensor(s) this writer has no place for, first %s (a variant of the family it "
+                           "does not convert)" % (model_dir, len(unused), unused[0]))
 
     kv = [("general.architecture", T_STR, arch),
           ("general.name", T_STR, os.path.basename(os.path.abspath(model_dir))),
           ("general.file_type", T_U32, FILE_TYPE_MOSTLY_BF16),
           ("general.alignment", T_U32, ALIGN),
           (arch + ".block_count", T_U32, L),
-          (arch + ".context_length", T_U32, int(cfg.get("max_position_embeddings", 4096))),
+          (arch + ".context_length", T_U32, ctx),
           (arch + ".embedding_length", T_U32, H),
-          (arch + ".feed_forward_length", T_U32, int(cfg.get("intermediate_size", 0))),
+          (arch + ".feed_forward_length", T_U32, I if not moe else
+           (cfg["intermediate_size"] if isinstance(cfg.get("intermediate_size"), int) else 0)),
           (arch + ".attention.head_count", T_U32, nh),
           (arch + ".attention.head_count_kv", T_U32, nkv),
           (arch + ".attention.key_length", T_U32, hd),
           (arch + ".attention.value_length", T_U32, hd),
-          (arch + ".rope.freq_base", T_F32, float(cfg.get("rope_theta", 1e6))),
-          (arch + ".attention.layer_norm_rms_epsilon", T_F32, float(cfg.get("rms_norm_eps", 1e-6)))]
+          (arch + ".rope.freq_base", T_F32, theta),
+          (arch + ".attention.layer_norm_rms_epsilon", T_F32, eps)]
     if moe:
         kv += [(arch + ".expert_count", T_U32, E), (arch + ".expert_used_count", T_U32, K),
                (arch + ".expert_feed_forward_length", T_U32, FE)]
@@ -231,8 +298,8 @@ def convert(model_dir, out_path):
     bpe = bpe_vocab(tok_json, V) if os.path.exists(tok_json) else None
     bos, eos = first_id(cfg.get("bos_token_id")), first_id(cfg.get("eos_token_id"))
     if bpe:
-        tokens, types, merges = bpe
-        kv += [("tokenizer.ggml.model", T_STR, "gpt2"), ("tokenizer.ggml.pre", T_STR, "qwen2"),
+        tokens, types, merges, pre = bpe
+        kv += [("tokenizer.ggml.model", T_STR, "gpt2"), ("tokenizer.ggml.pre", T_STR, pre),
                ("tokenizer.ggml.tokens", (T_ARR, T_STR), tokens),
                ("tokenizer.ggml.token_type", (T_ARR, T_I32), types),
                ("tokenizer.ggml.merges", (T_ARR, T_STR), merges),
@@ -261,15 +328,23 @@ def convert(model_dir, out_path):
         head += struct.pack("<IQ", t.gtype, off)
         t.offset = off
         off += (t.nbytes() + ALIGN - 1) // ALIGN * ALIGN
+    if os.path.isdir(out_path):
+        raise ConvertError("%s: is a folder; --out names the GGUF file to write" % out_path)
     tmp = out_path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(head)
-        f.write(b"\0" * ((-len(head)) % ALIGN))
-        for t in tensors:
-            for a in t.parts:
-                f.write(memoryview(np.ascontiguousarray(a)).cast("B"))
-            f.write(b"\0" * ((-t.nbytes()) % ALIGN))
-    os.replace(tmp, out_path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            f.write(b"\0" * ((-len(head)) % ALIGN))
+            for t in tensors:
+                for a in t.parts:
+                    f.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+                f.write(b"\0" * ((-t.nbytes()) % ALIGN))
+        os.replace(tmp, out_path)
+    except OSError as e:
+        raise ConvertError("%s: cannot write: %s" % (out_path, e.strerror or e))
+    finally:  # an error or an interrupt leaves no partial file
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return len(tensors), off
 
 

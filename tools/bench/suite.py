@@ -776,22 +776,32 @@ class Suite:
             p = os.path.abspath(self.a.llama_cpp)
             for c in (p, os.path.join(p, "llama-bench"), os.path.join(p, "bin", "llama-bench"),
                       os.path.join(p, "build", "bin", "llama-bench")):
-                if os.path.isfile(c) and os.access(c, os.X_OK):
+                if os.path.basename(c) == "llama-bench" and os.path.isfile(c) and os.access(c, os.X_OK):
                     return {"kind": "native", "llama_bench": c}
             raise RuntimeError("--llama-cpp %s: no llama-bench there (nor in bin/ or build/bin/)" % p)
         if not shutil.which("node"):
             return "node is not installed (the fallback peer is node-llama-cpp)"
         d = os.path.join(self.build, "bench", "peer")  # one install per build tree, every mode
-        pkg = os.path.join(d, "node_modules", "node-llama-cpp", "package.json")
-        have = os.path.exists(pkg) and json.load(open(pkg)).get("version") == NLC_VERSION
+        arch = {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+        plat = "@node-llama-cpp/%s-%s" % ({"linux": "linux", "darwin": "mac"}.get(sys.platform, sys.platform), arch)
+
+        def installed(name):
+            try:
+                with open(os.path.join(d, "node_modules", name, "package.json")) as f:
+                    return json.load(f).get("version") == NLC_VERSION
+            except (OSError, ValueError):
+                return False
+        have = installed("node-llama-cpp") and installed(plat) and os.path.isdir(
+            os.path.join(d, "node_modules", "node-llama-cpp", "dist"))
+        if not have and os.path.isdir(os.path.join(d, "node_modules")) and self.a.mode != "tiny":
+            log("llama_cpp: %s holds an incomplete node-llama-cpp %s: installing it again" % (rel(d), NLC_VERSION))
+            shutil.rmtree(d)
         if not have:
             if self.a.mode == "tiny":
                 return ("node-llama-cpp %s is not installed in %s (tiny mode does not install it; a full "
                         "or --quick run does)" % (NLC_VERSION, rel(d)))
             if not shutil.which("npm"):
                 return "npm is not installed (needed once to install node-llama-cpp %s)" % NLC_VERSION
-            arch = {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
-            plat = "@node-llama-cpp/%s-%s" % ({"linux": "linux", "darwin": "mac"}.get(sys.platform, sys.platform), arch)
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, "package.json"), "w") as f:
                 json.dump({"name": "deltafin-bench-peer", "private": True,
@@ -806,7 +816,7 @@ class Suite:
         m = self.mode
         if peer["kind"] == "native":
             cmd = [peer["llama_bench"], "-m", gguf, "-p", str(m["prefill"]), "-n", str(m["decode"]), "-t", "2",
-                   "-r", "1", "-o", "json"]
+                   "-ngl", "0", "-r", "1", "-o", "json"]  # the CPU, as Deltafin here
             recs = json.loads(self.cmd(cmd, timeout=1800).stdout)
             pp = [r for r in recs if r.get("n_prompt") and not r.get("n_gen")]
             tg = [r for r in recs if r.get("n_gen") and not r.get("n_prompt")]
@@ -834,6 +844,10 @@ class Suite:
             log("llama_cpp: skipped: %s" % peer)
             return
         fig["peer_kind"] = peer["kind"]
+        if peer["kind"] == "node-llama-cpp":
+            fig["peer_note"] = ("node-llama-cpp's prebuilt llama.cpp (no OpenMP) decodes 3-5x slower on 2 threads than "
+                                "llama-bench of the same release built natively: its decode ratio overstates "
+                                "Deltafin; give --llama-cpp DIR for a comparable figure")
         fig["models"] = []
         env = {"OMP_NUM_THREADS": "2"}
         for label in self.mode["peer"]:
@@ -864,15 +878,17 @@ class Suite:
                 rounds.append(rd)
             def gm(xs):
                 return math.exp(sum(math.log(x) for x in xs) / len(xs))
-            dec = gm([x["peer"]["decode_ms_per_token"] / x["deltafin"]["decode_ms_per_token"] for x in rounds])
-            pre = gm([x["deltafin"]["prefill_tok_s"] / x["peer"]["prefill_tok_s"] for x in rounds])
-            med = lambda k, w: sorted(x[w][k] for x in rounds)[len(rounds) // 2]
+            # geometric means over the rounds: the ratio of the two equals the geometric mean
+            # of the paired ratios
+            tok = lambda k, w: gm([(1e3 / x[w][k]) if k.endswith("ms_per_token") else x[w][k] for x in rounds])
             entry = {"label": label, "model": rel(model), "gguf": rel(gguf), "rounds": rounds,
-                     "deltafin_decode_tok_s": round(1e3 / med("decode_ms_per_token", "deltafin"), 2),
-                     "peer_decode_tok_s": round(1e3 / med("decode_ms_per_token", "peer"), 2),
-                     "deltafin_prefill_tok_s": round(med("prefill_tok_s", "deltafin"), 2),
-                     "peer_prefill_tok_s": round(med("prefill_tok_s", "peer"), 2),
-                     "decode_ratio": round(dec, 4), "prefill_ratio": round(pre, 4), "status": "ok"}
+                     "deltafin_decode_tok_s": round(tok("decode_ms_per_token", "deltafin"), 2),
+                     "peer_decode_tok_s": round(tok("decode_ms_per_token", "peer"), 2),
+                     "deltafin_prefill_tok_s": round(tok("prefill_tok_s", "deltafin"), 2),
+                     "peer_prefill_tok_s": round(tok("prefill_tok_s", "peer"), 2), "status": "ok"}
+            dec = entry["deltafin_decode_tok_s"] / entry["peer_decode_tok_s"]
+            pre = entry["deltafin_prefill_tok_s"] / entry["peer_prefill_tok_s"]
+            entry.update(decode_ratio=round(dec, 4), prefill_ratio=round(pre, 4))
             fig["peer"] = rounds[0]["peer"]["peer"]
             fig["peer_cpu"] = rounds[0]["peer"].get("cpu_info")
             log("  %s: decode %.1f vs %.1f tok/s (%.2fx), prefill %.0f vs %.0f tok/s (%.2fx) — Deltafin vs peer" % (
@@ -893,6 +909,9 @@ class Suite:
                              "--max-new", str(n), "--temperature", "0", "--no-draft"]).stdout.split()
             fig["greedy_ids"] = {"prompt": ids, "peer": pr, "deltafin": [int(x) for x in mine],
                                  "same": pr == [int(x) for x in mine]}
+            if not fig["greedy_ids"]["same"]:
+                raise RuntimeError("the peer's greedy ids on %s differ from Deltafin's: %s against %s (the GGUF "
+                                   "does not hold the same model)" % (rel(gguf), pr, mine))
         ok = [x for x in fig["models"] if x["status"] == "ok"]
         if not ok:
             fig["status"] = "pending"
@@ -1042,7 +1061,8 @@ def markdown(res):
     def st(name):
         f = F.get(name, {})
         s = f.get("status", "absent")
-        return s + (" (%s)" % f["reason"] if f.get("reason") else "") + (" (%s)" % f["error"][:120] if f.get("error") else "")
+        return s + (" (%s)" % f["reason"] if f.get("reason") else "") + (
+            " (%s)" % (f["error"] if len(f["error"]) <= 240 else "..." + f["error"][-240:]) if f.get("error") else "")
 
     if "memory_bandwidth" in F and F["memory_bandwidth"]["status"] == "ok":
         b = F["memory_bandwidth"]
@@ -1118,6 +1138,8 @@ def markdown(res):
                              x["label"], p.get("peer", "?"), x["deltafin_decode_tok_s"], x["peer_decode_tok_s"],
                              x["deltafin_prefill_tok_s"], x["peer_prefill_tok_s"], x["decode_ratio"],
                              x["prefill_ratio"], st("llama_cpp")))
+            if p.get("peer_note"):
+                L.append("| llama.cpp peer: note | %s | - | - |" % p["peer_note"])
             g = p.get("greedy_ids")
             if g:
                 L.append("| llama.cpp peer, greedy ids on the demo target | %d ids %s | - | %s |" % (
