@@ -373,8 +373,10 @@ static void record_rate(df_spec *s, int k, int emitted, double ms) {
   s->rate_n[k]++;
 }
 
-/* Adaptive k: every few rounds, try an unmeasured neighbour (or target alone), else take
- * the best measured rate; stop drafting when target alone is measurably faster. */
+/* Adaptive k: every few rounds, a hill climb on the measured rates — try an unmeasured
+ * neighbour of the best measured k (so the search stops going down or up once a step there
+ * was slower), then the target alone once, else take the best; stop drafting when the target
+ * alone is measurably faster. */
 static void adapt(df_spec *s) {
   if (!s->pp.adaptive || !s->drafting) return;
   if (s->resting) {
@@ -393,7 +395,11 @@ static void adapt(df_spec *s) {
   }
   if (++s->since_choice < 4) return;
   s->since_choice = 0;
-  int cand[3] = {s->k - 1, s->k + 1, 0};
+  int best = -1;
+  for (int c = s->pp.k_min; c <= s->pp.k_max; c++)
+    if (s->rate_n[c] >= 2 && (best < 0 || s->rate[c] > s->rate[best])) best = c;
+  if (best < 0) return; /* the current k is not measured yet */
+  int cand[3] = {best - 1, best + 1, 0};
   for (int i = 0; i < 3; i++) {
     int c = cand[i];
     if ((c == 0 || (c >= s->pp.k_min && c <= s->pp.k_max)) && s->rate_n[c] < 2) {
@@ -402,10 +408,6 @@ static void adapt(df_spec *s) {
       return;
     }
   }
-  int best = -1;
-  for (int c = s->pp.k_min; c <= s->pp.k_max; c++)
-    if (s->rate_n[c] >= 2 && (best < 0 || s->rate[c] > s->rate[best])) best = c;
-  if (best < 0) return;
   if (s->rate_n[0] >= 2 && s->rate[0] > 1.05 * s->rate[best]) {
     char why[160];
     snprintf(why, sizeof why, "it does not pay (%.2f tok/s with k=%d, %.2f tok/s target alone)",
