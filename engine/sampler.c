@@ -11,34 +11,19 @@
 struct df_sampler {
   df_sampler_params p;
   int64_t n;
-  uint64_t st[4];  /* xoshiro256** state */
   float *vals;     /* [n] scaled logits */
   float *sel;      /* [n] quickselect scratch */
   float *probs;    /* [n] */
   int32_t *order;  /* [n] kept ids for top-p */
+  int64_t draws;   /* df_sampler_sample's position counter */
 };
 
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+/* splitmix64's finaliser: a bijective mix of 64 bits. */
+static uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(df_sampler *s) {
-  uint64_t *q = s->st, r = rotl(q[1] * 5, 7) * 9, t = q[1] << 17;
-  q[2] ^= q[0];
-  q[3] ^= q[1];
-  q[1] ^= q[2];
-  q[0] ^= q[3];
-  q[2] ^= t;
-  q[3] = rotl(q[3], 45);
-  return r;
-}
-
-double df_sampler_uniform(df_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
 
 int32_t df_argmax_f32(const float *logits, int64_t n) {
   int64_t best = 0;
@@ -97,8 +82,6 @@ df_sampler *df_sampler_new(const df_sampler_params *p, int64_t n_vocab, char *er
   if (!s) goto oom;
   s->p = *p;
   s->n = n_vocab;
-  uint64_t x = p->seed;
-  for (int i = 0; i < 4; i++) s->st[i] = splitmix64(&x);
   s->vals = malloc((size_t)n_vocab * sizeof *s->vals);
   s->sel = malloc((size_t)n_vocab * sizeof *s->sel);
   s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
@@ -204,16 +187,35 @@ void df_sampler_probs(df_sampler *s, const float *logits, float *probs) {
   }
 }
 
-int32_t df_sampler_sample(df_sampler *s, const float *logits) {
+/* The exponential race's clock of token `id` at sequence position `pos`: E = -log(u) with u
+ * in (0, 1) from a counter-based hash of (seed, pos, id) (the splitmix64 finaliser twice), so
+ * each (position, token) has its own draw whatever was drawn before it. */
+static double race_clock(uint64_t seed, int64_t pos, int32_t id) {
+  uint64_t k = mix64(seed + 0x9e3779b97f4a7c15ull * ((uint64_t)pos + 1));
+  uint64_t h = mix64(k ^ (0xd1b54a32d192ed03ull * ((uint64_t)(uint32_t)id + 1)));
+  double u = ((double)(h >> 11) + 0.5) * 0x1.0p-53;
+  return -log(u);
+}
+
+int32_t df_sampler_sample_at(df_sampler *s, const float *logits, int64_t pos) {
   if (s->p.temperature == 0) return df_argmax_f32(logits, s->n);
   df_sampler_probs(s, logits, s->probs);
-  double u = df_sampler_uniform(s), cum = 0;
-  int32_t last = -1;
+  /* argmax over kept tokens of p_i / E_i (E_i ~ Exp(1) independent): token i wins with
+   * probability p_i (the exponential race; the Gumbel-max trick in another form); ties to
+   * the lower id */
+  int32_t best = -1;
+  double best_score = 0;
   for (int64_t i = 0; i < s->n; i++) {
-    if (s->probs[i] <= 0) continue;
-    last = (int32_t)i;
-    cum += s->probs[i];
-    if (u < cum) return (int32_t)i;
+    if (!(s->probs[i] > 0)) continue;
+    double sc = (double)s->probs[i] / race_clock(s->p.seed, pos, (int32_t)i);
+    if (best < 0 || sc > best_score) {
+      best = (int32_t)i;
+      best_score = sc;
+    }
   }
-  return last;
+  return best >= 0 ? best : df_argmax_f32(logits, s->n);
+}
+
+int32_t df_sampler_sample(df_sampler *s, const float *logits) {
+  return df_sampler_sample_at(s, logits, s->draws++);
 }

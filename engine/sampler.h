@@ -1,12 +1,21 @@
 /* engine/sampler.h — next-token choice from logits: greedy, temperature, top-k, top-p.
  *
- * Owns: the sampling pipeline and its seeded random stream. Semantics follow transformers'
+ * Owns: the sampling pipeline and its seeded, position-keyed draws. Semantics follow transformers'
  * logits warpers in their usual order: temperature (logits / T), top-k (keep the k largest;
  * ties at the boundary: lower token id first), top-p (Holtzman et al. 2019: keep the
  * smallest set of most probable tokens whose probability reaches p; always at least one),
  * then a draw from the renormalised distribution. temperature 0 means greedy (argmax,
- * lowest id on ties). The same seed and logits give the same tokens on every machine:
- * the random stream is splitmix64 → xoshiro256** with 53-bit uniform doubles.
+ * lowest id on ties).
+ *
+ * The draw is position-keyed: the token at sequence position t is the winner of an
+ * exponential race over the kept tokens, argmax_i p_i / E_i with E_i = -log u(seed, t, i)
+ * and u a counter-based hash of (seed, t, i) (the Gumbel-max trick in another form: token i
+ * wins with probability p_i). So the token chosen at t depends only on the seed, t and that
+ * position's distribution — not on how many draws came before it. Speculative decoding uses
+ * this to be drafter-invariant (coordinator/generate/spec.h): a draft proposes with the same
+ * race over its own distribution, and the target keeps a proposal only when its own race
+ * picks the same token, so a seeded generation gives the same ids with or without a draft,
+ * for any k and any batch. The same seed and logits give the same tokens on every machine.
  */
 #ifndef DF_ENGINE_SAMPLER_H
 #define DF_ENGINE_SAMPLER_H
@@ -30,7 +39,13 @@ df_sampler *df_sampler_new(const df_sampler_params *p, int64_t n_vocab, char *er
                            size_t errlen);
 void df_sampler_destroy(df_sampler **s);
 
-/* Choose the next token from logits [n_vocab] fp32 (not modified). */
+/* Choose the token at sequence position pos (0-based: the index it will occupy, prompt
+ * included) from logits [n_vocab] fp32 (not modified): argmax when greedy, else the
+ * position-keyed race above over df_sampler_probs' distribution. Deterministic in (seed, pos,
+ * logits). */
+int32_t df_sampler_sample_at(df_sampler *s, const float *logits, int64_t pos);
+/* df_sampler_sample_at at positions 0, 1, 2, ... counted by this sampler (for callers that
+ * do not track positions: tests, one-off draws). */
 int32_t df_sampler_sample(df_sampler *s, const float *logits);
 
 /* The filtered, renormalised distribution the sampler would draw from: probs [n_vocab]
@@ -38,8 +53,6 @@ int32_t df_sampler_sample(df_sampler *s, const float *logits);
  * acceptance test and by tests. */
 void df_sampler_probs(df_sampler *s, const float *logits, float *probs);
 
-/* A uniform double in [0, 1) from the sampler's stream. */
-double df_sampler_uniform(df_sampler *s);
 
 /* Log-probabilities of the distribution softmax(logits / T) (T = temperature when > 0, else 1):
  * *lp_id gets that of token `id`, and top_id / top_lp [n_top] the n_top most likely tokens,

@@ -1,43 +1,24 @@
-/* tests/test_spec_sampling.c — speculative sampling leaves the output distribution the
- * target's (coordinator/generate/spec.c; Leviathan et al. 2023, Chen et al. 2023).
+/* tests/test_spec_sampling.c — speculative sampling gives the target alone's ids for the same
+ * seed (drafter-invariant: coordinator/generate/spec.h), and the sampler's position-keyed
+ * race draws from the target's distribution (engine/sampler.h).
  *
  * A 16-token-vocabulary pair (make_spec_drafts.py: v16-target, a qwen3_moe, and v16-draft, a
  * qwen3 dense model with other weights, so q is far from p) generates the first two tokens
- * after a fixed prompt once per seed, N_RUNS seeds per configuration. The exact target
- * distributions come from the target's own logits through the same sampler filter
- * (df_sampler_probs): p0(x1) after the prompt and p1(x2 | x1) after prompt + x1, so the
- * bigram law is p0(x1) p1(x2 | x1). Pearson's chi-square compares the observed first-token
- * counts (16 cells) and bigram counts (256 cells; cells expecting fewer than 5 are pooled)
- * with N_RUNS times those laws. The critical value is the chi-square quantile at
- * ALPHA = 1e-4 (Wilson-Hilferty approximation, exact to a few tenths here), so each check
- * false-alarms with probability ~1e-4; the seeds are fixed, so the test is deterministic.
+ * after a fixed prompt once per seed, N_RUNS seeds per configuration.
  *
- * Configurations: k = 1 (the bonus token drawn from p_k after an accepted draft token) and
- * k = 3 with T 1.5, top-k 6, top-p 0.95 (acceptance chains, filtered p and q), plus the target
- * alone as a control of the harness.
+ * Exactness: with every drafter (a draft model at k = 1 and k = 3, a DSpark block drafter, a
+ * draft with its own tokenizer) the two ids equal the target alone's for the same seed, on
+ * every seed, while the drafter's proposals are both accepted and rejected often.
  *
- * Power: the same runs with df_spec_params.test_plain_resample (on rejection, draw from p
- * instead of normalise(max(0, p - q)); a test-only switch in spec.c) must FAIL the same
- * chi-square checks. Recorded when this test was written (N_RUNS 2500; crit = critical value):
- *   target alone, T=1             unigram   9.0 (crit 39.5)   bigram  35.8 (crit 80.8)
- *   k=1, T=1, residual            unigram  12.3 (crit 39.5)   bigram  29.2 (crit 80.8)  pass
- *   k=1, T=1, plain from p        unigram 406.6               bigram 439.6              FAIL
- *   k=3, T=1.5 top-k 6 top-p 0.95 unigram   2.1 (crit 24.2)   bigram  19.5 (crit 63.4)  pass
- *   k=3, ..., plain from p        unigram 332.3               bigram 702.7              FAIL
- * (acceptance 0.51 at k=1, 0.25 at k=3); every run prints its figures ("# ..." lines).
- * The same k=3 filtered configuration with a DSpark block drafter (engine/draft/dspark.h)
- * instead of the draft model:
- *   block k=3, residual           unigram   3.8 (crit 24.2)   bigram  28.5 (crit 63.4)  pass
- *   block k=3, plain from p       unigram 495.4               bigram 561.9              FAIL
- * (acceptance 0.13).
- * A draft with its own tokenizer (coordinator/generate/text_draft.h): v16-relabeled (the
- * target with its embedding rows permuted, make_spec_drafts.py) reads and writes letters under
- * a permuted tokenizer (letter 'a' + i is id (5i + 3) mod 16 for it, id i for the target; one
- * piece per letter), so its proposals are the target ids of the target's own greedy letters:
- * a point mass q, accepted with probability p(d), on rejection drawn from p without d:
- *   text k=3, point mass q        unigram   2.4 (crit 24.2)   bigram  20.1 (crit 63.4)  pass
- *   text k=3, plain from p        unigram 597.4               bigram 1283.4             FAIL
- * (acceptance 0.20: the target's greedy letter at temperature 1.5).
+ * Law: the exact target distributions come from the target's own logits through the same
+ * sampler filter (df_sampler_probs): p0(x1) after the prompt and p1(x2 | x1) after prompt +
+ * x1, so the bigram law is p0(x1) p1(x2 | x1). Pearson's chi-square compares the target
+ * alone's first-token counts (16 cells) and bigram counts (256 cells; cells expecting fewer
+ * than 5 are pooled) with N_RUNS times those laws. The critical value is the chi-square
+ * quantile at ALPHA = 1e-4 (Wilson-Hilferty approximation, exact to a few tenths here), so
+ * each check false-alarms with probability ~1e-4; the seeds are fixed, so the test is
+ * deterministic. Power: the same counts against the laws at another temperature must fail.
+ * Every run prints its figures ("# ..." lines).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -133,8 +114,11 @@ typedef struct result {
 /* With both set, run_config's draft d drafts through text (df_spec_attach_text). */
 static df_tok *g_text_t, *g_text_d;
 
+/* N_RUNS seeded generations of two tokens: counts against the laws p0/p1, the acceptance, and
+ * the ids of each run in ids [N_RUNS][2] (NULL: not kept). */
 static result run_config(df_model *t, df_model *d, df_dspark *b, const df_sampler_params *sp0,
-                         int k, bool plain, const double *p0, const double *p1, const char *label) {
+                         int k, const double *p0, const double *p1, const char *label,
+                         int32_t (*ids)[2]) {
   static long uni[V], bi[V * V];
   memset(uni, 0, sizeof uni);
   memset(bi, 0, sizeof bi);
@@ -143,8 +127,7 @@ static result run_config(df_model *t, df_model *d, df_dspark *b, const df_sample
   for (long r = 0; r < N_RUNS; r++) {
     df_sampler_params sp = *sp0;
     sp.seed = 1000003u * (uint64_t)r + 17u;
-    df_spec_params pp = {.k_init = k, .k_min = k, .k_max = k, .quiet = true, .mem_reserve = -1,
-                         .test_plain_resample = plain};
+    df_spec_params pp = {.k_init = k, .k_min = k, .k_max = k, .quiet = true, .mem_reserve = -1};
     df_spec *s = df_spec_new(t, g_text_d ? NULL : d, &sp, &pp, 0, err, sizeof err);
     if (!s) fail_msg("%s", err);
     if (b && df_spec_attach_block(s, b, err, sizeof err) != 0) fail_msg("attach: %s", err);
@@ -164,6 +147,7 @@ static result run_config(df_model *t, df_model *d, df_dspark *b, const df_sample
     df_spec_destroy(&s);
     uni[got[0]]++;
     bi[got[0] * V + got[1]]++;
+    if (ids) memcpy(ids[r], got, sizeof got);
   }
   double law_bi[V * V];
   for (int a = 0; a < V; a++)
@@ -181,21 +165,36 @@ static result run_config(df_model *t, df_model *d, df_dspark *b, const df_sample
   return res;
 }
 
-static void check_config(const df_sampler_params *sp, int k, const char *name) {
-  df_model *t = load("v16-target"), *d = load("v16-draft");
+static int32_t g_alone[N_RUNS][2], g_with[N_RUNS][2];
+
+/* The target alone's ids for sp into g_alone (and its law checked). */
+static void alone_ids(df_model *t, const df_sampler_params *sp) {
   double p0[V], p1[V * V];
   exact_laws(t, sp, p0, p1);
-  char label[96];
-  snprintf(label, sizeof label, "%s, residual max(0,p-q)", name);
-  result ok = run_config(t, d, NULL, sp, k, false, p0, p1, label);
-  assert_true(ok.chi_uni < ok.crit_uni);
-  assert_true(ok.chi_bi < ok.crit_bi);
+  result r = run_config(t, NULL, NULL, sp, 1, p0, p1, "target alone", g_alone);
+  assert_true(r.chi_uni < r.crit_uni);
+  assert_true(r.chi_bi < r.crit_bi);
+}
+
+/* With drafter (d, or b) at k: every seed's ids equal g_alone's; proposals both accepted and
+ * rejected often (acceptance in (lo, hi)). */
+static void check_same_ids(df_model *t, df_model *d, df_dspark *b, const df_sampler_params *sp,
+                           int k, double lo, double hi, const char *label) {
+  double p0[V], p1[V * V];
+  exact_laws(t, sp, p0, p1);
+  result r = run_config(t, d, b, sp, k, p0, p1, label, g_with);
+  long differ = 0;
+  for (long i = 0; i < N_RUNS; i++) differ += memcmp(g_with[i], g_alone[i], sizeof g_with[i]) != 0;
+  printf("# %-34s %ld of %d seeds give other ids than the target alone\n", label, differ, N_RUNS);
+  assert_int_equal(differ, 0);
+  assert_true(r.acceptance > lo && r.acceptance < hi);
+}
+
+static void check_config(const df_sampler_params *sp, int k, const char *name) {
+  df_model *t = load("v16-target"), *d = load("v16-draft");
+  alone_ids(t, sp);
   /* the draft is far from the target: both acceptance and rejection are frequent */
-  assert_true(ok.acceptance > 0.1 && ok.acceptance < 0.9);
-  /* power: the deliberately wrong rule is detected by the same statistics */
-  snprintf(label, sizeof label, "%s, WRONG plain resample from p", name);
-  result bad = run_config(t, d, NULL, sp, k, true, p0, p1, label);
-  assert_true(bad.chi_uni > bad.crit_uni || bad.chi_bi > bad.crit_bi);
+  check_same_ids(t, d, NULL, sp, k, 0.1, 0.9, name);
   df_model_destroy(&t);
   df_model_destroy(&d);
 }
@@ -212,23 +211,27 @@ static void test_k3_filtered(void **state) {
   check_config(&sp, 3, "k=3, T=1.5 top-k 6 top-p 0.95");
 }
 
-/* Control: the target alone passes the same checks (the harness is not biased). */
-static void test_target_alone_control(void **state) {
+/* The race's law: the target alone's counts pass against its own laws and fail against the
+ * laws at another temperature (the statistics have the power to see a wrong law). */
+static void test_target_alone_law(void **state) {
   (void)state;
   df_model *t = load("v16-target");
-  df_sampler_params sp = {.temperature = 1.0, .top_p = 1.0};
+  df_sampler_params sp = {.temperature = 1.0, .top_p = 1.0}, other = sp;
+  other.temperature = 1.3;
   double p0[V], p1[V * V];
   exact_laws(t, &sp, p0, p1);
-  result r = run_config(t, NULL, NULL, &sp, 1, false, p0, p1, "target alone, T=1");
+  result r = run_config(t, NULL, NULL, &sp, 1, p0, p1, "target alone, T=1", NULL);
   assert_true(r.chi_uni < r.crit_uni);
   assert_true(r.chi_bi < r.crit_bi);
+  exact_laws(t, &other, p0, p1);
+  result bad = run_config(t, NULL, NULL, &sp, 1, p0, p1, "target alone, T=1 vs T=1.3 law", NULL);
+  assert_true(bad.chi_uni > bad.crit_uni || bad.chi_bi > bad.crit_bi);
   df_model_destroy(&t);
 }
 
 /* The block drafter (a DSpark over v16-target, tests/dspark.cmake, block 3): each proposal is
- * drawn from its row's filtered distribution given the proposals before it (the Markov head
- * makes row k depend on proposal k-1); the residual rule keeps the target's law and the wrong
- * rule is caught, as for a draft model. */
+ * its row's position-keyed choice given the proposals before it (the Markov head makes row k
+ * depend on proposal k-1). */
 static void test_block_drafter(void **state) {
   (void)state;
   df_model *t = load("v16-target");
@@ -238,14 +241,8 @@ static void test_block_drafter(void **state) {
     fail_msg("%s", err);
   assert_int_equal(df_dspark_block(b), 3);
   df_sampler_params sp = {.temperature = 1.5, .top_p = 0.95, .top_k = 6};
-  double p0[V], p1[V * V];
-  exact_laws(t, &sp, p0, p1);
-  result ok = run_config(t, NULL, b, &sp, 3, false, p0, p1, "block k=3, residual max(0,p-q)");
-  assert_true(ok.chi_uni < ok.crit_uni);
-  assert_true(ok.chi_bi < ok.crit_bi);
-  assert_true(ok.acceptance > 0.1 && ok.acceptance < 0.9);
-  result bad = run_config(t, NULL, b, &sp, 3, true, p0, p1, "block k=3, WRONG plain resample");
-  assert_true(bad.chi_uni > bad.crit_uni || bad.chi_bi > bad.crit_bi);
+  alone_ids(t, &sp);
+  check_same_ids(t, NULL, b, &sp, 3, 0.05, 0.9, "block k=3");
   df_dspark_destroy(&b);
   df_model_destroy(&t);
 }
@@ -269,22 +266,16 @@ static df_tok *letter_tokenizer(const char *name, int mul, int add) {
   return t;
 }
 
-/* The text draft: its proposals are a point mass (spec.h df_spec_attach_text); the residual
- * rule is then "p without the proposed id", and the wrong rule (draw from p) is caught. */
+/* The text draft: its proposals are the draft's greedy text, kept when they are the target's
+ * own choice (with probability p(d)). */
 static void test_text_draft(void **state) {
   (void)state;
   df_model *t = load("v16-target"), *d = load_ctx("v16-relabeled", DF_TEXT_DRAFT_MIN_CTX);
+  df_sampler_params sp = {.temperature = 1.5, .top_p = 0.95, .top_k = 6};
+  alone_ids(t, &sp);
   g_text_t = letter_tokenizer("target", 1, 0);
   g_text_d = letter_tokenizer("draft", 5, 3);
-  df_sampler_params sp = {.temperature = 1.5, .top_p = 0.95, .top_k = 6};
-  double p0[V], p1[V * V];
-  exact_laws(t, &sp, p0, p1);
-  result ok = run_config(t, d, NULL, &sp, 3, false, p0, p1, "text k=3, point mass q");
-  assert_true(ok.chi_uni < ok.crit_uni);
-  assert_true(ok.chi_bi < ok.crit_bi);
-  assert_true(ok.acceptance > 0.05 && ok.acceptance < 0.95);
-  result bad = run_config(t, d, NULL, &sp, 3, true, p0, p1, "text k=3, WRONG plain resample");
-  assert_true(bad.chi_uni > bad.crit_uni || bad.chi_bi > bad.crit_bi);
+  check_same_ids(t, d, NULL, &sp, 3, 0.05, 0.95, "text k=3");
   df_tok_destroy(&g_text_t);
   df_tok_destroy(&g_text_d);
   df_model_destroy(&t);
@@ -293,7 +284,7 @@ static void test_text_draft(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_target_alone_control),
+      cmocka_unit_test(test_target_alone_law),
       cmocka_unit_test(test_k1_temperature1),
       cmocka_unit_test(test_k3_filtered),
       cmocka_unit_test(test_block_drafter),

@@ -399,11 +399,12 @@ static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_
   df_slot *sl = &s->pool.slots[j->slot];
   int a = 0;
   int32_t x = -1;
+  /* the target's own choice at each position L + a (coordinator/generate/spec.h) */
   for (; a < k; a++) {
-    x = df_argmax_f32(sl->vlogits + (int64_t)a * s->V, s->V);
+    x = df_sampler_sample_at(j->smp, sl->vlogits + (int64_t)a * s->V, L + a);
     if (x != d[a]) break;
   }
-  if (a == k) x = df_argmax_f32(sl->vlogits + (int64_t)k * s->V, s->V);
+  if (a == k) x = df_sampler_sample_at(j->smp, sl->vlogits + (int64_t)k * s->V, L + k);
   df_kv_truncate(sl->kv, L + a);
   if (cap) df_sched__block_append(s, j, cap, a + 1); /* the rows of the pending id and d_1..d_a */
   else if (sl->dkv && sl->dkv->len > L + a) df_kv_truncate_or_reset(sl->dkv, L + a);
@@ -532,7 +533,7 @@ static void step(df_sched *s) {
       }
       if (seqs[b].mode == DF_LOGITS_LAST) {
         if (j->n_runs) grammar_mask(s, j, seqs[b].logits);
-        int32_t id = df_sampler_sample(j->smp, seqs[b].logits);
+        int32_t id = df_sampler_sample_at(j->smp, seqs[b].logits, j->len);
         if (j->n_runs) grammar_accept(j, id);
         on_token(s, j, id, seqs[b].logits);
       }

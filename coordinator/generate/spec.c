@@ -42,8 +42,6 @@ struct df_spec {
   bool pending;     /* seq[len-1] not yet in the target cache */
   float *p_next;    /* [V] target logits for position len when !pending */
   float *tlogits;   /* [K_MAX + 1, V] verify logits */
-  float *q;         /* [K_MAX, V] draft distributions of d1..dk */
-  float *pbuf;      /* [V] target distribution scratch */
   float *dlogits;   /* [V] */
   bool greedy;
   bool drafting;
@@ -150,8 +148,7 @@ df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params 
   s->seq = malloc((size_t)s->ctx * sizeof *s->seq);
   s->p_next = malloc((size_t)s->V * sizeof(float));
   s->tlogits = malloc((size_t)(DF_SPEC_K_MAX + 1) * (size_t)s->V * sizeof(float));
-  s->pbuf = malloc((size_t)s->V * sizeof(float));
-  if (!s->seq || !s->p_next || !s->tlogits || !s->pbuf) goto oom;
+  if (!s->seq || !s->p_next || !s->tlogits) goto oom;
   if (draft) {
     char derr[256];
     if (df_model_cfg(draft)->vocab_size != s->V) {
@@ -165,9 +162,8 @@ df_spec *df_spec_new(df_model *target, df_model *draft, const df_sampler_params 
       snprintf(why, sizeof why, "draft KV cache: %s", derr);
       df_spec_disable(s, why);
     } else {
-      s->q = malloc((size_t)DF_SPEC_K_MAX * (size_t)s->V * sizeof(float));
       s->dlogits = malloc((size_t)s->V * sizeof(float));
-      if (!s->q || !s->dlogits) goto oom;
+      if (!s->dlogits) goto oom;
       s->d = draft;
       s->drafting = true;
       s->st.drafting = true;
@@ -214,8 +210,7 @@ int df_spec_attach_block(df_spec *s, df_dspark *b, char *why, size_t whylen) {
   df_model_set_capture_point(s->t, df_dspark_capture_point(b));
   s->cap_rows = SPEC_CAP_ROWS;
   s->cap = malloc((size_t)s->cap_rows * (size_t)df_dspark_row_width(b) * sizeof(float));
-  if (!s->q) s->q = malloc((size_t)DF_SPEC_K_MAX * (size_t)s->V * sizeof(float));
-  if (!s->cap || !s->q || !(s->bkv = df_dspark_kv_new(b, s->ctx, why, whylen))) {
+  if (!s->cap || !(s->bkv = df_dspark_kv_new(b, s->ctx, why, whylen))) {
     if (!why[0] || !s->bkv) snprintf(why, whylen, "block drafter: out of memory");
     free(s->cap);
     s->cap = NULL;
@@ -268,8 +263,6 @@ void df_spec_destroy(df_spec **sp) {
   free(s->seq);
   free(s->p_next);
   free(s->tlogits);
-  free(s->q);
-  free(s->pbuf);
   free(s->dlogits);
   free(s);
   *sp = NULL;
@@ -348,23 +341,10 @@ int df_spec_prefill(df_spec *s, const int32_t *ids, int64_t n, float *logits_all
   return 0;
 }
 
-/* Draw from a distribution over V tokens (ascending-id cumulative scan). */
-static int32_t draw(df_spec *s, const float *probs) {
-  double u = df_sampler_uniform(s->smp), cum = 0;
-  int32_t last = 0;
-  for (int64_t i = 0; i < s->V; i++) {
-    if (probs[i] <= 0) continue;
-    last = (int32_t)i;
-    cum += probs[i];
-    if (u < cum) return (int32_t)i;
-  }
-  return last;
-}
-
-static int32_t choose(df_spec *s, const float *logits) {
-  if (s->greedy) return df_argmax_f32(logits, s->V);
-  df_sampler_probs(s->smp, logits, s->pbuf);
-  return draw(s, s->pbuf);
+/* The token at sequence position pos from logits [V]: the sampler's position-keyed choice
+ * (argmax when greedy), so a position's token depends on its logits and the seed only. */
+static int32_t choose_at(df_spec *s, const float *logits, int64_t pos) {
+  return df_sampler_sample_at(s->smp, logits, pos);
 }
 
 static void record_rate(df_spec *s, int k, int emitted, double ms) {
@@ -453,7 +433,7 @@ static int step_target_alone(df_spec *s, int rate_k, double t0, int32_t *out, ch
     snprintf(err, errlen, "context full: %lld tokens", (long long)s->ctx);
     return -1;
   }
-  int32_t x = df_sampler_sample(s->smp, logits);
+  int32_t x = choose_at(s, logits, s->len);
   s->seq[s->len++] = x;
   s->pending = true;
   out[0] = x;
@@ -466,10 +446,12 @@ static int step_target_alone(df_spec *s, int rate_k, double t0, int32_t *out, ch
   return 1;
 }
 
-/* The draft model's d1..dk after catching up to seq[0..len-1]; q rows filled when sampling.
+/* The draft model's d1..dk after catching up to seq[0..len-1]: each its own position-keyed
+ * choice (greedy: argmax) from its logits, with the seed the target's choice uses, so that
+ * where the draft's distribution is near the target's the two choices coincide.
  * -1 + message: a draft forward failed. */
 static int propose_model(df_spec *s, int k, int32_t *dtok, char *err, size_t errlen) {
-  int64_t L = s->len, V = s->V;
+  int64_t L = s->len;
   int64_t D = s->dkv->len;
   if (D > L - 1) D = L - 1;
   D = df_kv_truncate_or_reset(s->dkv, D); /* a recurrent draft state may only reach back so far */
@@ -477,13 +459,7 @@ static int propose_model(df_spec *s, int k, int32_t *dtok, char *err, size_t err
                        errlen) != 0)
     return -1;
   for (int i = 0; i < k; i++) {
-    float *qi = s->q + (int64_t)i * V;
-    if (s->greedy) {
-      dtok[i] = df_argmax_f32(s->dlogits, V);
-    } else {
-      df_sampler_probs(s->smp, s->dlogits, qi);
-      dtok[i] = draw(s, qi);
-    }
+    dtok[i] = choose_at(s, s->dlogits, L + i);
     if (i + 1 < k && df_model_forward(s->d, s->dkv, &dtok[i], 1, DF_LOGITS_LAST, s->dlogits, err,
                                       errlen) != 0)
       return -1;
@@ -491,15 +467,12 @@ static int propose_model(df_spec *s, int k, int32_t *dtok, char *err, size_t err
   return 0;
 }
 
-/* Sampling with a block drafter: block row k's proposal is drawn from q_k = the sampler's
- * filtered distribution of the row's logits z_k (Markov bias included), kept for the
- * acceptance test. Each q_k is the distribution d_k was actually drawn from given d_1..d_{k-1}
- * (the Markov bias depends on d_{k-1}), which is all the rejection rule needs. */
+/* Sampling with a block drafter: block row k (0-based) proposes the token of position
+ * len + k, the position-keyed choice from the row's logits z [V] (Markov bias included). */
 static int32_t pick_sampled(void *ctx, int k, const float *z, int64_t V) {
   df_spec *s = ctx;
-  float *qk = s->q + (int64_t)k * V;
-  df_sampler_probs(s->smp, z, qk);
-  return draw(s, qk);
+  (void)V;
+  return choose_at(s, z, s->len + k);
 }
 
 /* The block drafter's d1..dk after the pending token seq[len-1], from its context of the
@@ -573,48 +546,22 @@ int df_spec_step(df_spec *s, int32_t *out, char *err, size_t errlen) {
     return -1;
   }
   s->st.target_forwards++;
-  /* accept */
+  /* accept: d_i stays while it is the target's own choice at its position (greedy: the
+   * argmax; sampling: the position-keyed race over p_{i-1}); the first that is not is
+   * replaced by that choice; if all stay, the choice from p_k is added. Every emitted token
+   * is the one the target alone would choose there with this seed. */
   int a = 0;
   int32_t x = -1;
   for (int i = 0; i < k; i++) {
-    const float *p = s->tlogits + (int64_t)i * V;
-    if (s->greedy) {
-      int32_t best = df_argmax_f32(p, V);
-      if (dtok[i] == best) {
-        a++;
-        continue;
-      }
-      x = best;
-      break;
-    }
-    df_sampler_probs(s->smp, p, s->pbuf);
-    /* a text draft's proposal is a point mass: q = 1 at d_i, 0 elsewhere */
-    const float *qi = s->x ? NULL : s->q + (int64_t)i * V;
-    double pr = s->pbuf[dtok[i]], qr = qi ? qi[dtok[i]] : 1.0;
-    if (df_sampler_uniform(s->smp) < (qr > 0 ? pr / qr : 1.0)) {
+    int32_t want = choose_at(s, s->tlogits + (int64_t)i * V, L + i);
+    if (dtok[i] == want) {
       a++;
       continue;
     }
-    if (s->pp.test_plain_resample) { /* TESTS ONLY (see spec.h): the wrong rule */
-      x = draw(s, s->pbuf);
-      break;
-    }
-    /* residual distribution normalise(max(0, p - q)) */
-    double z = 0;
-    for (int64_t j = 0; j < V; j++) {
-      float r = s->pbuf[j] - (qi ? qi[j] : (j == dtok[i] ? 1.0f : 0.0f));
-      s->pbuf[j] = r > 0 ? r : 0;
-      z += s->pbuf[j];
-    }
-    if (z > 0) {
-      for (int64_t j = 0; j < V; j++) s->pbuf[j] = (float)(s->pbuf[j] / z);
-      x = draw(s, s->pbuf);
-    } else {
-      x = choose(s, p); /* p == q exactly: any rejection is impossible; keep a valid token */
-    }
+    x = want;
     break;
   }
-  if (a == k) x = choose(s, s->tlogits + (int64_t)k * V);
+  if (a == k) x = choose_at(s, s->tlogits + (int64_t)k * V, L + k);
   /* commit d1..da, x; roll both caches back */
   memcpy(s->seq + L, dtok, (size_t)a * sizeof *dtok);
   s->seq[L + a] = x;

@@ -8,17 +8,20 @@
  * statistics of all that. Does not own: the models (borrowed), tokenization, stop strings.
  *
  * Per round with draft length k: the draft proposes d1..dk (k single-token forwards of the
- * draft, sampling from its filtered distribution q); the target scores the k+1 positions in
- * ONE forward (the pending token followed by d1..dk), giving p_0..p_k. Greedy
- * (temperature 0): accept d_i while d_i == argmax p_{i-1}; the first mismatch is replaced
- * by argmax p_{i-1}; if all match, argmax p_k is added. Sampling: accept d_i with
- * probability min(1, p(d_i)/q(d_i)); on rejection draw from normalise(max(0, p - q)); if all
- * are accepted draw the bonus token from p_k — so every emitted token is distributed as the
- * target alone would draw it. p and q are the sampler's filtered distributions
- * (temperature, top-k, top-p applied to both). Both KV caches roll back to the accepted
- * length. Because every kernel is batch-invariant, the target's logits in a verify batch
- * are bitwise those of one-token decoding, so greedy output is identical with or without
- * the draft.
+ * draft); the target scores the k+1 positions in ONE forward (the pending token followed by
+ * d1..dk), giving p_0..p_k. The target's choice at each position is the sampler's
+ * position-keyed one (engine/sampler.h: greedy, the argmax; sampling, an exponential race
+ * whose clocks depend only on the seed, the position and the token). Accept d_i while d_i is
+ * the target's choice from p_{i-1}; the first that is not is replaced by that choice; if all
+ * are accepted the choice from p_k is added. Both KV caches roll back to the accepted length.
+ * Because every kernel is batch-invariant, the target's logits in a verify batch are bitwise
+ * those of one-token decoding, so every emitted token is the one the target alone would
+ * choose with the same seed: the ids are identical with or without a draft, for any k, at any
+ * temperature (drafter-invariant speculative decoding: Daliri, Musco and Suresh, "Coupling
+ * without Communication and Drafter-Invariant Speculative Decoding", arXiv:2408.07978, with
+ * Gumbel sampling). A draft proposes with the same race over its own filtered distribution q, so a proposal is kept with probability at least
+ * (1 - TV(p, q)) / (1 + TV(p, q)) (the same paper; Leviathan et al.'s rejection rule keeps
+ * 1 - TV but makes the ids depend on the draft).
  */
 #ifndef DF_COORD_SPEC_H
 #define DF_COORD_SPEC_H
@@ -47,14 +50,9 @@ typedef struct df_spec_params {
    * DF_DRAFT_MEM_RESERVE (bytes) when set, else DF_SPEC_MEM_RESERVE_DEFAULT; < 0 = no check.
    * Where /proc/meminfo cannot be read the check is skipped. */
   int64_t mem_reserve;
-  /* TESTS ONLY, deliberately wrong: on a rejection draw the replacement from p instead of
-   * the residual normalise(max(0, p - q)). The output is then no longer distributed as the
-   * target's; tests/test_spec_sampling.c turns this on to show that its chi-square test
-   * detects the difference. Never set it elsewhere. */
-  bool test_plain_resample;
   /* TESTS ONLY: when 1..k, every round's draft token at that position (1-based) is replaced by
    * the next id (mod vocabulary) before the verify, forcing a rejection there whenever the
-   * target disagrees with the new id (greedy only: q no longer describes the token). 0 = off. */
+   * target's choice differs from the new id. 0 = off. */
   int test_corrupt_at;
   /* TESTS ONLY: a known continuation (ids of the whole sequence, prompt included, n_oracle of
    * them): before test_corrupt_at applies, draft token i of a round is replaced by
@@ -144,8 +142,8 @@ uint64_t df_spec_block_need_bytes(const df_dspark *b, int64_t ctx);
  * the same target at the same time: the target's hidden-state capture is set for it) instead
  * of a draft model: per round it proposes min(k, its block size) tokens after the pending
  * token from the target's captured rows (engine/draft/dspark.h), verified and accepted
- * exactly as a draft model's (greedy: identical output; sampling: each proposal's q is the
- * drafter's filtered distribution at that row given the earlier proposals). Call once after
+ * exactly as a draft model's (each proposal the position-keyed choice from the drafter's
+ * row, so the ids are the target alone's at any temperature). Call once after
  * df_spec_new without a draft, before df_spec_prefill. Returns 0, or -1 with why (one line:
  * memory headroom short as for a draft, a context longer than the drafter's, the target
  * cannot capture, out of memory); on -1 nothing changed and the target runs alone. */
@@ -154,10 +152,9 @@ int df_spec_attach_block(df_spec *s, df_dspark *b, char *why, size_t whylen);
 /* Draft with `draft`, a model whose tokenizer (draft_tok) differs from the target's
  * (target_tok), through text (coordinator/generate/text_draft.h): per round it proposes up
  * to k target ids, the target's tokenization of the draft's continuation, cut after the last
- * complete piece. Verified and accepted as a draft model's; the proposal is deterministic, so
- * its q is a point mass at the proposed id (accept with probability p(d_i); on rejection draw
- * from p with d_i removed, renormalised), which keeps every emitted token distributed as the
- * target's at any temperature, and greedy output identical to the target alone's. A round
+ * complete piece. Verified and accepted as a draft model's (a proposal is kept when it is
+ * the target's own choice, with probability p(d_i) when sampling), so the ids are the target
+ * alone's at any temperature. A round
  * with nothing to propose emits one target token (counted in k_hist[0]). The draft, its
  * tokenizer and target_tok are borrowed and must outlive s. Call once after df_spec_new
  * without a draft, before df_spec_prefill. Returns 0, or -1 with why (memory headroom short
