@@ -124,25 +124,41 @@ def scen_fallbacks():
     samp = ["--model", TARGET, "--prompt-ids", PROMPT, "--max-new", "40", "--temperature", "0.8",
             "--top-p", "0.95", "--ignore-eos", "--draft", os.path.join(DRAFTS, "perturbed")]
     r1, r2, r3 = run(*samp, "--seed", "5"), run(*samp, "--seed", "5"), run(*samp, "--seed", "6")
-    check(r1[0] == 0 and r1[1] == r2[1] and r1[1] != r3[1],
-          "seeded sampling with a draft: same seed same ids, other seed other ids")
+    r0 = run(*samp[:-2], "--no-draft", "--seed", "5")
+    check(r1[0] == 0 and r1[1] == r2[1] and r1[1] != r3[1] and r1[1] == r0[1],
+          "seeded sampling with a draft: same seed same ids, the --no-draft ids; other seed other ids")
 
 
-def serve_two(model, args, prompts, want, label):
-    """`deltafin serve --model MODEL ARGS` answers the two greedy completions of prompts at
-    once with the texts want[i] (a `run` stdout: the text and a newline), drafted tokens
-    accepted in each (usage.speculative)."""
+# sampled requests, seeded: request i gets SAMPLED and seed 7 + i (`run --seed 7+i` for want)
+SAMPLED = {"temperature": 0.8, "top_p": 0.95, "top_k": 40}
+
+
+def run_sampled(model, prompt, seed, *extra):
+    """`deltafin run` of 40 tokens with SAMPLED and --seed: (rc, stdout, stderr)."""
+    r = subprocess.run([DELTAFIN, "run", "--model", model, "--prompt", prompt, "--max-new", "40",
+                        "--temperature", str(SAMPLED["temperature"]), "--top-p", str(SAMPLED["top_p"]),
+                        "--top-k", str(SAMPLED["top_k"]), "--seed", str(seed), "--ignore-eos", *extra],
+                       capture_output=True, text=True, timeout=180)
+    return r.returncode, r.stdout, r.stderr
+
+
+def serve_two(model, args, prompts, want, label, sampled=False):
+    """`deltafin serve --model MODEL ARGS` answers the two completions of prompts at once
+    (greedy, or SAMPLED with seed 7 + i) with the texts want[i] (a `run` stdout: the text and a
+    newline), drafted tokens accepted in each (usage.speculative)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import concurrent.futures
     from server_util import Server, post
     srv = Server(DELTAFIN, model, *args)
     try:
-        def complete(p):
-            return post(srv.port, "/v1/completions",
-                        {"model": "demo-moe", "prompt": p, "max_tokens": 40, "temperature": 0,
-                         "ignore_eos": True})
+        def complete(i):
+            body = {"model": "demo-moe", "prompt": prompts[i], "max_tokens": 40, "temperature": 0,
+                    "ignore_eos": True}
+            if sampled:
+                body.update(SAMPLED, seed=7 + i)
+            return post(srv.port, "/v1/completions", body)
         with concurrent.futures.ThreadPoolExecutor(2) as ex:
-            got = list(ex.map(complete, prompts))
+            got = list(ex.map(complete, range(len(prompts))))
         for i, (status, _, body) in enumerate(got):
             text = body["choices"][0]["text"] if status == 200 else str(body)
             spec = body.get("usage", {}).get("speculative", {}) if status == 200 else {}
@@ -178,6 +194,21 @@ def scen_block():
         want.append(r.stdout)
     serve_two(demo, ["--draft", dspark, "--parallel", "2", "--draft-max-seqs", "2", "--draft-k", "6"],
               prompts, want, "serve with the block drafter")
+    # sampled and seeded: every drafter gives the ids of the target alone with that seed
+    # (drafter-invariant speculative sampling, coordinator/generate/spec.h), in run and serve
+    want_s = [run_sampled(demo, p, 7 + i, "--no-draft")[1] for i, p in enumerate(prompts)]
+    check(want_s[0] != run_sampled(demo, prompts[0], 9, "--no-draft")[1],
+          "sampled: another seed gives another text")
+    for name, draft in (("demo-draft", os.path.join(MODELS, "demo-draft")), ("demo-dspark", dspark),
+                        ("demo-xdraft", os.path.join(MODELS, "demo-xdraft"))):
+        for extra in ([], ["--fixed-k", "--draft-k", "3"]):
+            rc, out, err = run_sampled(demo, prompts[0], 7, "--draft", draft, "--stats", *extra)
+            st = [ln for ln in err.splitlines() if ln.startswith(("draft:", "text draft"))]
+            check(rc == 0 and out == want_s[0] and any("acceptance" in ln for ln in st),
+                  "sampled, seeded, run --draft %s %s: the --no-draft text (%s)"
+                  % (name, " ".join(extra) or "(adaptive k)", st[:1]))
+        serve_two(demo, ["--draft", draft, "--parallel", "2", "--draft-max-seqs", "2"], prompts,
+                  want_s, "serve --draft %s, sampled and seeded" % name, sampled=True)
     # the automatic choice with the bundled drafters (no --model, no --draft)
     auto = ["--max-new", "24", "--temperature", "0", "--ignore-eos", "--stats"]
     rc, ids, err = run("--prompt", "The history of the county begins with", *auto)

@@ -28,11 +28,13 @@ void df_sched__draft_off(df_sched *s, int kind, const char *why) {
           other ? "the other drafter drafts for every request" : "sequences run on the target alone");
 }
 
-/* Which drafter job j drafts with now: none (sampled, constrained, or drafting did not pay),
- * the block drafter (chat requests, or every request without a draft model), or the draft
- * model. */
+/* Which drafter job j drafts with now: none (constrained, or drafting did not pay), the block
+ * drafter (chat requests, or every request without a draft model), or the draft model.
+ * Sampled requests draft too: proposals and the target's choices are the job sampler's
+ * position-keyed ones (coordinator/generate/spec.h), so the ids are those of the request
+ * without a draft. */
 static int job_drafter(const df_sched *s, const df_sched_job *j) {
-  if (j->sp.temperature != 0 || j->no_draft) return 0;
+  if (j->no_draft) return 0;
   if (s->block && (j->chat || !s->draft)) return DF_SLOT_DRAFT_BLOCK;
   return s->draft ? DF_SLOT_DRAFT_MODEL : 0;
 }
@@ -99,7 +101,15 @@ void df_sched__block_append(df_sched *s, df_sched_job *j, const float *rows, int
   }
 }
 
-/* Block drafter proposals for the greedy decoding sequences in who[0..n) whose contexts are
+/* The block drafter's row r proposes the token of position len + r: the job's own choice
+ * from the row's logits z [V]. */
+static int32_t pick_at(void *ctx, int r, const float *z, int64_t V) {
+  df_sched_job *j = ctx;
+  (void)V;
+  return df_sampler_sample_at(j->smp, z, j->len + r);
+}
+
+/* Block drafter proposals for the decoding sequences in who[0..n) whose contexts are
  * in step (track[b]): up to min(draft_k, block) tokens after each one's pending id, one
  * drafter forward per sequence; k[b] = 0 where nothing is proposed. */
 void df_sched__propose_block(df_sched *s, df_sched_job **who, int n, const bool *track, int *k,
@@ -117,7 +127,8 @@ void df_sched__propose_block(df_sched *s, df_sched_job **who, int n, const bool 
     if (left < kb) kb = left;
     if (s->bctx - sl->dkv->len < kb) kb = s->bctx - sl->dkv->len;
     if (kb <= 0 || sl->dkv->len == 0) continue;
-    if (df_dspark_propose(s->block, sl->dkv, j->last, (int)kb, NULL, NULL, dtok[b], NULL, err,
+    if (df_dspark_propose(s->block, sl->dkv, j->last, (int)kb,
+                          j->sp.temperature == 0 ? NULL : pick_at, j, dtok[b], NULL, err,
                           sizeof err) != 0) {
       df_sched__draft_off(s, DF_SLOT_DRAFT_BLOCK, err);
       for (int i = 0; i < n; i++)
@@ -137,7 +148,7 @@ static int model_draft_len(const df_sched *s, const df_sched_job *j) {
   return left < s->o.draft_k ? (int)(left > 0 ? left : 0) : s->o.draft_k;
 }
 
-/* A cross-tokenizer draft's proposals for the greedy decoding sequences in who[0..n): each
+/* A cross-tokenizer draft's proposals for the decoding sequences in who[0..n): each
  * request's draft state reads the ids committed since its last round and proposes up to
  * draft_k target ids (k[b], 0 where nothing is proposed); one sequence at a time. A draft
  * that fails (a forward, its tokenizer, memory) is off for good, for every request, with one
@@ -176,7 +187,7 @@ static void propose_text(df_sched *s, df_sched_job **who, int n, int *k,
   }
 }
 
-/* Speculative decoding for the greedy sequences in `who[0..n)` that are decoding: the draft
+/* Speculative decoding for the sequences in `who[0..n)` that are decoding: the draft
  * catches up with each one's committed ids and proposes up to k[b] tokens (k[b] is set to 0
  * where nothing is proposed). Draft forwards of all of them are batched like the target's. */
 void df_sched__propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (*dtok)[DF_SCHED_K_MAX]) {
@@ -223,6 +234,8 @@ void df_sched__propose(df_sched *s, df_sched_job **who, int n, int *k, int32_t (
       for (int b = 0; b < n; b++) k[b] = 0;
       return;
     }
-    for (int t = 0; t < nq; t++) dtok[idx[t]][i] = df_argmax_f32(q[t].logits, s->V);
+    /* d_{i+1} is the token of position len + i: the job's own choice from the draft's row */
+    for (int t = 0; t < nq; t++)
+      dtok[idx[t]][i] = df_sampler_sample_at(who[idx[t]]->smp, q[t].logits, who[idx[t]]->len + i);
   }
 }
