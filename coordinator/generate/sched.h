@@ -14,23 +14,24 @@
  * Exactness: each request's tokens are those `deltafin run --no-draft` produces for the same
  * prompt ids and sampler settings. The batched forward gives every sequence bitwise the
  * logits it would get alone (engine/model.h), the prompt is fed in chunks (also invariant),
- * and each request's sampler is seeded from its own seed and draws once per generated token,
- * exactly as the target-alone loop of coordinator/generate/spec.c does. Which other requests run at
- * the same time has no effect on a request's output.
+ * and each request's sampler is seeded from its own seed and chooses each token by its
+ * position (engine/sampler.h), exactly as the target-alone loop of
+ * coordinator/generate/spec.c does. Which other requests run at the same time has no effect
+ * on a request's output.
  *
  * Speculative decoding (with a draft model, while at most draft_max_seqs sequences run):
- * greedy sequences get k draft tokens each (the draft's forwards batched across them like
- * the target's), verified in the same batched target forward as everyone else's rows; a
- * draft token is kept while it equals the target's argmax, then the target's own token
- * follows, and both caches roll back (coordinator/generate/spec.h's greedy rule). The target's
- * logits in a verify row are bitwise those of one-token decoding, so the output is identical
- * to the target alone. Sampled sequences always run on the target alone: their draws must
- * follow the request's seed exactly as `deltafin run --no-draft` consumes it. A sequence
+ * sequences (greedy or sampled; not grammar-constrained ones) get k draft tokens each (the
+ * draft's forwards batched across them like the target's, each proposal the request
+ * sampler's position-keyed choice), verified in the same batched target forward as everyone
+ * else's rows; a draft token is kept while it equals the target's own choice at its position,
+ * then the target's own token follows, and both caches roll back (coordinator/generate/spec.h's
+ * rule). The target's logits in a verify row are bitwise those of one-token decoding, so the
+ * output is identical to the target alone with the request's seed. A sequence
  * whose drafts are mostly rejected (acceptance < 1/4 after 8 rounds) stops drafting.
  *
  * With a block drafter (engine/draft/dspark.h) (for chat requests when there is also a draft
- * model, for every greedy request otherwise): the target's forwards
- * capture the drafter's hidden-state rows of greedy sequences (df_model_set_capture), each
+ * model, for every request otherwise): the target's forwards
+ * capture the drafter's hidden-state rows of drafting sequences (df_model_set_capture), each
  * slot's drafter context takes the rows of the positions the target committed (prompt chunks,
  * decoded tokens, the accepted prefix of a verify), and one drafter forward per sequence
  * proposes up to min(draft_k, block) tokens after the pending one; verification is the same.

@@ -22,10 +22,8 @@
  *     tokenizer (df_tok_encode_stable) and only the ids of complete pieces are proposed: the
  *     last piece could still grow into the next bytes the draft would write ("Ġinter" +
  *     "national"), unless the draft ended with a special token.
- * The proposals are a deterministic function of the committed ids: as a draft distribution
- * they are a point mass, so the verifier's rejection rule with q = 1 at the proposed id keeps
- * the target's distribution exactly at any temperature (spec.c), and greedy output is the
- * target's alone.
+ * The proposals are a deterministic function of the committed ids, kept where they are the
+ * target's own choice (spec.h), so the output is the target alone's at any temperature.
  *
  * Thread safety: one df_text_draft belongs to one thread at a time; the draft model must not
  * be used by another thread during a call (its buffers are shared).
