@@ -1,5 +1,5 @@
-/* tests/test_sampler.c — greedy, temperature, top-k, top-p semantics and seeded
- * reproducibility of engine/sampler.c. */
+/* tests/test_sampler.c — greedy, temperature, top-k, top-p semantics, seeded
+ * reproducibility and the position-keyed draw of engine/sampler.c. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -145,12 +145,47 @@ static void test_bad_params(void **state) {
   assert_non_null(strstr(err, "top_k -3 must be >= 0"));
 }
 
+/* df_sampler_sample_at: the token of a position depends on (seed, position, logits) only —
+ * not on the order of the calls or on other draws — and the hash behind it is pinned (the same
+ * bits on every machine: a change here changes every seeded generation). */
+static void test_position_keyed(void **state) {
+  (void)state;
+  float flat[16] = {0};
+  df_sampler *s = mk(1.0, 1, 0, 12345, 16), *t = mk(1.0, 1, 0, 12345, 16);
+  static const int32_t pinned[24] = {15, 14, 3, 14, 12, 11, 7, 14, 5, 8, 15, 13,
+                                     4, 8, 8, 1, 2, 14, 7, 2, 11, 8, 4, 11};
+  for (int p = 0; p < 24; p++) assert_int_equal(df_sampler_sample_at(s, flat, p), pinned[p]);
+  for (int p = 23; p >= 0; p--) { /* reverse order, other draws between */
+    (void)df_sampler_sample(t, flat);
+    assert_int_equal(df_sampler_sample_at(t, flat, p), pinned[p]);
+  }
+  df_sampler_destroy(&t);
+  t = mk(1.0, 1, 0, (uint64_t)1 << 62, 16); /* large seeds and positions */
+  static const int32_t far[24] = {10, 3, 1, 5, 14, 3, 12, 14, 13, 8, 12, 0,
+                                  5, 8, 7, 7, 9, 2, 13, 10, 4, 1, 8, 12};
+  for (int p = 0; p < 24; p++)
+    assert_int_equal(df_sampler_sample_at(t, flat, (int64_t)1000000000000 + p), far[p]);
+  df_sampler_destroy(&t);
+  /* a skewed law: the race's winners, pinned */
+  float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+  t = mk(1.0, 1, 0, 7, 4);
+  static const int32_t skew[24] = {0, 0, 0, 1, 2, 1, 0, 0, 0, 0, 0, 3,
+                                   1, 0, 1, 0, 0, 0, 2, 0, 1, 1, 0, 0};
+  for (int p = 0; p < 24; p++) assert_int_equal(df_sampler_sample_at(t, l, p), skew[p]);
+  /* greedy ignores the position */
+  df_sampler *g = mk(0, 1, 0, 7, 4);
+  for (int p = 0; p < 8; p++) assert_int_equal(df_sampler_sample_at(g, l, p), 0);
+  df_sampler_destroy(&g);
+  df_sampler_destroy(&t);
+  df_sampler_destroy(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_greedy_lowest_index_on_ties), cmocka_unit_test(test_temperature_softmax),
       cmocka_unit_test(test_top_k_keeps_ties_at_boundary), cmocka_unit_test(test_top_p_smallest_set),
       cmocka_unit_test(test_seeded_reproducible_and_distributed), cmocka_unit_test(test_bad_params),
-      cmocka_unit_test(test_tiny_temperature_is_greedy),
+      cmocka_unit_test(test_tiny_temperature_is_greedy), cmocka_unit_test(test_position_keyed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
