@@ -14,6 +14,7 @@ struct df_sampler {
   float *vals;     /* [n] scaled logits */
   float *sel;      /* [n] quickselect scratch */
   float *probs;    /* [n] */
+  int32_t *kept;   /* [n] ids of the filtered distribution's support, ascending */
   int32_t *order;  /* [n] kept ids for top-p */
   int64_t draws;   /* df_sampler_sample's position counter */
 };
@@ -86,7 +87,8 @@ df_sampler *df_sampler_new(const df_sampler_params *p, int64_t n_vocab, char *er
   s->sel = malloc((size_t)n_vocab * sizeof *s->sel);
   s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
   s->order = malloc((size_t)n_vocab * sizeof *s->order);
-  if (!s->vals || !s->sel || !s->probs || !s->order) goto oom;
+  s->kept = malloc((size_t)n_vocab * sizeof *s->kept);
+  if (!s->vals || !s->sel || !s->probs || !s->order || !s->kept) goto oom;
   return s;
 oom:
   snprintf(err, errlen, "sampler: out of memory for %lld-token vocabulary", (long long)n_vocab);
@@ -101,9 +103,14 @@ void df_sampler_destroy(df_sampler **sp) {
   free(s->sel);
   free(s->probs);
   free(s->order);
+  free(s->kept);
   free(s);
   *sp = NULL;
 }
+
+/* top-k up to this k keeps its k largest values in a small sorted array (one pass); above it
+ * a quickselect finds the k-th largest */
+#define TOPK_SMALL 64
 
 /* k-th largest (1-based) of a[0..n) by quickselect; a is permuted. */
 static float kth_largest(float *a, int64_t n, int64_t k) {
@@ -136,84 +143,138 @@ static int cmp_prob_asc(const void *a, const void *b, void *ctx) {
   return x > y ? -1 : (x < y ? 1 : 0);
 }
 
-void df_sampler_probs(df_sampler *s, const float *logits, float *probs) {
-  int64_t n = s->n;
-  if (s->p.temperature == 0) {
-    memset(probs, 0, (size_t)n * sizeof *probs);
-    probs[df_argmax_f32(logits, n)] = 1.0f;
-    return;
-  }
-  float inv_t = (float)s->p.temperature;
-  for (int64_t i = 0; i < n; i++) s->vals[i] = logits[i] / inv_t;
+/* The filtered distribution of logits [n] (T > 0): its support, ascending ids, in
+ * s->kept[0..return) and each kept token's probability at s->probs[id] (entries of other
+ * ids are stale). Temperature, then top-k (the k largest, ties at the boundary kept), the
+ * softmax over the kept tokens in fp32 exp / fp64 sum, then top-p: from the least probable,
+ * tokens are removed while the removed mass stays <= 1 - p (the most probable always stays),
+ * and the rest renormalised. Only the kept tokens are visited after top-k, so a small k costs
+ * one pass over the vocabulary; the sums run over ascending ids, the order in which a pass
+ * over every id (adding zeros elsewhere) would add them. */
+static int64_t filtered(df_sampler *s, const float *logits) {
+  int64_t n = s->n, m = 0;
+  float t = (float)s->p.temperature;
+  for (int64_t i = 0; i < n; i++) s->vals[i] = logits[i] / t;
   float thresh = -INFINITY;
   if (s->p.top_k > 0 && s->p.top_k < n) {
-    memcpy(s->sel, s->vals, (size_t)n * sizeof *s->sel);
-    thresh = kth_largest(s->sel, n, s->p.top_k);
+    if (s->p.top_k <= TOPK_SMALL) {
+      /* the k largest so far, descending: one pass, almost every value compared once */
+      float top[TOPK_SMALL];
+      int64_t k = s->p.top_k, have = 0;
+      for (int64_t i = 0; i < n; i++) {
+        float v = s->vals[i];
+        if (have == k && !(v > top[k - 1])) continue;
+        int64_t at = have < k ? have++ : k - 1;
+        while (at > 0 && v > top[at - 1]) {
+          top[at] = top[at - 1];
+          at--;
+        }
+        top[at] = v;
+      }
+      thresh = top[k - 1];
+    } else {
+      memcpy(s->sel, s->vals, (size_t)n * sizeof *s->sel);
+      thresh = kth_largest(s->sel, n, s->p.top_k);
+    }
   }
   float mx = -INFINITY;
   for (int64_t i = 0; i < n; i++)
-    if (s->vals[i] >= thresh && s->vals[i] > mx) mx = s->vals[i];
+    if (s->vals[i] >= thresh) {
+      s->kept[m++] = (int32_t)i;
+      if (s->vals[i] > mx) mx = s->vals[i];
+    }
+  float *pr = s->probs;
   if (!isfinite(mx)) {
     /* a temperature so small that logits / T overflows: the T -> 0 limit of the softmax,
      * all mass shared by the tokens of the largest logit (greedy, ties split evenly) */
     float best = logits[df_argmax_f32(logits, n)];
     int64_t ties = 0;
     for (int64_t i = 0; i < n; i++) ties += logits[i] == best;
-    for (int64_t i = 0; i < n; i++) probs[i] = logits[i] == best ? 1.0f / (float)ties : 0.0f;
-    return;
+    m = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (logits[i] == best) {
+        s->kept[m++] = (int32_t)i;
+        pr[i] = 1.0f / (float)ties;
+      }
+    return m;
   }
   double sum = 0;
-  for (int64_t i = 0; i < n; i++) {
-    probs[i] = s->vals[i] >= thresh ? expf(s->vals[i] - mx) : 0.0f;
-    sum += probs[i];
+  for (int64_t j = 0; j < m; j++) {
+    int32_t i = s->kept[j];
+    pr[i] = expf(s->vals[i] - mx);
+    sum += pr[i];
   }
-  for (int64_t i = 0; i < n; i++) probs[i] = (float)(probs[i] / sum);
+  for (int64_t j = 0; j < m; j++) pr[s->kept[j]] = (float)(pr[s->kept[j]] / sum);
   if (s->p.top_p < 1.0) {
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; i++)
-      if (probs[i] > 0) s->order[m++] = (int32_t)i;
-    qsort_r(s->order, (size_t)m, sizeof *s->order, cmp_prob_asc, probs);
+    int64_t mo = 0;
+    for (int64_t j = 0; j < m; j++)
+      if (pr[s->kept[j]] > 0) s->order[mo++] = s->kept[j];
+    qsort_r(s->order, (size_t)mo, sizeof *s->order, cmp_prob_asc, pr);
     double cum = 0;
     /* remove from the least probable while the cumulative mass stays <= 1 - top_p; keep the
      * most probable token always */
-    for (int64_t j = 0; j < m - 1; j++) {
-      cum += probs[s->order[j]];
-      if (cum <= 1.0 - s->p.top_p) probs[s->order[j]] = 0.0f;
+    for (int64_t j = 0; j < mo - 1; j++) {
+      cum += pr[s->order[j]];
+      if (cum <= 1.0 - s->p.top_p) pr[s->order[j]] = 0.0f;
       else break;
     }
     sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += probs[i];
-    for (int64_t i = 0; i < n; i++) probs[i] = (float)(probs[i] / sum);
+    for (int64_t j = 0; j < m; j++) sum += pr[s->kept[j]];
+    for (int64_t j = 0; j < m; j++) pr[s->kept[j]] = (float)(pr[s->kept[j]] / sum);
   }
+  return m;
 }
 
-/* The exponential race's clock of token `id` at sequence position `pos`: E = -log(u) with u
- * in (0, 1) from a counter-based hash of (seed, pos, id) (the splitmix64 finaliser twice), so
- * each (position, token) has its own draw whatever was drawn before it. */
-static double race_clock(uint64_t seed, int64_t pos, int32_t id) {
+void df_sampler_probs(df_sampler *s, const float *logits, float *probs) {
+  int64_t n = s->n;
+  memset(probs, 0, (size_t)n * sizeof *probs);
+  if (s->p.temperature == 0) {
+    probs[df_argmax_f32(logits, n)] = 1.0f;
+    return;
+  }
+  int64_t m = filtered(s, logits);
+  for (int64_t j = 0; j < m; j++) probs[s->kept[j]] = s->probs[s->kept[j]];
+}
+
+/* The uniform u in (0, 1) of token `id` at sequence position `pos`: a counter-based hash of
+ * (seed, pos, id) (the splitmix64 finaliser twice), so each (position, token) has its own
+ * draw whatever was drawn before it. */
+static double race_u(uint64_t seed, int64_t pos, int32_t id) {
   uint64_t k = mix64(seed + 0x9e3779b97f4a7c15ull * ((uint64_t)pos + 1));
   uint64_t h = mix64(k ^ (0xd1b54a32d192ed03ull * ((uint64_t)(uint32_t)id + 1)));
-  double u = ((double)(h >> 11) + 0.5) * 0x1.0p-53;
-  return -log(u);
+  return ((double)(h >> 11) + 0.5) * 0x1.0p-53;
 }
 
 int32_t df_sampler_sample_at(df_sampler *s, const float *logits, int64_t pos) {
   if (s->p.temperature == 0) return df_argmax_f32(logits, s->n);
-  df_sampler_probs(s, logits, s->probs);
-  /* argmax over kept tokens of p_i / E_i (E_i ~ Exp(1) independent): token i wins with
-   * probability p_i (the exponential race; the Gumbel-max trick in another form); ties to
-   * the lower id */
-  int32_t best = -1;
-  double best_score = 0;
-  for (int64_t i = 0; i < s->n; i++) {
-    if (!(s->probs[i] > 0)) continue;
-    double sc = (double)s->probs[i] / race_clock(s->p.seed, pos, (int32_t)i);
-    if (best < 0 || sc > best_score) {
-      best = (int32_t)i;
+  int64_t m = filtered(s, logits);
+  /* argmax over kept tokens of p_i / E_i with E_i = -log u_i ~ Exp(1) independent: token i
+   * wins with probability p_i (the exponential race; the Gumbel-max trick in another form);
+   * ties to the lower id. The most probable token runs first, so the best score is high at
+   * once; then a token whose clock is surely too slow is skipped without its logarithm:
+   * E_i >= 1 - u_i, so (1 - u_i) * best > p_i (with a margin for rounding) means
+   * p_i / E_i < best. Skipping changes no result, only the time (most of the vocabulary). */
+  const float *pr = s->probs;
+  int32_t top = -1;
+  for (int64_t j = 0; j < m; j++) {
+    int32_t i = s->kept[j];
+    if (pr[i] > 0 && (top < 0 || pr[i] > pr[top])) top = i;
+  }
+  if (top < 0) return df_argmax_f32(logits, s->n);
+  int32_t best = top;
+  double best_score = (double)pr[top] / -log(race_u(s->p.seed, pos, top));
+  for (int64_t j = 0; j < m; j++) {
+    int32_t i = s->kept[j];
+    if (!(pr[i] > 0) || i == top) continue;
+    double u = race_u(s->p.seed, pos, i);
+    if ((1.0 - u) * best_score > (double)pr[i] * (1.0 + 0x1p-20)) continue;
+    double sc = (double)pr[i] / -log(u);
+    if (sc > best_score || (sc == best_score && i < best)) {
+      best = i;
       best_score = sc;
     }
   }
-  return best >= 0 ? best : df_argmax_f32(logits, s->n);
+  return best;
 }
 
 int32_t df_sampler_sample(df_sampler *s, const float *logits) {
