@@ -606,9 +606,9 @@ int df_cmd_run(int argc, char **argv) {
             t_decode, gen_rate);
     if (sp.temperature > 0)
       fprintf(stderr, "sampling: temperature %g, top-k %lld, top-p %g, seed %lld (--seed %lld "
-              "repeats %s)\n", sp.temperature, (long long)sp.top_k, sp.top_p, (long long)seed,
-              (long long)seed, drafting_at_start && !fixed_k ? "the draws; the text too when "
-              "adaptive drafting picks the same draft lengths" : "this run");
+              "repeats this run%s)\n", sp.temperature, (long long)sp.top_k, sp.top_p,
+              (long long)seed, (long long)seed,
+              drafting_at_start ? ", with or without the draft" : "");
     if (draft_dir && draft_why)
       fprintf(stderr, "drafter: %s (%s%s)%s\n", draft_dir, draft_why,
               dtok ? "; its own tokenizer: it drafts text" : "",
