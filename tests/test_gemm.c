@@ -9,7 +9,8 @@
  * jobs equals the jobs one by one; 1 to 4 threads give the same bytes; and the values are a
  * correct product (against double precision, to a bound of K * 2^-22 relative). Skipped where
  * the CPU has no AVX-512 (the GEMM never runs there). test_avx2_rows covers the AVX2 tile
- * that every batch shape of 2 rows or more runs through on AVX2.
+ * that every batch shape of 2 rows or more runs through on AVX2, and on an AVX-512 CPU its
+ * 512-bit form (4 x 6 blocks, 2..15 rows) against it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -215,6 +216,14 @@ static void test_avx2_rows(void **state) {
           if (memcmp(ya, yb, (size_t)(M * N) * sizeof(float)))
             fail_msg("dtype %d [%lld x %lld x %lld]: AVX2 rows differ from scalar", (int)dt, (long long)M,
                      (long long)N, (long long)K);
+          if (hw >= DF_ISA_AVX512) { /* the 4 x 6 blocks in 512-bit registers (M < 16), the
+                                      * GEMM above: the same bytes */
+            df_k_set_isa(DF_ISA_AVX512);
+            df_k_linear(x, M, K, K, w, dt, N, bb, yb, N);
+            if (memcmp(ya, yb, (size_t)(M * N) * sizeof(float)))
+              fail_msg("dtype %d [%lld x %lld x %lld]: AVX-512 rows differ from AVX2", (int)dt,
+                       (long long)M, (long long)N, (long long)K);
+          }
           df_k_set_isa(DF_ISA_AVX2);
           for (int64_t m = 0; m < M; m++) { /* a row alone: the decode kernel */
             df_k_linear(x + m * K, 1, K, K, w, dt, N, bb, yb, N);

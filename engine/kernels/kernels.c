@@ -180,6 +180,47 @@ DEF_4X3(bf16, DF_DT_BF16)
 DEF_4X3(f16, DF_DT_F16)
 DEF_4X3(f32, DF_DT_F32)
 
+/* The same blocks with 512-bit registers: 4 rows x 6 columns, 12 accumulators each holding two
+ * columns' 8-lane accumulators (column 2p in the low half, 2p + 1 in the high half), so every
+ * output's lanes see exactly the fused multiply-adds of the 4 x 3 kernel in the same order and
+ * its reduction (LANE_TAIL on each half) is the same: bitwise the AVX2 outputs with half the
+ * FMA instructions and one broadcast x row per 6 columns. AVX-512F only (256-bit halves moved
+ * through the 64-bit-lane insert/extract/broadcast, which are AVX-512F). */
+#define AVX512_FN __attribute__((target("avx2,fma,f16c,avx512f")))
+#define DEF_4X6(sfx, DT)                                                                       \
+  static AVX512_FN void k4x6_##sfx(const float *const *x, const void *const *w, int64_t K,     \
+                                   float *o /* [4][6] */, size_t pf) {                         \
+    __m512 a[4][3];                                                                            \
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                        \
+      _Pragma("GCC unroll 3") for (int p = 0; p < 3; p++) a[i][p] = _mm512_setzero_ps();       \
+    int64_t K8 = K & ~(int64_t)7;                                                              \
+    for (int64_t k = 0; k < K8; k += 8) {                                                      \
+      if (pf && (k & (PF_STEP_##sfx - 1)) == 0)                                                \
+        _Pragma("GCC unroll 6") for (int j = 0; j < 6; j++)                                    \
+          _mm_prefetch((const char *)w[j] + pf + (size_t)k * sizeof(DT_T_##sfx), _MM_HINT_T1); \
+      __m512 wv[3];                                                                            \
+      _Pragma("GCC unroll 3") for (int p = 0; p < 3; p++) wv[p] = _mm512_castpd_ps(            \
+          _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(avx2_ld(w[2 * p], DT, k))), \
+                             _mm256_castps_pd(avx2_ld(w[2 * p + 1], DT, k)), 1));              \
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                    \
+        __m512 xv = _mm512_castpd_ps(                                                          \
+            _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x[i] + k))));              \
+        _Pragma("GCC unroll 3") for (int p = 0; p < 3; p++)                                    \
+          a[i][p] = _mm512_fmadd_ps(xv, wv[p], a[i][p]);                                       \
+      }                                                                                        \
+    }                                                                                          \
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                        \
+      _Pragma("GCC unroll 3") for (int p = 0; p < 3; p++) {                                    \
+        __m256 lo = _mm512_castps512_ps256(a[i][p]);                                           \
+        __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[i][p]), 1));    \
+        o[i * 6 + 2 * p] = LANE_TAIL(lo, x[i], w[2 * p], DT);                                  \
+        o[i * 6 + 2 * p + 1] = LANE_TAIL(hi, x[i], w[2 * p + 1], DT);                          \
+      }                                                                                        \
+  }
+DEF_4X6(bf16, DF_DT_BF16)
+DEF_4X6(f16, DF_DT_F16)
+DEF_4X6(f32, DF_DT_F32)
+
 typedef void (*k1x8_fn)(const float *, const void *const *, int64_t, float *, const char *,
                         size_t);
 
@@ -202,18 +243,22 @@ static void fewtile_avx2(df_dtype dt, const float *x, int64_t M, int64_t K, int6
   for (int j = 0; j < FEW_NR; j++)
     wr[j] = (const char *)w + (size_t)(n0 + (j < nr ? j : nr - 1)) * (size_t)K * esz;
   size_t pf = (size_t)FEW_NR * (size_t)K * esz; /* the next tile's rows */
-  k4x3_fn f = dt == DF_DT_BF16 ? k4x3_bf16 : dt == DF_DT_F16 ? k4x3_f16 : k4x3_f32;
-  float o[12];
+  /* 4 x 3 blocks, or 4 x 6 with 512-bit registers (the same bits) */
+  bool wide = df_k_isa() >= DF_ISA_AVX512;
+  int nc = wide ? 6 : 3;
+  k4x3_fn f = wide ? (dt == DF_DT_BF16 ? k4x6_bf16 : dt == DF_DT_F16 ? k4x6_f16 : k4x6_f32)
+                   : (dt == DF_DT_BF16 ? k4x3_bf16 : dt == DF_DT_F16 ? k4x3_f16 : k4x3_f32);
+  float o[24];
   for (int64_t m0 = 0; m0 < M; m0 += 4) {
     int mr = (int)(M - m0 < 4 ? M - m0 : 4);
     const float *xr[4]; /* missing rows repeat the last, likewise */
     for (int i = 0; i < 4; i++) xr[i] = x + (m0 + (i < mr ? i : mr - 1)) * ldx;
-    for (int c0 = 0; c0 < nr; c0 += 3) {
+    for (int c0 = 0; c0 < nr; c0 += nc) {
       f(xr, wr + c0, K, o, m0 ? 0 : pf);
       for (int i = 0; i < mr; i++)
-        for (int j = c0; j < nr && j < c0 + 3; j++)
+        for (int j = c0; j < nr && j < c0 + nc; j++)
           y[(m0 + i) * ldy + n0 + j] =
-              bias ? o[i * 3 + j - c0] + df_k_to_f32(bias, dt, n0 + j) : o[i * 3 + j - c0];
+              bias ? o[i * nc + j - c0] + df_k_to_f32(bias, dt, n0 + j) : o[i * nc + j - c0];
     }
   }
 }
