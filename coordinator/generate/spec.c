@@ -97,8 +97,7 @@ uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx) {
   df_model_bytes b = df_model_memory(draft);
   uint64_t V = (uint64_t)df_model_cfg(draft)->vocab_size;
   return df_model_kv_bytes_per_token(draft) * (uint64_t)ctx + df_model_kv_bytes_per_seq(draft) +
-         b.buffers + (b.total - b.shared) +
-         (uint64_t)(DF_SPEC_K_MAX + 1) * V * sizeof(float);
+         b.buffers + (b.total - b.shared) + V * sizeof(float);
 }
 
 /* Why the draft does not fit (into why), or false when it does or cannot be judged. */

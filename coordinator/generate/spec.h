@@ -131,7 +131,7 @@ void df_spec_set_quiet(df_spec *s, bool quiet);
 /* Bytes a draft still needs to run a sequence of ctx tokens (0 = its max_ctx): its KV cache
  * (df_model_kv_bytes_per_token x ctx + df_model_kv_bytes_per_seq, a recurrent state), its
  * planned buffers, its weights not shared with the target (df_model_bytes.total - .shared)
- * and the generator's per-draft scratch ((DF_SPEC_K_MAX + 1) x vocab fp32). */
+ * and the generator's row of draft logits (vocab fp32). */
 uint64_t df_spec_draft_need_bytes(const df_model *draft, int64_t ctx);
 
 /* Bytes a block drafter needs to run a sequence of ctx tokens (0 = its max_ctx): its context
