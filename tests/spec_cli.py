@@ -127,6 +127,7 @@ def scen_fallbacks():
     r0 = run(*samp[:-2], "--no-draft", "--seed", "5")
     check(r1[0] == 0 and r1[1] == r2[1] and r1[1] != r3[1] and r1[1] == r0[1],
           "seeded sampling with a draft: same seed same ids, the --no-draft ids; other seed other ids")
+    serve_rests()
 
 
 # sampled requests, seeded: request i gets SAMPLED and seed 7 + i (`run --seed 7+i` for want)
@@ -140,6 +141,33 @@ def run_sampled(model, prompt, seed, *extra):
                         "--top-k", str(SAMPLED["top_k"]), "--seed", str(seed), "--ignore-eos", *extra],
                        capture_output=True, text=True, timeout=180)
     return r.returncode, r.stdout, r.stderr
+
+
+def serve_rests():
+    """`serve` with a draft that does not pay (the perturbed draft: acceptance ~0.15): the
+    sequence's drafting rests (64 tokens, then 128) and is measured again after each rest,
+    instead of stopping for good after its first 8 rounds; the text is the --no-draft one."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from server_util import Server, post
+    model = os.path.join(DRAFTS, "target-tok")
+    body = {"model": "target-tok", "prompt": [int(x) for x in PROMPT.split(",")], "max_tokens": 240,
+            "temperature": 0, "ignore_eos": True}
+    got = {}
+    for name, args in (("draft", ["--draft", os.path.join(DRAFTS, "perturbed"), "--draft-k", "4"]),
+                       ("alone", ["--no-draft"])):
+        srv = Server(DELTAFIN, model, "--parallel", "1", *args)
+        try:
+            got[name] = post(srv.port, "/v1/completions", body)
+        finally:
+            srv.stop()
+    (st, _, b), (st0, _, b0) = got["draft"], got["alone"]
+    spec = b.get("usage", {}).get("speculative", {}) if st == 200 else {}
+    check(st == 200 and st0 == 200 and b["choices"][0]["text"] == b0["choices"][0]["text"],
+          "serve, a draft that does not pay: the --no-draft text")
+    # 8 rounds of 4 (32 draft tokens) before each rest: 240 tokens hold three such windows
+    # (rests of 64 and 128 tokens between them); stopping for good would give 32
+    check(spec.get("draft_tokens") == 96,
+          "serve, a draft that does not pay: drafting rests and is measured again (%s)" % spec)
 
 
 def serve_two(model, args, prompts, want, label, sampled=False):

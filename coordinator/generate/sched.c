@@ -411,7 +411,15 @@ static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_
   j->drounds++;
   j->ddrafted += k;
   j->daccepted += a;
-  if (j->drounds >= 8 && j->daccepted < j->ddrafted / 4) j->no_draft = true;
+  j->wrounds++;
+  j->wdrafted += k;
+  j->waccepted += a;
+  if (j->wrounds >= 8 && j->waccepted < j->wdrafted / 4) { /* it does not pay: a rest */
+    j->rest_len = j->rest_len ? 2 * j->rest_len : DF_SCHED_REST_FIRST;
+    if (j->rest_len > DF_SCHED_REST_MAX) j->rest_len = DF_SCHED_REST_MAX;
+    j->rest_until = j->generated + a + 1 + j->rest_len;
+    j->wrounds = j->wdrafted = j->waccepted = 0;
+  }
   pthread_mutex_lock(&s->mu);
   s->st.draft_rounds++;
   s->st.drafted += k;

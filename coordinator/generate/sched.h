@@ -26,8 +26,9 @@
  * else's rows; a draft token is kept while it equals the target's own choice at its position,
  * then the target's own token follows, and both caches roll back (coordinator/generate/spec.h's
  * rule). The target's logits in a verify row are bitwise those of one-token decoding, so the
- * output is identical to the target alone with the request's seed. A sequence
- * whose drafts are mostly rejected (acceptance < 1/4 after 8 rounds) stops drafting.
+ * output is identical to the target alone with the request's seed. A sequence whose drafts
+ * are mostly rejected (acceptance < 1/4 over 8 rounds) rests: the target alone for 64 tokens,
+ * then drafting is measured again; each rest twice the last, at most 1024 tokens.
  *
  * With a block drafter (engine/draft/dspark.h) (for chat requests when there is also a draft
  * model, for every request otherwise): the target's forwards

@@ -28,7 +28,7 @@ void df_sched__draft_off(df_sched *s, int kind, const char *why) {
           other ? "the other drafter drafts for every request" : "sequences run on the target alone");
 }
 
-/* Which drafter job j drafts with now: none (constrained, or drafting did not pay), the block
+/* Which drafter job j drafts with: none (constrained, or its drafter failed it), the block
  * drafter (chat requests, or every request without a draft model), or the draft model.
  * Sampled requests draft too: proposals and the target's choices are the job sampler's
  * position-keyed ones (coordinator/generate/spec.h), so the ids are those of the request
@@ -38,6 +38,11 @@ static int job_drafter(const df_sched *s, const df_sched_job *j) {
   if (s->block && (j->chat || !s->draft)) return DF_SLOT_DRAFT_BLOCK;
   return s->draft ? DF_SLOT_DRAFT_MODEL : 0;
 }
+
+/* Job j's drafting rests (it did not pay: the target alone for now). A resting sequence's
+ * rows are still captured for a block drafter, so that its context is in step when it drafts
+ * again; a draft model catches up then. */
+static bool resting(const df_sched_job *j) { return j->generated < j->rest_until; }
 
 /* Slot sl's drafting state of the given kind, empty (one of another kind is dropped): the
  * draft model's cache with its logits row, or the block drafter's context; and the verify
@@ -120,7 +125,7 @@ void df_sched__propose_block(df_sched *s, df_sched_job **who, int n, const bool 
     df_sched_job *j = who[b];
     if (!track[b]) continue; /* k[b] is another drafter's (or 0) */
     k[b] = 0;
-    if (j->fed < j->n_prompt) continue;
+    if (j->fed < j->n_prompt || resting(j)) continue;
     df_slot *sl = &s->pool.slots[j->slot];
     int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
     int64_t kb = s->o.draft_k < r ? s->o.draft_k : r;
@@ -143,7 +148,7 @@ void df_sched__propose_block(df_sched *s, df_sched_job **who, int n, const bool 
  * step: draft_k, fewer near max_tokens, 0 while its prompt is fed or when it does not draft
  * with the draft model. */
 static int model_draft_len(const df_sched *s, const df_sched_job *j) {
-  if (j->fed < j->n_prompt || job_drafter(s, j) != DF_SLOT_DRAFT_MODEL) return 0;
+  if (j->fed < j->n_prompt || resting(j) || job_drafter(s, j) != DF_SLOT_DRAFT_MODEL) return 0;
   int64_t left = j->max_tokens - j->generated - 1; /* the last token never needs a draft */
   return left < s->o.draft_k ? (int)(left > 0 ? left : 0) : s->o.draft_k;
 }

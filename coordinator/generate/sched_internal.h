@@ -19,6 +19,10 @@
 #include "engine/sampler.h"
 #include "engine/text/tokenizer.h"
 
+/* a sequence's first drafting rest and the longest, in generated tokens (as `run`'s) */
+#define DF_SCHED_REST_FIRST 64
+#define DF_SCHED_REST_MAX 1024
+
 struct df_sched_job {
   /* fixed at submit */
   int32_t *prompt;
@@ -60,7 +64,11 @@ struct df_sched_job {
   bool no_draft;      /* drafting did not pay for this sequence */
   bool chat;          /* df_sched_req.chat */
   bool failed;        /* a forward failed: the slot's cache is not kept for prefixes */
-  int64_t drounds, ddrafted, daccepted;
+  int64_t drounds, ddrafted, daccepted; /* the answer's drafting (usage.speculative) */
+  /* drafting that does not pay (acceptance < 1/4 over 8 rounds) rests: the target alone until
+   * `generated` reaches rest_until, then it is measured again (wrounds.. count since then);
+   * each rest twice the last, DF_SCHED_REST_FIRST .. DF_SCHED_REST_MAX tokens */
+  int64_t rest_until, rest_len, wrounds, wdrafted, waccepted;
   df_text_draft *xd;  /* a cross-tokenizer draft's state for this request (df_sched_opts.draft_tok) */
   int64_t x_committed;/* ids of seq given to xd */
   df_sampler *smp;
