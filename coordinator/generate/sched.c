@@ -408,7 +408,6 @@ static void accept(df_sched *s, df_sched_job *j, int k, const int32_t *d, int64_
   df_kv_truncate(sl->kv, L + a);
   if (cap) df_sched__block_append(s, j, cap, a + 1); /* the rows of the pending id and d_1..d_a */
   else if (sl->dkv && sl->dkv->len > L + a) df_kv_truncate_or_reset(sl->dkv, L + a);
-  j->drounds++;
   j->ddrafted += k;
   j->daccepted += a;
   j->wrounds++;

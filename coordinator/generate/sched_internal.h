@@ -64,7 +64,7 @@ struct df_sched_job {
   bool no_draft;      /* drafting did not pay for this sequence */
   bool chat;          /* df_sched_req.chat */
   bool failed;        /* a forward failed: the slot's cache is not kept for prefixes */
-  int64_t drounds, ddrafted, daccepted; /* the answer's drafting (usage.speculative) */
+  int64_t ddrafted, daccepted; /* the answer's drafting (usage.speculative) */
   /* drafting that does not pay (acceptance < 1/4 over 8 rounds) rests: the target alone until
    * `generated` reaches rest_until, then it is measured again (wrounds.. count since then);
    * each rest twice the last, DF_SCHED_REST_FIRST .. DF_SCHED_REST_MAX tokens */
