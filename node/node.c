@@ -233,7 +233,7 @@ static int send_msg(node *n, df_proto_msg *m, const void *payload, size_t len) {
 }
 
 static void send_join(node *n) {
-  /* features: this node runs SiTU experts (`act`) and MXFP4 ones (`mx`), so a coordinator
+  /* features: this node runs SiTU experts (`act`) and MXFP4 ones in the 32-chain order (`mx32`), so a coordinator
    * may send it Kimi K3's */
   df_proto_msg m = {.op = DF_PROTO_JOIN, .id = ++n->next_id, .memory = n->o->memory,
                     .device = n->dev_budget, .has_model = n->o->model_dir != NULL,

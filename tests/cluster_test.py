@@ -407,7 +407,7 @@ def scen_k3():
     check(lg == lg0, "K3, three nodes, uneven budgets: prompt logits bitwise identical")
     log = read(se)
     check(" 0 local," in log and " 0 rerun" in log, "no group ran on the coordinator")
-    check("does not declare SiTU experts (`act`) or MXFP4 experts (`mx`)" in log,
+    check("does not declare SiTU experts (`act`) or MXFP4 experts (`mx32`)" in log,
           "the coordinator named what the old node lacks")
     st = subprocess.run([DELTAFIN, "cluster", "status", "--state-dir", state, "--json"],
                         capture_output=True, text=True)

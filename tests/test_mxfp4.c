@@ -83,6 +83,21 @@ static void dequant(const uint8_t *packed, const uint8_t *scale, int64_t N, int6
     }
 }
 
+/* The product in the order kernels.h gives MXFP4 (independent of the kernels' code): 32
+ * chains per output, chain c = column within its scale group, each a fused multiply-add
+ * chain over the groups in order from +0; then r_l = s_l + s_(l+16), t_l = r_l + r_(l+8),
+ * ((t0 + t4) + (t2 + t6)) + ((t1 + t5) + (t3 + t7)). wf is the de-quantised [N, K] matrix. */
+static void ref_linear32(const float *x, int64_t M, int64_t K, int64_t ldx, const float *wf,
+                         int64_t N, float *y, int64_t ldy) {
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t n = 0; n < N; n++) {
+      float c[32] = {0}, t[8];
+      for (int64_t k = 0; k < K; k++) c[k % 32] = fmaf(x[m * ldx + k], wf[n * K + k], c[k % 32]);
+      for (int l = 0; l < 8; l++) t[l] = (c[l] + c[l + 16]) + (c[l + 8] + c[l + 24]);
+      y[m * ldy + n] = ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+    }
+}
+
 /* ---- (a) decode table, (b) the real-weight vector --------------------------------------- */
 
 static void test_decode_table(void **state) {
@@ -150,7 +165,7 @@ static void test_real_vector(void **state) {
   df_k_set_isa(df_k_isa_hw());
 }
 
-/* ---- (c) linear == df_k_linear over the de-quantised matrix, bit for bit ------------------ */
+/* ---- (c) linear == the 32-chain product over the de-quantised matrix, bit for bit ------- */
 
 static void check_linear(int64_t M, int64_t K, int64_t N, unsigned lo, unsigned hi, float xmag,
                          uint32_t seed) {
@@ -173,11 +188,11 @@ static void check_linear(int64_t M, int64_t K, int64_t N, unsigned lo, unsigned 
       memset(y, 0, (size_t)(M * ldy) * sizeof(float));
       memset(r, 0, (size_t)(M * ldy) * sizeof(float));
       df_k_linear_mxfp4(x, M, K, ldx, pk, sc, K / 32, 0, N, y, ldy);
-      df_k_linear(x, M, K, ldx, wf, DF_DT_F32, N, NULL, r, ldy);
+      ref_linear32(x, M, K, ldx, wf, N, r, ldy);
       for (int64_t m = 0; m < M; m++)
         if (memcmp(y + m * ldy, r + m * ldy, (size_t)N * sizeof(float)))
           fail_msg("%s, %d threads, M %lld K %lld N %lld scales %u..%u: row %lld differs from "
-                   "df_k_linear over the de-quantised F32 matrix",
+                   "the 32-chain product over the de-quantised matrix",
                    df_k_isa_name(df_k_isa()), th, (long long)M, (long long)K, (long long)N, lo,
                    hi, (long long)m);
       if (!have_first) {
@@ -348,12 +363,14 @@ static void test_tensor_ops(void **state) {
   assert_non_null(strstr(err, "multiple of 32"));
   df_t_destroy(&sbad), df_t_destroy(&w48);
 
-  /* linear and linear_multi: MXFP4 handles == F32 handles of the same values */
+  /* linear and linear_multi over MXFP4 handles: the 32-chain product of the de-quantised
+   * values (F32 handles of the same values run df_k_linear's 8-lane order: close, not equal) */
   df_t_tensor *x = f32_new(R, H), *y1 = f32_new(R, 40), *y2 = f32_new(R, 40);
   for (int64_t i = 0; i < R * H; i++) df_t_f32(x)[i] = (float)(lcg(&seed) % 2001) / 1000.0f - 1.0f;
+  float want[R * 40];
+  ref_linear32(df_t_f32(x), R, H, H, lw.wf, 40, want, 40);
   df_t_linear(x, 2, 4, lw.mx, NULL, y1);
-  df_t_linear(x, 2, 4, lw.f32, NULL, y2);
-  assert_memory_equal(df_t_f32(y1) + 2 * 40, df_t_f32(y2) + 2 * 40, 4 * 40 * sizeof(float));
+  assert_memory_equal(df_t_f32(y1) + 2 * 40, want + 2 * 40, 4 * 40 * sizeof(float));
   float ref[R * 40];
   assert_int_equal(df_t_ref_linear(x, R, lw.mx, NULL, ref, err, sizeof err), 0);
   df_t_linear(x, 0, R, lw.mx, NULL, y1);
@@ -361,7 +378,12 @@ static void test_tensor_ops(void **state) {
     assert_float_equal(df_t_f32(y1)[i], ref[i], 1e-5 * (fabs(ref[i]) + 1));
   df_t_linear_op ops[2] = {{x, 0, R, lw.mx, NULL, y1}, {x, 0, R, lw.f32, NULL, y2}};
   df_t_linear_multi(ops, 2);
-  assert_memory_equal(df_t_f32(y1), df_t_f32(y2), R * 40 * sizeof(float));
+  assert_memory_equal(df_t_f32(y1), want, R * 40 * sizeof(float));
+  float f32ref[R * 40];
+  df_k_linear(df_t_f32(x), R, H, H, lw.wf, DF_DT_F32, 40, NULL, f32ref, 40);
+  assert_memory_equal(df_t_f32(y2), f32ref, R * 40 * sizeof(float));
+  for (int i = 0; i < R * 40; i++) /* the two orders of one sum */
+    assert_float_equal(want[i], f32ref[i], 1e-5 * (fabs(f32ref[i]) + 1));
 
   /* SwiGLU experts: E experts, rows split 3 / 0 / 4 */
   mx_weight gw[E], uw[E], dw[E];
@@ -376,11 +398,17 @@ static void test_tensor_ops(void **state) {
   int64_t off[E + 1] = {0, 3, 3, R};
   df_t_tensor *g = f32_new(R, I), *u = f32_new(R, I), *ym = f32_new(R, H), *yf = f32_new(R, H);
   df_t_tensor *ys = f32_new(R, H);
+  float first[R * H];
   for (int isa = 0; isa <= (int)df_k_isa_hw(); isa++) {
     df_k_set_isa((df_isa)isa);
     df_t_swiglu_ffn_groups(x, E, off, gm, um, dm, g, u, ym);
-    df_t_swiglu_ffn_groups(x, E, off, gf, uf, df, g, u, yf);
-    assert_memory_equal(df_t_f32(ym), df_t_f32(yf), R * H * sizeof(float));
+    if (isa == 0) /* every ISA: the same bits */
+      memcpy(first, df_t_f32(ym), sizeof first);
+    else
+      assert_memory_equal(df_t_f32(ym), first, sizeof first);
+    df_t_swiglu_ffn_groups(x, E, off, gf, uf, df, g, u, yf); /* the F32 values: close */
+    for (int i = 0; i < R * H; i++)
+      assert_float_equal(df_t_f32(ym)[i], df_t_f32(yf)[i], 1e-5 * (fabs(df_t_f32(yf)[i]) + 1));
     for (int e = 0; e < E; e++)
       if (off[e + 1] > off[e]) /* one expert alone over its rows */
         df_t_swiglu_ffn(x, off[e], off[e + 1] - off[e], gm[e], um[e], dm[e], g, u, ys);
@@ -482,7 +510,7 @@ static void test_bind(void **state) {
   for (int i = 0; i < 2 * K; i++) x[i] = (float)(lcg(&seed) % 2001) / 1000.0f - 1.0f;
   df_k_weight kw = df_t_kweight(w);
   df_k_linear_w(x, 2, K, &kw, 0, N, y, N);
-  df_k_linear(x, 2, K, K, wf, DF_DT_F32, N, NULL, r, N);
+  ref_linear32(x, 2, K, K, wf, N, r, N);
   assert_memory_equal(y, r, sizeof y);
   /* as a resident weight its bytes count there */
   assert_non_null(df_bind_linear(&b, "m.experts.0.w1.weight", N, K, false, err, sizeof err));

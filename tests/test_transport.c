@@ -385,6 +385,16 @@ static void test_codec_k3(void **st) {
              "a9686173 5f6d6f64656cc2 a8666561747572657392a3616374a27a7a", want);
   assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), 0);
   assert_int_equal(o.features, DF_PROTO_FEAT_ACT);
+  /* features ["act", "mx"]: "mx" is a node of before the 32-chain MXFP4 order (its sums
+   * differ), not MXFP4 here; ["mx32"] is */
+  wn = unhex("87a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
+             "a9686173 5f6d6f64656cc2 a8666561747572657392a3616374a26d78", want);
+  assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), 0);
+  assert_int_equal(o.features, DF_PROTO_FEAT_ACT);
+  wn = unhex("87a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
+             "a9686173 5f6d6f64656cc2 a8666561747572657391a46d783332", want);
+  assert_int_equal(df_proto_decode(want, wn, &o, &code, err, sizeof err), 0);
+  assert_int_equal(o.features, DF_PROTO_FEAT_MX);
   /* features not an array, or holding a number: malformed */
   wn = unhex("87a17602a26f70a44a4f494ea26964 01a46e616d65a178a66d656d6f727901"
              "a9686173 5f6d6f64656cc2 a86665617475726573a3616374", want);

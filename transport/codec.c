@@ -27,8 +27,10 @@ int df_proto_assign_per_pair(const df_proto_msg *m) {
   return m->block_n > 0 || m->mx > 0 ? 6 : 3;
 }
 
-/* JOIN `features` names, by bit (DF_PROTO_FEAT_*). */
-static const char *const feature_names[] = {"act", "mx"};
+/* JOIN `features` names, by bit (DF_PROTO_FEAT_*). MXFP4 is "mx32": the 32-chain sum order of
+ * engine/kernels/kernels.h; a node of before it said "mx" and summed in another order, so its
+ * "mx" is not recognised and it is given no MXFP4 experts (its bits would differ). */
+static const char *const feature_names[] = {"act", "mx32"};
 #define N_FEATURES (sizeof feature_names / sizeof *feature_names)
 
 bool df_proto_act_valid(uint32_t kind, float beta, float beta_lin) {

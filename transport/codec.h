@@ -17,7 +17,7 @@
 /* 2: ASSIGN may carry `block` and six tensors per pair (FP8 weights + their block scales).
  * Optional keys added within version 2 (absent = what version 2 meant before them): JOIN
  * `device` (absent = 0) and `features` (absent = none); ASSIGN `act` (absent = SiLU) and `mx`
- * (absent = no MXFP4), sent only to a node whose JOIN listed "act" / "mx"; JOIN `key` and the
+ * (absent = no MXFP4), sent only to a node whose JOIN listed "act" / "mx32"; JOIN `key` and the
  * op ADMIT, used only on a token's join connection (docs/PROTOCOL.md §1). */
 #define DF_PROTO_VERSION 2
 
@@ -55,7 +55,8 @@ enum {
  * them; unknown names are ignored, so newer nodes may list more). */
 enum {
   DF_PROTO_FEAT_ACT = 1u << 0, /* "act": ASSIGN `act` (the experts' gated activation) */
-  DF_PROTO_FEAT_MX = 1u << 1,  /* "mx": ASSIGN `mx` (MXFP4 experts, six tensors per pair) */
+  DF_PROTO_FEAT_MX = 1u << 1,  /* "mx32": ASSIGN `mx` (MXFP4 experts, six tensors per pair,
+                                  * summed in kernels.h's 32-chain order) */
 };
 
 /* ASSIGN `act` kinds: the routed experts' gated activation (engine/kernels/kernels.h df_k_act

@@ -229,9 +229,9 @@ bool df_cluster_manifest_act_ok(const df_cluster_manifest *mf, const df_k_act *a
 const char *df_cluster_manifest_missing(const df_cluster_manifest *mf, uint32_t features) {
   uint32_t miss = mf->needs & ~features;
   if ((miss & DF_PROTO_FEAT_ACT) && (miss & DF_PROTO_FEAT_MX))
-    return "SiTU experts (`act`) or MXFP4 experts (`mx`)";
+    return "SiTU experts (`act`) or MXFP4 experts (`mx32`)";
   return (miss & DF_PROTO_FEAT_ACT) ? "SiTU experts (`act`)"
-         : (miss & DF_PROTO_FEAT_MX) ? "MXFP4 experts (`mx`)" : "";
+         : (miss & DF_PROTO_FEAT_MX) ? "MXFP4 experts (`mx32`)" : "";
 }
 
 void df_cluster_manifest_pairs_text(const df_cluster_manifest *mf, const int64_t *idx, int64_t n,

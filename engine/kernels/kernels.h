@@ -237,10 +237,14 @@ int64_t df_k_mxfp4_find_nan_scale(const uint8_t *scale, int64_t n);
 
 /* y[m, j] = sum_k x[m, k] * W(n0 + j, k) for j < N, W(n, k) = df_k_mxfp4_weight(...): rows
  * n0 .. n0+N-1 of an MXFP4 matrix [N_total, K], de-quantised inside the kernel (the packed
- * bytes are read once per tile, never widened into memory). Same lane order as df_k_linear
- * (K % 32 == 0, so there is no K % 8 tail), hence bitwise equal to df_k_linear over an F32
- * copy of the de-quantised matrix; AVX2 and scalar agree bit for bit; row m of y depends only
- * on row m of x. Threads: OpenMP over tiles of 4 weight rows.
+ * bytes are read once per tile, never widened into memory). Order of the sum (its own, not
+ * df_k_linear's 8 lanes): 32 chains, s_c = the fused multiply-add chain from +0 over the
+ * columns k = c, c + 32, c + 64, ... in increasing k (c = column within its scale group);
+ * then r_l = s_l + s_(l+16), t_l = r_l + r_(l+8) (l < 8), y = ((t0 + t4) + (t2 + t6)) +
+ * ((t1 + t5) + (t3 + t7)). It depends only on K, so AVX-512, AVX2 and scalar agree bit for
+ * bit, at any thread count and batch shape; row m of y depends only on row m of x. (Versus
+ * df_k_linear over an F32 copy of the de-quantised matrix: the same sum in another order.)
+ * Threads: OpenMP over tiles of 4 weight rows.
  *   x [M, K] fp32, row stride ldx >= K; packed, scale the matrix's first bytes (row stride
  *   K/2 and scale_ld >= K/32); y [M, N] fp32, row stride ldy >= N, not aliasing x. */
 void df_k_linear_mxfp4(const float *x, int64_t M, int64_t K, int64_t ldx, const uint8_t *packed,
