@@ -216,7 +216,7 @@ static void test_avx2_rows(void **state) {
           if (memcmp(ya, yb, (size_t)(M * N) * sizeof(float)))
             fail_msg("dtype %d [%lld x %lld x %lld]: AVX2 rows differ from scalar", (int)dt, (long long)M,
                      (long long)N, (long long)K);
-          if (hw >= DF_ISA_AVX512) { /* the 4 x 6 blocks in 512-bit registers (M < 16), the
+          if (hw >= DF_ISA_AVX512) { /* the 8 x 6 and 4 x 6 blocks in 512-bit registers (M < 16), the
                                       * GEMM above: the same bytes */
             df_k_set_isa(DF_ISA_AVX512);
             df_k_linear(x, M, K, K, w, dt, N, bb, yb, N);
