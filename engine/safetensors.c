@@ -11,6 +11,7 @@
  * slice, and every failure returns -1 with one line in the caller's buffer.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 
 #include "engine/safetensors.h"
 
@@ -501,12 +502,22 @@ static int map_file(char *path, st_file *f, const char *why, char *err, size_t e
             strerror(errno));
     goto done;
   }
+  df_st_advise_weights(p, (size_t)st.st_size);
   f->map = p;
   f->size = (size_t)st.st_size;
   rc = 0;
 done:
   if (fd >= 0) close(fd);
   return rc;
+}
+
+void df_st_advise_weights(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+  if (p && n) (void)madvise(p, n, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)n;
+#endif
 }
 
 /* Sort the collected tensors by name, reject duplicates, and hand everything to a model. */

@@ -121,6 +121,15 @@ uint64_t df_st_total_bytes(const df_st_model *m);
  * NULL for i out of range. Valid until df_st_close. */
 const void *df_st_file_map(const df_st_model *m, int i, uint64_t *size_out);
 
+/* Ask the kernel to back the weight mapping [p, p + n) (bytes; p from mmap, page-aligned) with
+ * 2 MiB pages where it can (madvise MADV_HUGEPAGE: anonymous memory under transparent huge
+ * pages, file mappings on file systems with large folios). Weight products stream a matrix
+ * once per token: with 4 KiB pages every 4 KiB read is a TLB miss, and on Zen 5 a 2-thread
+ * MXFP4 expert product streams ~40 GB/s from 4 KiB pages against ~50 GB/s from 2 MiB ones
+ * (docs/PERFORMANCE.md). Advisory only: no error (a kernel without the feature ignores it),
+ * nothing changes in the bytes read. Any thread; p is borrowed. */
+void df_st_advise_weights(void *p, size_t n);
+
 /* Parser only (used by the fuzzer and tests): validate a complete file image `buf` of
  * `len` bytes and return the number of tensors in *n_out. `name` is used in messages.
  * Same errors as df_st_open. Never reads outside buf. */

@@ -123,6 +123,7 @@ static const void *from_cache(df_node_store *s, const df_proto_tensor *t) {
     p = mmap(NULL, (size_t)t->nbytes, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return NULL;
+  df_st_advise_weights(p, (size_t)t->nbytes);
   if (!find_ver(s, t, false)) {
     uint8_t h[32];
     df_proto_sha256(p, (size_t)t->nbytes, h);

@@ -19,6 +19,7 @@
 
 #include "engine/kernels/kernels.h"
 #include "engine/model.h"
+#include "engine/safetensors.h"
 #include "engine/sampler.h"
 
 static double now_s(void) {
@@ -27,11 +28,22 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A buffer of n bytes for weights (or the bandwidth probe), laid out as the engine's weight
+ * mappings are: 2 MiB-aligned and advised for 2 MiB pages (df_st_advise_weights), so the
+ * figures below measure the kernels over the pages a model's mapping gets. free() it. */
+static void *weights_alloc(size_t n) {
+  const size_t huge = (size_t)2 << 20;
+  size_t sz = (n + huge - 1) / huge * huge;
+  void *p = aligned_alloc(huge, sz ? sz : huge);
+  if (p) df_st_advise_weights(p, sz);
+  return p;
+}
+
 /* Read bandwidth: all threads sum a `mib` MiB buffer (default 1 GiB, far beyond the caches)
  * with 32-byte loads; best of `reps`. */
 __attribute__((target("avx2"))) static double mem_read_gbs(int reps, int mib) {
   size_t n = (size_t)mib << 20;
-  char *a = aligned_alloc(64, n);
+  char *a = weights_alloc(n);
   if (!a) return 0;
   memset(a, 1, n);
   double best = 0;
@@ -113,7 +125,7 @@ static double gemm_gflops(int64_t K, int reps) {
   const int64_t M = 64, N = 8192;
   float *x = malloc((size_t)(M * K) * sizeof(float));
   float *y = malloc((size_t)(M * N) * sizeof(float));
-  uint16_t *w = malloc((size_t)(N * K) * sizeof(uint16_t));
+  uint16_t *w = weights_alloc((size_t)(N * K) * sizeof(uint16_t));
   double best = 0;
   if (!x || !y || !w) goto done;
   for (int64_t i = 0; i < M * K; i++) x[i] = (float)((i % 17) - 8) * 0.0625f;
@@ -146,7 +158,7 @@ static double mxfp4_expert_gbs(int n_exp, int reps, double *ms) {
   int64_t sh_gu[2] = {I, Z}, sh_d[2] = {Z, I}, sc_gu[2] = {I, Z / 32}, sc_d[2] = {Z, I / 32};
   int64_t per = (int64_t)I * Z / 2 * 3 + (int64_t)I * (Z / 32) * 2 + (int64_t)Z * (I / 32);
   int n_all = n_exp * MX_SETS;
-  uint8_t *bytes = malloc((size_t)(per * n_all));
+  uint8_t *bytes = weights_alloc((size_t)(per * n_all));
   df_t_tensor *w[16 * MX_SETS][6] = {{0}}, *x = NULL, *g = NULL, *u = NULL, *y = NULL;
   char err[256];
   double best = 0;
