@@ -203,6 +203,25 @@ INLINE AVX512_FN __m512 avx512_ld2(const void *b0, const void *b1, df_dtype dt, 
   if (dt == DF_DT_F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+/* o[i * 6 + j] = LANE_TAIL of row i, column j for an R x 6 block's accumulators a (R x 3,
+ * column 2p in the low half of a[i][p], 2p + 1 in the high half: output n = i * 6 + j in half
+ * n % 2 of a[n / 2]): avx512_reduce16 per 16 outputs, then the K % 8 tail of each. */
+INLINE AVX512_FN void rx6_reduce(const int R, const __m512 *a, const float *const *x,
+                                 const void *const *w, int64_t K, int64_t K8, df_dtype dt,
+                                 float *o) {
+  for (int g = 0; g + 8 <= R * 3; g += 8) avx512_reduce16(a + g, o + 2 * g);
+  if (R * 3 % 8) { /* R = 4: the last 4 registers, padded */
+    __m512 z[8];
+    float t[16];
+    for (int k = 0; k < 8; k++) z[k] = k < 4 ? a[R * 3 - 4 + k] : _mm512_setzero_ps();
+    avx512_reduce16(z, t);
+    memcpy(o + 2 * (R * 3 - 4), t, 8 * sizeof(float));
+  }
+  if (K8 < K)
+    for (int n = 0; n < R * 6; n++)
+      for (int64_t t = K8; t < K; t++)
+        o[n] = fmaf(x[n / 6][t], df_k_to_f32(w[n % 6], dt, t), o[n]);
+}
 #define DEF_RX6(R, sfx, DT)                                                                    \
   static AVX512_FN void k##R##x6_##sfx(const float *const *x, const void *const *w, int64_t K, \
                                        float *o /* [R][6] */, size_t pf) {                     \
@@ -224,13 +243,7 @@ INLINE AVX512_FN __m512 avx512_ld2(const void *b0, const void *b1, df_dtype dt, 
           a[i][p] = _mm512_fmadd_ps(xv, wv[p], a[i][p]);                                       \
       }                                                                                        \
     }                                                                                          \
-    _Pragma("GCC unroll 8") for (int i = 0; i < R; i++)                                        \
-      _Pragma("GCC unroll 3") for (int p = 0; p < 3; p++) {                                    \
-        __m256 lo = _mm512_castps512_ps256(a[i][p]);                                           \
-        __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[i][p]), 1));    \
-        o[i * 6 + 2 * p] = LANE_TAIL(lo, x[i], w[2 * p], DT);                                  \
-        o[i * 6 + 2 * p + 1] = LANE_TAIL(hi, x[i], w[2 * p + 1], DT);                          \
-      }                                                                                        \
+    rx6_reduce(R, &a[0][0], x, w, K, K8, DT, o);                                               \
   }
 DEF_RX6(4, bf16, DF_DT_BF16)
 DEF_RX6(4, f16, DF_DT_F16)
@@ -499,7 +512,15 @@ void df_k_rmsnorm(const float *x, int64_t R, int64_t D, const void *w, df_dtype 
     float *yr = y + r * D;
     float ss = df_k_dot(xr, xr, D);
     float inv = 1.0f / sqrtf(ss / (float)D + eps);
-    for (int64_t i = 0; i < D; i++) yr[i] = df_k_to_f32(w, wdt, i) * (xr[i] * inv);
+    if (wdt == DF_DT_BF16) { /* the same products, in a loop the compiler vectorises */
+      const uint16_t *wb = w;
+      for (int64_t i = 0; i < D; i++) yr[i] = bf16_to_f32(wb[i]) * (xr[i] * inv);
+    } else if (wdt == DF_DT_F32) {
+      const float *wf = w;
+      for (int64_t i = 0; i < D; i++) yr[i] = wf[i] * (xr[i] * inv);
+    } else {
+      for (int64_t i = 0; i < D; i++) yr[i] = k_to_f32(w, wdt, i) * (xr[i] * inv);
+    }
   }
 }
 

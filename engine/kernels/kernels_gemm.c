@@ -71,14 +71,10 @@ static AVX2_FN void pack(const void *const *wr, df_dtype dt, int64_t K8, float *
     a##i##2 = _mm512_fmadd_ps(xb, w2, a##i##2);                                                \
     a##i##3 = _mm512_fmadd_ps(xb, w3, a##i##3);                                                \
   } while (0)
-#define LANES(acc, o)                                                                          \
-  do {                                                                                         \
-    (o)[0] = avx2_reduce(_mm512_castps512_ps256(acc));                                         \
-    (o)[1] = avx2_reduce(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));  \
-  } while (0)
 
 /* One block: rows xr[0..6) against the packed panel over K8 columns; o[i * 8 + j] = the lane
- * sum of row i with weight row j (before the tail). */
+ * sum of row i with weight row j (before the tail), avx2_reduce's tree 16 outputs at a time
+ * (avx512_reduce16). */
 static GEMM_FN void block6x8(const float *const *xr, const float *panel, int64_t K8, float *o) {
   __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
          a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
@@ -94,15 +90,14 @@ static GEMM_FN void block6x8(const float *const *xr, const float *panel, int64_t
     FMA4(4);
     FMA4(5);
   }
-  LANES(a00, o + 0); LANES(a01, o + 2); LANES(a02, o + 4); LANES(a03, o + 6);
-  LANES(a10, o + 8); LANES(a11, o + 10); LANES(a12, o + 12); LANES(a13, o + 14);
-  LANES(a20, o + 16); LANES(a21, o + 18); LANES(a22, o + 20); LANES(a23, o + 22);
-  LANES(a30, o + 24); LANES(a31, o + 26); LANES(a32, o + 28); LANES(a33, o + 30);
-  LANES(a40, o + 32); LANES(a41, o + 34); LANES(a42, o + 36); LANES(a43, o + 38);
-  LANES(a50, o + 40); LANES(a51, o + 42); LANES(a52, o + 44); LANES(a53, o + 46);
+  /* output i * 8 + j is in half j % 2 of a{i}{j / 2}: register n / 2 of this order */
+  const __m512 z[24] = {a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23,
+                        a30, a31, a32, a33, a40, a41, a42, a43, a50, a51, a52, a53};
+  avx512_reduce16(z, o);
+  avx512_reduce16(z + 8, o + 16);
+  avx512_reduce16(z + 16, o + 32);
 }
 #undef FMA4
-#undef LANES
 #undef BCAST
 #endif
 

@@ -295,14 +295,20 @@ int main(int argc, char **argv) {
   df_model_profile_enable(m, false);
   fprintf(stderr, "bench: prefill (%d tokens x %d)\n", n_prefill, repeat);
   double best_prefill = 1e9;
+  df_model_profile pre_prof = {0};
   for (int r = 0; r < repeat; r++) {
     df_kv_truncate(kv, 0);
+    df_model_profile_enable(m, true); /* resets the counters */
     double t = now_s();
     if (df_model_forward(m, kv, ids, n_prefill, DF_LOGITS_LAST, logits, err, sizeof err) != 0)
       goto fail;
     double dt = now_s() - t;
-    if (dt < best_prefill) best_prefill = dt;
+    if (dt < best_prefill) {
+      best_prefill = dt;
+      pre_prof = df_model_profile_get(m);
+    }
   }
+  df_model_profile_enable(m, false);
   fprintf(stderr, "bench: bf16 linear kernel, 64 rows\n");
   double gemm = gemm_gflops(cfg->hidden_size, 2 + repeat);
   fprintf(stderr, "bench: fp32 FMA peak\n");
@@ -348,6 +354,15 @@ int main(int argc, char **argv) {
          PCT(best_prof.combine), PCT(best_prof.dense_mlp), PCT(best_prof.lm_head),
          PCT(best_prof.embed), cfg->attn_res_block > 0 ? ", Attention Residuals' mixes" : "",
          PCT(best_prof.residual));
+  double ptot = pre_prof.attention + pre_prof.router + pre_prof.experts + pre_prof.combine +
+                pre_prof.dense_mlp + pre_prof.lm_head + pre_prof.embed + pre_prof.residual;
+#define PPCT(x) (ptot > 0 ? 100.0 * (x) / ptot : 0.0)
+  printf("| prefill breakdown (%d tokens) | attention %.0f%%, router %.0f%%, experts %.0f%%, "
+         "combine %.0f%%, dense MLP %.0f%%, lm_head %.0f%%, embed %.0f%%, residual %.0f%% |\n",
+         n_prefill, PPCT(pre_prof.attention), PPCT(pre_prof.router), PPCT(pre_prof.experts),
+         PPCT(pre_prof.combine), PPCT(pre_prof.dense_mlp), PPCT(pre_prof.lm_head),
+         PPCT(pre_prof.embed), PPCT(pre_prof.residual));
+#undef PPCT
   if (json_path) {
     FILE *f = fopen(json_path, "w");
     if (!f) {
@@ -367,6 +382,9 @@ int main(int argc, char **argv) {
             "  \"vocab\": %lld,\n  \"mxfp4_expert_gbs\": %.4f,\n"
             "  \"decode_breakdown_s_per_token\": {\"attention\": %.6f, \"router\": %.6f, "
             "\"experts\": %.6f, \"combine\": %.6f, \"dense_mlp\": %.6f, \"lm_head\": %.6f, "
+            "\"embed\": %.6f, \"residual\": %.6f},\n"
+            "  \"prefill_breakdown_s\": {\"attention\": %.6f, \"router\": %.6f, "
+            "\"experts\": %.6f, \"combine\": %.6f, \"dense_mlp\": %.6f, \"lm_head\": %.6f, "
             "\"embed\": %.6f, \"residual\": %.6f}\n}\n",
             model_dir, df_k_isa_name(df_k_isa()), omp_get_max_threads(), bw, bw_mib,
             (unsigned long long)mb.active_per_token, best_decode * 1e3, gbs, ratio, n_prefill,
@@ -379,7 +397,9 @@ int main(int argc, char **argv) {
             best_prof.router / n_decode, best_prof.experts / n_decode,
             best_prof.combine / n_decode, best_prof.dense_mlp / n_decode,
             best_prof.lm_head / n_decode, best_prof.embed / n_decode,
-            best_prof.residual / n_decode);
+            best_prof.residual / n_decode, pre_prof.attention, pre_prof.router,
+            pre_prof.experts, pre_prof.combine, pre_prof.dense_mlp, pre_prof.lm_head,
+            pre_prof.embed, pre_prof.residual);
     fclose(f);
   }
   df_kv_destroy(&kv);
