@@ -28,7 +28,8 @@ average before and after it):
   cluster                decode ms/token local vs 1 and 3 loopback df-node agents
   plan_k3                `deltafin plan`'s predicted time per token against the measured one on
                          the K3-shaped bench model (tests/reference/kimi_k3_ckpt.py bench-k3),
-                         alone and with 1 and 3 loopback df-node agents
+                         alone and with 1 and 3 loopback df-node agents (coordinator and agents
+                         on separate halves of the cores, as separate machines)
   server                 `deltafin serve` aggregate completion tok/s at 1/4/8 streams
   tokenizer              encode MB/s of the C tokenizer vs the JavaScript oracle
   wait_policy            decode on the smallest model with libgomp's own spin-wait
@@ -237,6 +238,21 @@ def net_loopback():
     s.close()
     srv.close()
     return statistics.median(times), total * len(chunk) * 8 / dt / 1e9
+
+
+def taskset(cores):
+    """The command prefix that runs a command on `cores` only (util-linux's taskset)."""
+    return ["taskset", "-c", ",".join(str(c) for c in cores)]
+
+
+def core_split():
+    """(coordinator cores, agent cores): this process's usable cores in two halves, or None
+    when there are fewer than two (or no taskset)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cores) < 2 or not shutil.which("taskset"):
+        return None
+    h = len(cores) // 2
+    return cores[:h], cores[h:]
 
 
 def parse_generate(stderr):
@@ -599,12 +615,14 @@ class Suite:
             fig["error"] = "the output with %s differs from the target alone" % ", ".join(
                 a for a, x in res.items() if not x["identical_output"])
 
-    def loopback_run(self, model, base, nodes, local_stdout):
+    def loopback_run(self, model, base, nodes, local_stdout, pin=None):
         """`base` (a `deltafin run ... --stats` command) with `nodes` loopback df-node agents
         sharing the model's bytes and this machine's cores; parse_generate's dict + nodes,
-        node_threads, node_budget, identical_ids (stdout equal to local_stdout)."""
+        node_threads, node_budget, identical_ids (stdout equal to local_stdout). pin: None (every
+        process may use every core), or the agents' cores (a list: the agents are pinned there
+        with their threads split over them; `base` pins the coordinator itself)."""
         size = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model))
-        cpus = os.cpu_count() or 1
+        cpus = len(pin) if pin else (os.cpu_count() or 1)
         work = tempfile.mkdtemp(prefix="df-bench-cluster-")
         procs = []
         try:
@@ -618,6 +636,8 @@ class Suite:
                 c = [self.exe["df-node"], "join", "127.0.0.1:%d" % port, "--token", token,
                      "--state-dir", os.path.join(work, "node%d" % i), "--model-dir", model,
                      "--memory", str(budget), "--name", "n%d" % i, "--threads", str(threads), "--quiet"]
+                if pin:
+                    c = taskset(pin) + c
                 self.cur["commands"].append(cmdline(c).replace(token, "TOKEN"))
                 procs.append(subprocess.Popen(c, stdout=subprocess.DEVNULL,
                                               stderr=open(os.path.join(work, "node%d.log" % i), "w")))
@@ -639,17 +659,23 @@ class Suite:
                     p.wait()
             shutil.rmtree(work, ignore_errors=True)
 
-    def local_and_loopback(self, model, n, label):
+    def local_and_loopback(self, model, n, label, split=None):
         """Greedy decode of n tokens alone, then with 1 and 3 loopback agents: (the `run`
-        command, the local run, {"local", "nodes_1", "nodes_3": parse_generate dicts})."""
+        command, the local run, {"local", "nodes_1", "nodes_3": parse_generate dicts}).
+        split: None (every process on every core), or (coordinator cores, agent cores): the
+        coordinator, alone too, pinned to the first with one thread per core, the agents to the
+        second, as if they were machines of their own."""
         base = [self.exe["deltafin"], "run", "--model", model, "--prompt-ids", "1,2,3,4,5,6,7,8",
                 "--max-new", str(n), "--temperature", "0", "--ignore-eos", "--no-draft", "--stats"]
+        if split:
+            base = taskset(split[0]) + base + ["--threads", str(len(split[0]))]
         log("%s: local only (%s)" % (label, rel(model)))
         loc = self.cmd(base)
         runs = {"local": dict(parse_generate(loc.stderr), nodes=0, identical_ids=True)}
         for nodes in (1, 3):
             log("%s: %d loopback node(s)" % (label, nodes))
-            runs["nodes_%d" % nodes] = self.loopback_run(model, base, nodes, loc.stdout)
+            runs["nodes_%d" % nodes] = self.loopback_run(model, base, nodes, loc.stdout,
+                                                         pin=split[1] if split else None)
         return base, loc, runs
 
     def fig_cluster(self, fig):
@@ -687,24 +713,32 @@ class Suite:
         """The plan's cost model against measurement. Calibration: the plan's bytes per token of
         the model alone over the measured local time per token gives R, the GB/s this engine
         streams on this machine (decode here is bound by the kernels' decode rate as much as by
-        memory, so the raw read bandwidth would overstate it). Predictions for 1 and 3 loopback
-        agents then use R scaled by each agent's share of the cores (its threads over the cores,
-        and the cores over all agents' threads when they oversubscribe), the coordinator's RAM
-        set to its resident part + state (so the agents hold every expert, as in the run), and
-        the loopback throughput measured here (net_loopback) and the application's round trip
-        measured on the tiny K3 fixture, whose experts cost nothing."""
+        memory, so the raw read bandwidth would overstate it). The plan is a model of separate
+        machines, so on a machine with two cores or more the run is split as if it were two
+        (core_split): the coordinator, alone and with agents, pinned to one half of the cores
+        with one thread each, the agents to the other half; R is then the coordinator's rate.
+        Predictions for 1 and 3 loopback agents use R scaled by each agent's share of the cores
+        against the coordinator's (its threads, or its part of the agents' cores when they
+        oversubscribe), the coordinator's RAM set to its resident part + state (so the agents
+        hold every expert, as in the run), and the loopback throughput measured here
+        (net_loopback) and the application's round trip measured the same way on the tiny K3
+        fixture, whose experts cost nothing."""
         model = self.k3_model()
         fig["title"] = "plan vs measured: K3-shaped model, alone and 1 / 3 loopback df-node agents"
         fig["model"] = rel(model)
-        base, _, runs = self.local_and_loopback(model, self.mode["plan_new"], "plan_k3")
+        split = core_split()
+        fig["cores"] = ({"coordinator": split[0], "agents": split[1]} if split else
+                        "not split (one core, or no taskset): every process on every core")
+        base, _, runs = self.local_and_loopback(model, self.mode["plan_new"], "plan_k3", split)
         rtt_tcp, gbit = net_loopback()
         # the application's round trip: the time per round trip that 1 loopback agent adds to
         # a model whose experts cost nothing (the tiny K3 fixture): transport plus every
         # thread wake-up on both sides, which is what a forward waits for per MoE layer
         tiny = os.path.join(FIXTURES, "tiny-k3")
-        tb = base[:3] + [tiny] + base[4:]
+        at = base.index("--model") + 1
+        tb = base[:at] + [tiny] + base[at + 1:]
         tl = self.cmd(tb)
-        tn = self.loopback_run(tiny, tb, 1, tl.stdout)
+        tn = self.loopback_run(tiny, tb, 1, tl.stdout, pin=split[1] if split else None)
         tlm = parse_generate(tl.stderr)["decode_ms_per_token"]
         rtt = max(rtt_tcp, (tn["decode_ms_per_token"] - tlm) / 1e3 / tn["round_trips_per_forward"])
         fig["loopback"] = {"tcp_rtt_ms": round(rtt_tcp * 1e3, 4), "gbit_s": round(gbit, 2),
@@ -725,8 +759,17 @@ class Suite:
         pred = {"local": local_s}
         for nodes in (1, 3):
             g = runs["nodes_%d" % nodes]
-            share = min(1.0, g["node_threads"] / cpus) * min(1.0, cpus / (g["node_threads"] * nodes))
-            p = self.plan(model, [(coord_mem, gbit, R)] + [(g["node_budget"], gbit, R * share)] * nodes, rtt)
+            if split:  # an agent's cores against the coordinator's
+                share = min(g["node_threads"], len(split[1]) / nodes) / len(split[0])
+            else:
+                share = min(1.0, g["node_threads"] / cpus) * min(1.0, cpus / (g["node_threads"] * nodes))
+            # agents that share a core answer a layer's requests one after another, where
+            # machines of their own answer together: the round trip the plan is given is the
+            # application's times the agents per core (1 for agents with cores of their own)
+            per_core = math.ceil(nodes / len(split[1])) if split else 1
+            p = self.plan(model, [(coord_mem, gbit, R)] + [(g["node_budget"], gbit, R * share)] * nodes,
+                          rtt * per_core)
+            g["plan_rtt_ms"] = round(rtt * per_core * 1e3, 4)
             if not p["feasible"]:
                 raise RuntimeError("plan for %d nodes is infeasible: %s" % (nodes, p.get("shortfall")))
             pred["nodes_%d" % nodes] = p["target_alone"]["s_per_token"]
