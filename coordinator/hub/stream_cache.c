@@ -310,7 +310,7 @@ static int map_entry(df_stream_cache *c, int i, bool verify, char *err, size_t e
     snprintf(err, errlen, "%s: mmap failed: %s", p, strerror(errno));
     return -1;
   }
-  if (m) df_st_advise_weights(m, e->size);
+  df_st_advise_weights(m, e->size); /* a NULL m (empty blob) is ignored */
   char hex[DF_PULL_SHA256_HEX];
   if (verify) df_pull_sha256_buf(m, e->size, hex);
   if (verify && strcmp(hex, e->sha) != 0) {
