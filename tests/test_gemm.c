@@ -82,7 +82,8 @@ static void prod_free(prod *p) {
 
 static void check_dtype(df_dtype dt) {
   static const shape shapes[] = {{16, 8, 64},  {17, 9, 13},  {23, 33, 100}, {64, 20, 1029},
-                                 {100, 7, 8},  {16, 1, 5},   {31, 16, 256}, {48, 41, 77}};
+                                 {100, 7, 8},  {16, 1, 5},   {31, 16, 256}, {48, 41, 77},
+                                 {26, 16, 64}, {45, 10, 24}}; /* M % 6: every remainder */
   uint64_t s = 12345 + (uint64_t)dt;
   df_isa hw = df_k_isa_hw();
   for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {

@@ -191,10 +191,10 @@ void df_k_linear_fp8(const float *x, int64_t M, int64_t K, int64_t ldx, const ui
 
 /* Rows of a product at which df_k_linear and df_k_linear_multi compute BF16 / F16 / F32 weights
  * with df_k_linear_gemm_cols (where the CPU has AVX-512), and its tile width in weight rows.
- * Below it the 8 x 6 blocks of the few-row path are as fast or faster (Zen 5, a 2048 x 1024
- * BF16 product on 2 threads: 16 rows 315-327 GFLOP/s against 234-276, 32 rows 338-344 against
- * 311-314; 48 rows 350 against 360); both give the same bits. */
-#define DF_K_GEMM_MIN_ROWS 40
+ * Below it the 8 x 6 blocks of the few-row path are as fast (Zen 5, 2 threads, warm caches:
+ * 2048 x 1024 BF16 at 16-20 rows 255-315 GFLOP/s either way; 24 rows 343 against 334; 1024 x 256,
+ * an expert's down projection, at 24-32 rows 178-246 against 169-184); both give the same bits. */
+#define DF_K_GEMM_MIN_ROWS 24
 #define DF_K_GEMM_NR 8
 
 /* Columns [n0, n0 + nr) of y = x w^T (+ bias) for all M rows, nr <= DF_K_GEMM_NR: the prefill

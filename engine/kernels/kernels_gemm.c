@@ -15,7 +15,11 @@
  * both halves, so every lane sees the same multiply-add sequence as a 256-bit accumulator of one
  * output; the wider register only computes two outputs at once. 6 x 4 accumulators stay in
  * registers: per 8 k, 24 fused multiply-adds for 4 panel loads and 6 broadcasts (the 256-bit
- * 3 x 4 tile does 12 for 4 widening loads and 3 loads).
+ * 3 x 4 tile does 12 for 4 widening loads and 3 loads). The last block of a product whose rows
+ * are not a multiple of 6 runs 4 or 2 rows (the same operations per row), not 6 with repeats.
+ * While the blocks run, the next tile's weight rows are prefetched into L2, so its packing reads
+ * them from the cache rather than memory; a tile of whole rows (8 columns, K a multiple of 8, no
+ * bias) stores each row's 8 outputs as one vector.
  */
 #include "engine/kernels/kernels.h"
 
@@ -63,41 +67,50 @@ static AVX2_FN void pack(const void *const *wr, df_dtype dt, int64_t K8, float *
 /* x broadcast: the 8 floats at p in both halves (AVX-512F: a 256-bit broadcast of 4 doubles
  * moves the same bits) */
 #define BCAST(p) _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)(p))))
-#define FMA4(i)                                                                                \
-  do {                                                                                         \
-    __m512 xb = BCAST(xr[i] + k);                                                              \
-    a##i##0 = _mm512_fmadd_ps(xb, w0, a##i##0);                                                \
-    a##i##1 = _mm512_fmadd_ps(xb, w1, a##i##1);                                                \
-    a##i##2 = _mm512_fmadd_ps(xb, w2, a##i##2);                                                \
-    a##i##3 = _mm512_fmadd_ps(xb, w3, a##i##3);                                                \
-  } while (0)
-
-/* One block: rows xr[0..6) against the packed panel over K8 columns; o[i * 8 + j] = the lane
- * sum of row i with weight row j (before the tail), avx2_reduce's tree 16 outputs at a time
- * (avx512_reduce16). */
-static GEMM_FN void block6x8(const float *const *xr, const float *panel, int64_t K8, float *o) {
-  __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00,
-         a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00,
-         a32 = a00, a33 = a00, a40 = a00, a41 = a00, a42 = a00, a43 = a00, a50 = a00, a51 = a00,
-         a52 = a00, a53 = a00;
+/* One block: rows xr[0..R) (R = 2, 4 or 6) against the packed panel over K8 columns;
+ * o[i * 8 + j] = the lane sum of row i with weight row j (before the tail), avx2_reduce's tree
+ * 16 outputs at a time (avx512_reduce16: rows i and i + 1). [*pf, pf_end): bytes to bring into
+ * L2 meanwhile (a hint), one cache line per 8 k; *pf advances past the lines requested. The
+ * loops over i and c unroll (R is a constant at each call), so the 4R accumulators live in
+ * registers. */
+INLINE GEMM_FN void block_rx8(const int R, const float *const *xr, const float *panel,
+                              int64_t K8, float *o, const char **pf, const char *pf_end) {
+  const char *p = *pf;
+  __m512 a[G_MR][4];
+#pragma GCC unroll 6
+  for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) a[i][c] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K8; k += 8, panel += 64) {
-    __m512 w0 = _mm512_load_ps(panel), w1 = _mm512_load_ps(panel + 16),
-           w2 = _mm512_load_ps(panel + 32), w3 = _mm512_load_ps(panel + 48);
-    FMA4(0);
-    FMA4(1);
-    FMA4(2);
-    FMA4(3);
-    FMA4(4);
-    FMA4(5);
+    __m512 w[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) w[c] = _mm512_load_ps(panel + 16 * c);
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) {
+      __m512 xb = BCAST(xr[i] + k);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; c++) a[i][c] = _mm512_fmadd_ps(xb, w[c], a[i][c]);
+    }
+    if (p < pf_end) _mm_prefetch(p, _MM_HINT_T1), p += 64;
   }
-  /* output i * 8 + j is in half j % 2 of a{i}{j / 2}: register n / 2 of this order */
-  const __m512 z[24] = {a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23,
-                        a30, a31, a32, a33, a40, a41, a42, a43, a50, a51, a52, a53};
-  avx512_reduce16(z, o);
-  avx512_reduce16(z + 8, o + 16);
-  avx512_reduce16(z + 16, o + 32);
+  *pf = p;
+  /* output i * 8 + j is in half j % 2 of a[i][j / 2] */
+#pragma GCC unroll 3
+  for (int i = 0; i < R; i += 2) avx512_reduce16(&a[i][0], o + i * DF_K_GEMM_NR);
 }
-#undef FMA4
+
+static GEMM_FN void block6x8(const float *const *xr, const float *panel, int64_t K8, float *o,
+                             const char **pf, const char *pf_end) {
+  block_rx8(6, xr, panel, K8, o, pf, pf_end);
+}
+static GEMM_FN void block4x8(const float *const *xr, const float *panel, int64_t K8, float *o,
+                             const char **pf, const char *pf_end) {
+  block_rx8(4, xr, panel, K8, o, pf, pf_end);
+}
+static GEMM_FN void block2x8(const float *const *xr, const float *panel, int64_t K8, float *o,
+                             const char **pf, const char *pf_end) {
+  block_rx8(2, xr, panel, K8, o, pf, pf_end);
+}
 #undef BCAST
 #endif
 
@@ -116,12 +129,23 @@ bool df_k_linear_gemm_cols(df_dtype dt, const float *x, int64_t M, int64_t K, in
   for (int j = 0; j < DF_K_GEMM_NR; j++)
     wr[j] = (const char *)w + (size_t)(n0 + (j < nr ? j : nr - 1)) * (size_t)K * esz;
   pack(wr, dt, K8, panel);
+  /* the next tile's weight rows (the next 8 rows of w; past its end only a wasted hint) stream
+   * into L2 while the blocks run, a cache line per 8 k, for its pack */
+  const char *pf = (const char *)w + (size_t)(n0 + DF_K_GEMM_NR) * (size_t)K * esz;
+  const char *pf_end = pf + (size_t)DF_K_GEMM_NR * (size_t)K * esz;
   float o[G_MR * DF_K_GEMM_NR];
   for (int64_t m0 = 0; m0 < M; m0 += G_MR) {
     int mr = (int)(M - m0 < G_MR ? M - m0 : G_MR);
     const float *xr[G_MR]; /* missing rows repeat the last, likewise */
     for (int i = 0; i < G_MR; i++) xr[i] = x + (m0 + (i < mr ? i : mr - 1)) * ldx;
-    block6x8(xr, panel, K8, o);
+    if (mr > 4) block6x8(xr, panel, K8, o, &pf, pf_end);
+    else if (mr > 2) block4x8(xr, panel, K8, o, &pf, pf_end);
+    else block2x8(xr, panel, K8, o, &pf, pf_end);
+    if (K8 == K && !bias && nr == DF_K_GEMM_NR) { /* whole rows of the tile: no tail, no bias */
+      for (int i = 0; i < mr; i++)
+        memcpy(y + (m0 + i) * ldy + n0, o + i * DF_K_GEMM_NR, sizeof(float) * DF_K_GEMM_NR);
+      continue;
+    }
     for (int i = 0; i < mr; i++)
       for (int j = 0; j < nr; j++) {
         float s = o[i * DF_K_GEMM_NR + j];
