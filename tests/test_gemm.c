@@ -241,6 +241,152 @@ static void test_avx2_rows(void **state) {
   df_k_set_threads(0);
 }
 
+/* Causal attention over many rows (df_k_attention_gemm, taken from 16 rows on AVX-512) against
+ * the per-row form (each row alone, M = 1 at its position: the decode path), the AVX2 and
+ * scalar paths and 1-3 threads, bit for bit; and a correct softmax-weighted sum against double
+ * precision. Shapes: d 48, 64 and 128 (value columns in 64s and 16s), GQA groups 1 and 3,
+ * fresh prefill and chunks after cached positions, rows across several 48-row blocks with
+ * remainders of 1-3 after the 4-row P V blocks. Skipped without AVX-512. */
+static void test_attention(void **state) {
+  (void)state;
+  if (df_k_isa_hw() < DF_ISA_AVX512) skip();
+  struct { int64_t M, pos0, n_head, n_kv, d; } cs[] = {
+      {16, 0, 2, 2, 64}, {70, 0, 3, 1, 128}, {53, 13, 4, 2, 64}, {97, 5, 2, 1, 128},
+      {30, 100, 2, 2, 64}, {21, 3, 2, 1, 48}};
+  uint64_t s = 777;
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    int64_t M = cs[c].M, pos0 = cs[c].pos0, nh = cs[c].n_head, nkv = cs[c].n_kv, d = cs[c].d;
+    int64_t ctx = pos0 + M + 3;
+    float *q = malloc(sizeof(float) * (size_t)(M * nh * d));
+    float *kc = malloc(sizeof(float) * (size_t)(nkv * ctx * d));
+    float *vc = malloc(sizeof(float) * (size_t)(nkv * ctx * d));
+    float *oa = malloc(sizeof(float) * (size_t)(M * nh * d)), *ob = malloc(sizeof(float) * (size_t)(M * nh * d));
+    float *scratch = malloc(sizeof(float) * (size_t)(8 * ctx));
+    for (int64_t i = 0; i < M * nh * d; i++) q[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 400.0f;
+    for (int64_t i = 0; i < nkv * ctx * d; i++) {
+      kc[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 700.0f;
+      vc[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 300.0f;
+    }
+    float scale = 1.0f / sqrtf((float)d);
+    size_t bytes = sizeof(float) * (size_t)(M * nh * d);
+    df_k_set_isa(DF_ISA_AVX512);
+    df_k_set_threads(2);
+    df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, oa, scratch);
+    memset(ob, 0xff, bytes); /* the blocked form really runs: called directly, the same bytes */
+    assert_true(df_k_attention_gemm(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, ob));
+    assert_memory_equal(oa, ob, bytes);
+    for (int64_t m = 0; m < M; m++) /* each row alone at its position */
+      df_k_attention(q + m * nh * d, 1, pos0 + m, nh, nkv, d, ctx, kc, vc, scale, ob + m * nh * d,
+                     scratch);
+    if (memcmp(oa, ob, bytes)) fail_msg("case %zu: blocked rows differ from rows alone", c);
+    for (int isa = DF_ISA_SCALAR; isa < (int)DF_ISA_AVX512; isa++) {
+      df_k_set_isa((df_isa)isa);
+      df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, ob, scratch);
+      if (memcmp(oa, ob, bytes))
+        fail_msg("case %zu: AVX-512 attention differs from %s", c, df_k_isa_name((df_isa)isa));
+    }
+    df_k_set_isa(DF_ISA_AVX512);
+    for (int t = 1; t <= 3; t++) {
+      df_k_set_threads(t);
+      df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, ob, scratch);
+      assert_memory_equal(oa, ob, bytes);
+    }
+    for (int64_t m = 0; m < M; m++) /* a correct attention */
+      for (int64_t h = 0; h < nh; h++) {
+        const float *qv = q + (m * nh + h) * d;
+        int64_t kvh = h / (nh / nkv), n = pos0 + m + 1;
+        double *sc = malloc(sizeof(double) * (size_t)n), mx = -1e300, sum = 0;
+        for (int64_t t = 0; t < n; t++) {
+          double a = 0;
+          for (int64_t i = 0; i < d; i++) a += (double)qv[i] * kc[(kvh * ctx + t) * d + i];
+          sc[t] = a * scale;
+          mx = sc[t] > mx ? sc[t] : mx;
+        }
+        for (int64_t t = 0; t < n; t++) sum += (sc[t] = exp(sc[t] - mx));
+        for (int64_t i = 0; i < d; i++) {
+          double r = 0;
+          for (int64_t t = 0; t < n; t++) r += sc[t] / sum * vc[(kvh * ctx + t) * d + i];
+          if (fabs(oa[(m * nh + h) * d + i] - r) > 1e-4)
+            fail_msg("case %zu [%lld, %lld, %lld]: %g, double %g", c, (long long)m, (long long)h,
+                     (long long)i, oa[(m * nh + h) * d + i], r);
+        }
+        free(sc);
+      }
+    free(q), free(kc), free(vc), free(oa), free(ob), free(scratch);
+  }
+  df_k_set_isa(df_k_isa_hw());
+  df_k_set_threads(0);
+}
+
+/* MLA attention over many rows (df_k_mla_attention_gemm) against rows alone, AVX2, scalar and
+ * 1-3 threads, bit for bit, and against double precision: latent L 64 and 48, RoPE parts of 8
+ * and 3 floats (a K % 8 tail), a padded RoPE row stride, fresh prefill and a later chunk. */
+static void test_mla_attention(void **state) {
+  (void)state;
+  if (df_k_isa_hw() < DF_ISA_AVX512) skip();
+  struct { int64_t M, pos0, nh, L, dr; } cs[] = {{40, 0, 3, 64, 8}, {57, 9, 2, 48, 3}};
+  uint64_t s = 31337;
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    int64_t M = cs[c].M, pos0 = cs[c].pos0, nh = cs[c].nh, L = cs[c].L, dr = cs[c].dr;
+    int64_t ctx = pos0 + M + 2, ldr = nh * dr + 5;
+    float *ql = malloc(sizeof(float) * (size_t)(M * nh * L)), *qr = malloc(sizeof(float) * (size_t)(M * ldr));
+    float *ckv = malloc(sizeof(float) * (size_t)(ctx * L)), *kpe = malloc(sizeof(float) * (size_t)(ctx * dr));
+    size_t bytes = sizeof(float) * (size_t)(M * nh * L);
+    float *oa = malloc(bytes), *ob = malloc(bytes), *scratch = malloc(sizeof(float) * (size_t)(8 * ctx));
+    for (int64_t i = 0; i < M * nh * L; i++) ql[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 500.0f;
+    for (int64_t i = 0; i < M * ldr; i++) qr[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 300.0f;
+    for (int64_t i = 0; i < ctx * L; i++) ckv[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 600.0f;
+    for (int64_t i = 0; i < ctx * dr; i++) kpe[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 250.0f;
+    float scale = 0.125f;
+    df_k_set_isa(DF_ISA_AVX512);
+    df_k_set_threads(2);
+    df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, oa, scratch);
+    memset(ob, 0xff, bytes);
+    assert_true(df_k_mla_attention_gemm(ql, qr, ldr, dr, M, pos0, nh, L, dr, ckv, kpe, scale, ob));
+    assert_memory_equal(oa, ob, bytes);
+    for (int64_t m = 0; m < M; m++)
+      df_k_mla_attention(ql + m * nh * L, qr + m * ldr, ldr, dr, 1, pos0 + m, nh, L, dr, ctx, ckv,
+                         kpe, scale, ob + m * nh * L, scratch);
+    if (memcmp(oa, ob, bytes)) fail_msg("case %zu: blocked MLA rows differ from rows alone", c);
+    for (int isa = DF_ISA_SCALAR; isa < (int)DF_ISA_AVX512; isa++) {
+      df_k_set_isa((df_isa)isa);
+      df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, ob, scratch);
+      if (memcmp(oa, ob, bytes))
+        fail_msg("case %zu: AVX-512 MLA differs from %s", c, df_k_isa_name((df_isa)isa));
+    }
+    df_k_set_isa(DF_ISA_AVX512);
+    for (int t = 1; t <= 3; t++) {
+      df_k_set_threads(t);
+      df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, ob, scratch);
+      assert_memory_equal(oa, ob, bytes);
+    }
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t h = 0; h < nh; h++) {
+        int64_t n = pos0 + m + 1;
+        double *sc = malloc(sizeof(double) * (size_t)n), mx = -1e300, sum = 0;
+        for (int64_t t = 0; t < n; t++) {
+          double a = 0;
+          for (int64_t i = 0; i < L; i++) a += (double)ql[(m * nh + h) * L + i] * ckv[t * L + i];
+          for (int64_t i = 0; i < dr; i++) a += (double)qr[m * ldr + h * dr + i] * kpe[t * dr + i];
+          sc[t] = a * scale;
+          mx = sc[t] > mx ? sc[t] : mx;
+        }
+        for (int64_t t = 0; t < n; t++) sum += (sc[t] = exp(sc[t] - mx));
+        for (int64_t i = 0; i < L; i++) {
+          double r = 0;
+          for (int64_t t = 0; t < n; t++) r += sc[t] / sum * ckv[t * L + i];
+          if (fabs(oa[(m * nh + h) * L + i] - r) > 1e-4)
+            fail_msg("MLA case %zu [%lld, %lld, %lld]: %g, double %g", c, (long long)m,
+                     (long long)h, (long long)i, oa[(m * nh + h) * L + i], r);
+        }
+        free(sc);
+      }
+    free(ql), free(qr), free(ckv), free(kpe), free(oa), free(ob), free(scratch);
+  }
+  df_k_set_isa(df_k_isa_hw());
+  df_k_set_threads(0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_avx2_rows),
@@ -248,6 +394,8 @@ int main(void) {
       cmocka_unit_test(test_f16),
       cmocka_unit_test(test_f32),
       cmocka_unit_test(test_multi),
+      cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_mla_attention),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

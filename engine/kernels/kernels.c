@@ -546,6 +546,9 @@ void df_k_rope(float *x, int64_t M, int64_t n_heads, int64_t d, const int64_t *p
 void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
                     int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
                     float *out, float *scratch) {
+  /* many rows (prefill): the blocked form, the same bits */
+  if (M >= 16 && df_k_attention_gemm(q, M, pos0, n_head, n_kv, d, ctx, kc, vc, scale, out))
+    return;
   int64_t group = n_head / n_kv;
   int64_t pairs = M * n_head;
   bool par = pairs > 1 && (pos0 + M) * d * pairs >= 16384;

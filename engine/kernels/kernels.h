@@ -95,6 +95,18 @@ void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int
                     int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
                     float *out, float *scratch);
 
+/* df_k_attention for many query rows on AVX-512, bit for bit: each head's scores for blocks of
+ * 48 query rows through df_k_linear_gemm_cols (F32 "weights" = the cached keys; the same lane
+ * order as df_k_dot), skipping key tiles of 8 that no row of the block sees; the same scale,
+ * max, exp and ascending sum; then P V with the probabilities of 4 rows against 64 value columns
+ * in registers (per element df_k_axpy's chain). Arguments as df_k_attention, no scratch (a
+ * per-thread buffer of 48 x (pos0 + M) floats, kept). Returns false, with out unspecified, when
+ * the ISA is below AVX-512, d is not a multiple of 16 or the buffer cannot be allocated: the
+ * caller computes the product the other way. */
+bool df_k_attention_gemm(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
+                         int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
+                         float *out);
+
 /* Router: probabilities = softmax(logits[r, :]) in fp32, then the top-k by probability
  * (ties: lower expert index first), optionally renormalised to sum 1 (norm_topk_prob),
  * as transformers' Qwen3MoeSparseMoeBlock.
@@ -306,6 +318,16 @@ void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope
                         int64_t pos0, int64_t n_head, int64_t L, int64_t dr, int64_t ctx,
                         const float *ckv, const float *kpe, float scale, float *out,
                         float *scratch);
+
+/* df_k_mla_attention for many query rows on AVX-512, bit for bit, as df_k_attention_gemm: the
+ * two score dots through the GEMM tiles (latent against ckv, RoPE part against kpe), added, then
+ * scaled; P V against the latent rows. Arguments as df_k_mla_attention, no scratch. Returns
+ * false, with out unspecified, when the ISA is below AVX-512, L is not a multiple of 16 or the
+ * per-thread buffer cannot be allocated. */
+bool df_k_mla_attention_gemm(const float *q_lat, const float *q_rope, int64_t ld_rope,
+                             int64_t ld_rope_head, int64_t M, int64_t pos0, int64_t n_head,
+                             int64_t L, int64_t dr, const float *ckv, const float *kpe,
+                             float scale, float *out);
 
 /* RoPE (df_k_rope's formula) on slices: head h of row m is the d floats at
  * x + m*ld_row + h*ld_head. interleave: the slice's pairs (2i, 2i+1) are first moved to

@@ -159,3 +159,204 @@ bool df_k_linear_gemm_cols(df_dtype dt, const float *x, int64_t M, int64_t K, in
   return false;
 #endif
 }
+
+/* ---- causal attention over many query rows ------------------------------------------- */
+
+#define ATT_RB 48 /* query rows per work item: the scores of 48 rows x the context fit in L2 */
+
+#if DF_HAVE_X86
+/* The calling thread's score buffer [ATT_RB, n] fp32: grown on demand, kept. */
+static _Thread_local float *t_att;
+static _Thread_local size_t t_att_cap;
+
+static float *att_scores_of(size_t n) {
+  if (n > t_att_cap) {
+    free(t_att);
+    t_att = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+    t_att_cap = t_att ? n : 0;
+  }
+  return t_att;
+}
+
+/* o[r][0 .. 16 NC) for the rows r < R of a block: p [R, stride lds] their probabilities, v the
+ * value rows (stride ldv) at the block's first column; row r sums the positions t < np[r] (np
+ * ascending). Each element is the fused multiply-add chain o = fma(p_t, v_t, o) from +0 in
+ * ascending t: df_k_axpy's, per element. */
+INLINE GEMM_FN void pv_block(const int R, const int NC, const float *p, int64_t lds,
+                             const float *v, int64_t ldv, const int64_t *np, float *const *o) {
+  __m512 a[4][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) a[r][c] = _mm512_setzero_ps();
+  int64_t t = 0;
+  for (; t < np[0]; t++) { /* every row of the block */
+    const float *vt = v + t * ldv;
+    __m512 vv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) vv[c] = _mm512_loadu_ps(vt + 16 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+      __m512 pb = _mm512_set1_ps(p[r * lds + t]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NC; c++) a[r][c] = _mm512_fmadd_ps(pb, vv[c], a[r][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 1; r < R; r++) /* the later rows' own positions */
+    for (int64_t u = t; u < np[r]; u++) {
+      __m512 pb = _mm512_set1_ps(p[r * lds + u]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NC; c++)
+        a[r][c] = _mm512_fmadd_ps(pb, _mm512_loadu_ps(v + u * ldv + 16 * c), a[r][c]);
+    }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) _mm512_storeu_ps(o[r] + 16 * c, a[r][c]);
+}
+
+typedef void (*pv_fn)(const float *, int64_t, const float *, int64_t, const int64_t *,
+                      float *const *);
+#define DEF_PV(R, NC)                                                                          \
+  static GEMM_FN void pv##R##x##NC(const float *p, int64_t lds, const float *v, int64_t ldv,  \
+                                   const int64_t *np, float *const *o) {                     \
+    pv_block(R, NC, p, lds, v, ldv, np, o);                                                   \
+  }
+DEF_PV(4, 4)
+DEF_PV(4, 1)
+DEF_PV(1, 4)
+DEF_PV(1, 1)
+#undef DEF_PV
+
+/* One query row block of one head: row r (< rows) is at position pos0 + r and attends to
+ * positions [0, pos0 + r]. Its score is (qa_r . ka_t [+ qb_r . kb_t]) * scale, each dot in
+ * df_k_dot's order; its output o_r = sum_t p_t v_t. */
+typedef struct att_job {
+  int64_t rows, pos0;
+  const float *qa, *ka; /* q rows (stride lda), keys (stride da): the first score part */
+  int64_t lda, da;
+  const float *qb, *kb; /* the second part (MLA's decoupled RoPE part), or qb NULL */
+  int64_t ldb, db;
+  const float *v; /* values [positions, dv] */
+  int64_t dv;
+  float *o; /* out rows (stride ldo) */
+  int64_t ldo;
+  float scale;
+} att_job;
+
+/* Scores through the GEMM tiles (key tiles of 8, each from the first row that sees any of its
+ * keys), softmax per row as df_k_attention, then P V in blocks of 4 rows x 64 columns.
+ * s: [rows, pos0 + rows] scratch. */
+static void att_rows(const att_job *j, float *s) {
+  int64_t lds = j->pos0 + j->rows;
+  float sb[ATT_RB * DF_K_GEMM_NR];
+  for (int64_t n0 = 0; n0 < lds; n0 += DF_K_GEMM_NR) {
+    int nr = (int)(lds - n0 < DF_K_GEMM_NR ? lds - n0 : DF_K_GEMM_NR);
+    int64_t r0 = n0 - j->pos0; /* rows before r0 see none of these keys */
+    if (r0 < 0) r0 = 0;
+    df_k_linear_gemm_cols(DF_DT_F32, j->qa + r0 * j->lda, j->rows - r0, j->da, j->lda, j->ka, n0,
+                          nr, NULL, s + r0 * lds, lds);
+    if (j->qb) {
+      df_k_linear_gemm_cols(DF_DT_F32, j->qb + r0 * j->ldb, j->rows - r0, j->db, j->ldb,
+                            j->kb + n0 * j->db, 0, nr, NULL, sb, DF_K_GEMM_NR);
+      for (int64_t r = r0; r < j->rows; r++)
+        for (int c = 0; c < nr; c++) s[r * lds + n0 + c] += sb[(r - r0) * DF_K_GEMM_NR + c];
+    }
+  }
+  for (int64_t r = 0; r < j->rows; r++) { /* df_k_attention's softmax, row by row */
+    float *sr = s + r * lds, mx = -INFINITY;
+    int64_t n_pos = j->pos0 + r + 1;
+    for (int64_t t = 0; t < n_pos; t++) {
+      sr[t] *= j->scale;
+      if (sr[t] > mx) mx = sr[t];
+    }
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n_pos; t++) {
+      sr[t] = expf(sr[t] - mx);
+      sum += sr[t];
+    }
+    float inv = 1.0f / sum;
+    for (int64_t t = 0; t < n_pos; t++) sr[t] *= inv;
+  }
+  for (int64_t r = 0; r < j->rows;) {
+    int R = j->rows - r >= 4 ? 4 : 1;
+    int64_t np[4];
+    float *o[4];
+    for (int i = 0; i < R; i++) np[i] = j->pos0 + r + i + 1;
+    for (int64_t c = 0; c < j->dv;) {
+      int nc = j->dv - c >= 64 ? 4 : 1;
+      for (int i = 0; i < R; i++) o[i] = j->o + (r + i) * j->ldo + c;
+      pv_fn f = R == 4 ? (nc == 4 ? pv4x4 : pv4x1) : (nc == 4 ? pv1x4 : pv1x1);
+      f(s + r * lds, lds, j->v + c, j->dv, np, o);
+      c += 16 * nc;
+    }
+    r += R;
+  }
+}
+
+/* The calling thread's scratch for a job of `rows` rows ending at position `end`, or NULL. */
+static float *att_scratch(int64_t rows, int64_t end) {
+  return att_scores_of((size_t)rows * (size_t)end + 16);
+}
+#endif
+
+bool df_k_attention_gemm(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
+                         int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
+                         float *out) {
+#if DF_HAVE_X86
+  if (df_k_isa() < DF_ISA_AVX512 || d % 16 != 0 || M < 1) return false;
+  int64_t group = n_head / n_kv, n_rb = (M + ATT_RB - 1) / ATT_RB, items = n_head * n_rb;
+  bool ok = true;
+#pragma omp parallel for schedule(static) num_threads(df_k_max_threads()) reduction(&& : ok)
+  for (int64_t it = 0; it < items; it++) {
+    int64_t h = it / n_rb, m0 = (it % n_rb) * ATT_RB, m1 = m0 + ATT_RB < M ? m0 + ATT_RB : M;
+    float *s = att_scratch(m1 - m0, pos0 + m1);
+    if (!s) {
+      ok = false;
+      continue;
+    }
+    int64_t kvh = h / group;
+    att_job j = {.rows = m1 - m0, .pos0 = pos0 + m0, .qa = q + (m0 * n_head + h) * d,
+                 .ka = kc + kvh * ctx * d, .lda = n_head * d, .da = d, .v = vc + kvh * ctx * d,
+                 .dv = d, .o = out + (m0 * n_head + h) * d, .ldo = n_head * d, .scale = scale};
+    att_rows(&j, s);
+  }
+  return ok;
+#else
+  (void)q, (void)M, (void)pos0, (void)n_head, (void)n_kv, (void)d, (void)ctx, (void)kc;
+  (void)vc, (void)scale, (void)out;
+  return false;
+#endif
+}
+
+bool df_k_mla_attention_gemm(const float *q_lat, const float *q_rope, int64_t ld_rope,
+                             int64_t ld_rope_head, int64_t M, int64_t pos0, int64_t n_head,
+                             int64_t L, int64_t dr, const float *ckv, const float *kpe,
+                             float scale, float *out) {
+#if DF_HAVE_X86
+  if (df_k_isa() < DF_ISA_AVX512 || L % 16 != 0 || M < 1) return false;
+  int64_t n_rb = (M + ATT_RB - 1) / ATT_RB, items = n_head * n_rb;
+  bool ok = true;
+#pragma omp parallel for schedule(static) num_threads(df_k_max_threads()) reduction(&& : ok)
+  for (int64_t it = 0; it < items; it++) {
+    int64_t h = it / n_rb, m0 = (it % n_rb) * ATT_RB, m1 = m0 + ATT_RB < M ? m0 + ATT_RB : M;
+    float *s = att_scratch(m1 - m0, pos0 + m1);
+    if (!s) {
+      ok = false;
+      continue;
+    }
+    att_job j = {.rows = m1 - m0, .pos0 = pos0 + m0, .qa = q_lat + (m0 * n_head + h) * L,
+                 .ka = ckv, .lda = n_head * L, .da = L,
+                 .qb = dr > 0 ? q_rope + m0 * ld_rope + h * ld_rope_head : NULL, .kb = kpe,
+                 .ldb = ld_rope, .db = dr, .v = ckv, .dv = L,
+                 .o = out + (m0 * n_head + h) * L, .ldo = n_head * L, .scale = scale};
+    att_rows(&j, s);
+  }
+  return ok;
+#else
+  (void)q_lat, (void)q_rope, (void)ld_rope, (void)ld_rope_head, (void)M, (void)pos0;
+  (void)n_head, (void)L, (void)dr, (void)ckv, (void)kpe, (void)scale, (void)out;
+  return false;
+#endif
+}
