@@ -241,15 +241,16 @@ static void test_avx2_rows(void **state) {
   df_k_set_threads(0);
 }
 
-/* Causal attention over many rows (df_k_attention_gemm, taken from 16 rows on AVX-512) against
- * the per-row form (each row alone, M = 1 at its position: the decode path), the AVX2 and
- * scalar paths and 1-3 threads, bit for bit; and a correct softmax-weighted sum against double
+/* Causal attention over many rows (df_k_attention_gemm, taken from 16 rows on AVX2 and AVX-512)
+ * against the per-row form (each row alone, M = 1 at its position: the decode path), every
+ * lower ISA (the scalar path is the per-row form) and 1-3 threads, bit for bit; and a correct softmax-weighted sum against double
  * precision. Shapes: d 48, 64 and 128 (value columns in 64s and 16s), GQA groups 1 and 3,
  * fresh prefill and chunks after cached positions, rows across several 48-row blocks with
- * remainders of 1-3 after the 4-row P V blocks. Skipped without AVX-512. */
+ * remainders of 1-3 after the 4-row P V blocks. Skipped without AVX2. */
 static void test_attention(void **state) {
   (void)state;
-  if (df_k_isa_hw() < DF_ISA_AVX512) skip();
+  df_isa top = df_k_isa_hw();
+  if (top < DF_ISA_AVX2) skip();
   struct { int64_t M, pos0, n_head, n_kv, d; } cs[] = {
       {16, 0, 2, 2, 64}, {70, 0, 3, 1, 128}, {53, 13, 4, 2, 64}, {97, 5, 2, 1, 128},
       {30, 100, 2, 2, 64}, {21, 3, 2, 1, 48}};
@@ -269,7 +270,7 @@ static void test_attention(void **state) {
     }
     float scale = 1.0f / sqrtf((float)d);
     size_t bytes = sizeof(float) * (size_t)(M * nh * d);
-    df_k_set_isa(DF_ISA_AVX512);
+    df_k_set_isa(top);
     df_k_set_threads(2);
     df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, oa, scratch);
     memset(ob, 0xff, bytes); /* the blocked form really runs: called directly, the same bytes */
@@ -279,13 +280,13 @@ static void test_attention(void **state) {
       df_k_attention(q + m * nh * d, 1, pos0 + m, nh, nkv, d, ctx, kc, vc, scale, ob + m * nh * d,
                      scratch);
     if (memcmp(oa, ob, bytes)) fail_msg("case %zu: blocked rows differ from rows alone", c);
-    for (int isa = DF_ISA_SCALAR; isa < (int)DF_ISA_AVX512; isa++) {
+    for (int isa = DF_ISA_SCALAR; isa < (int)top; isa++) {
       df_k_set_isa((df_isa)isa);
       df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, ob, scratch);
       if (memcmp(oa, ob, bytes))
-        fail_msg("case %zu: AVX-512 attention differs from %s", c, df_k_isa_name((df_isa)isa));
+        fail_msg("case %zu: %s attention differs from %s", c, df_k_isa_name(top), df_k_isa_name((df_isa)isa));
     }
-    df_k_set_isa(DF_ISA_AVX512);
+    df_k_set_isa(top);
     for (int t = 1; t <= 3; t++) {
       df_k_set_threads(t);
       df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, ob, scratch);
@@ -318,12 +319,13 @@ static void test_attention(void **state) {
   df_k_set_threads(0);
 }
 
-/* MLA attention over many rows (df_k_mla_attention_gemm) against rows alone, AVX2, scalar and
+/* MLA attention over many rows (df_k_mla_attention_gemm) against rows alone, every lower ISA and
  * 1-3 threads, bit for bit, and against double precision: latent L 64 and 48, RoPE parts of 8
  * and 3 floats (a K % 8 tail), a padded RoPE row stride, fresh prefill and a later chunk. */
 static void test_mla_attention(void **state) {
   (void)state;
-  if (df_k_isa_hw() < DF_ISA_AVX512) skip();
+  df_isa top = df_k_isa_hw();
+  if (top < DF_ISA_AVX2) skip();
   struct { int64_t M, pos0, nh, L, dr; } cs[] = {{40, 0, 3, 64, 8}, {57, 9, 2, 48, 3}};
   uint64_t s = 31337;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
@@ -338,7 +340,7 @@ static void test_mla_attention(void **state) {
     for (int64_t i = 0; i < ctx * L; i++) ckv[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 600.0f;
     for (int64_t i = 0; i < ctx * dr; i++) kpe[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 250.0f;
     float scale = 0.125f;
-    df_k_set_isa(DF_ISA_AVX512);
+    df_k_set_isa(top);
     df_k_set_threads(2);
     df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, oa, scratch);
     memset(ob, 0xff, bytes);
@@ -348,13 +350,13 @@ static void test_mla_attention(void **state) {
       df_k_mla_attention(ql + m * nh * L, qr + m * ldr, ldr, dr, 1, pos0 + m, nh, L, dr, ctx, ckv,
                          kpe, scale, ob + m * nh * L, scratch);
     if (memcmp(oa, ob, bytes)) fail_msg("case %zu: blocked MLA rows differ from rows alone", c);
-    for (int isa = DF_ISA_SCALAR; isa < (int)DF_ISA_AVX512; isa++) {
+    for (int isa = DF_ISA_SCALAR; isa < (int)top; isa++) {
       df_k_set_isa((df_isa)isa);
       df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, ob, scratch);
       if (memcmp(oa, ob, bytes))
-        fail_msg("case %zu: AVX-512 MLA differs from %s", c, df_k_isa_name((df_isa)isa));
+        fail_msg("case %zu: %s MLA differs from %s", c, df_k_isa_name(top), df_k_isa_name((df_isa)isa));
     }
-    df_k_set_isa(DF_ISA_AVX512);
+    df_k_set_isa(top);
     for (int t = 1; t <= 3; t++) {
       df_k_set_threads(t);
       df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, ob, scratch);

@@ -456,6 +456,15 @@ static void multi_for(const df_k_linear_job *jobs, int n_jobs, const int64_t *fi
   t_next_rows = NULL;
 }
 
+void df_k_linear_serial(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
+                        df_dtype wdt, int64_t N, float *y, int64_t ldy) {
+  assert(wdt == DF_DT_BF16 || wdt == DF_DT_F16 || wdt == DF_DT_F32);
+  df_k_linear_job j = {x, M, K, ldx, w, wdt, N, NULL, y, ldy, {NULL}, 0, 0, 0};
+  int64_t first[2];
+  multi_plan(&j, 1, first);
+  for (int64_t t = 0; t < first[1]; t++) job_tile(&j, t);
+}
+
 void df_k_linear_multi(const df_k_linear_job *jobs, int n_jobs) {
   assert(n_jobs >= 0 && n_jobs <= MULTI_MAX);
   int64_t first[MULTI_MAX + 1];

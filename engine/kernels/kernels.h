@@ -59,6 +59,11 @@ typedef struct df_k_linear_job {
   int64_t scale_ld, bn, bk;    /* scale_ld: FP8 and MXFP4; bn, bk: FP8 only */
 } df_k_linear_job;
 
+/* df_k_linear without bias computed by the calling thread alone (no parallel region): for a
+ * caller that already shares out its own work among threads. Same values as df_k_linear. */
+void df_k_linear_serial(const float *x, int64_t M, int64_t K, int64_t ldx, const void *w,
+                        df_dtype wdt, int64_t N, float *y, int64_t ldy);
+
 /* Several independent products in ONE parallel region (their column tiles are shared out
  * among the threads together): small matrices such as a MoE layer's experts pay one
  * fork/join instead of one each. BF16/F16/F32 jobs compute each output element exactly as
@@ -95,14 +100,14 @@ void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int
                     int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
                     float *out, float *scratch);
 
-/* df_k_attention for many query rows on AVX-512, bit for bit: each head's scores for blocks of
- * 48 query rows through df_k_linear_gemm_cols (F32 "weights" = the cached keys; the same lane
- * order as df_k_dot), skipping key tiles of 8 that no row of the block sees; the same scale,
- * max, exp and ascending sum; then P V with the probabilities of 4 rows against 64 value columns
- * in registers (per element df_k_axpy's chain). Arguments as df_k_attention, no scratch (a
- * per-thread buffer of 48 x (pos0 + M) floats, kept). Returns false, with out unspecified, when
- * the ISA is below AVX-512, d is not a multiple of 16 or the buffer cannot be allocated: the
- * caller computes the product the other way. */
+/* df_k_attention for many query rows on AVX2 and AVX-512, bit for bit: each head's scores for
+ * blocks of 48 query rows through df_k_linear_serial (F32 "weights" = the cached keys; the same
+ * lane order as df_k_dot), skipping key tiles of 8 that no row of the block sees; the same
+ * scale, max, exp and ascending sum; then P V with the probabilities of 4 rows against 64 value
+ * columns in registers (2 x 32 on AVX2; per element df_k_axpy's chain). Arguments as
+ * df_k_attention, no scratch (a per-thread buffer of 48 x (pos0 + M) floats, kept). Returns
+ * false, with out unspecified, when the ISA is below AVX2, d is not a multiple of 16 or the
+ * buffer cannot be allocated: the caller computes the product the other way. */
 bool df_k_attention_gemm(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
                          int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
                          float *out);
@@ -319,11 +324,11 @@ void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope
                         const float *ckv, const float *kpe, float scale, float *out,
                         float *scratch);
 
-/* df_k_mla_attention for many query rows on AVX-512, bit for bit, as df_k_attention_gemm: the
- * two score dots through the GEMM tiles (latent against ckv, RoPE part against kpe), added, then
- * scaled; P V against the latent rows. Arguments as df_k_mla_attention, no scratch. Returns
- * false, with out unspecified, when the ISA is below AVX-512, L is not a multiple of 16 or the
- * per-thread buffer cannot be allocated. */
+/* df_k_mla_attention for many query rows on AVX2 and AVX-512, bit for bit, as
+ * df_k_attention_gemm: the two score dots through df_k_linear's tiles (latent against ckv, RoPE
+ * part against kpe), added, then scaled; P V against the latent rows. Arguments as
+ * df_k_mla_attention, no scratch. Returns false, with out unspecified, when the ISA is below
+ * AVX2, L is not a multiple of 16 or the per-thread buffer cannot be allocated. */
 bool df_k_mla_attention_gemm(const float *q_lat, const float *q_rope, int64_t ld_rope,
                              int64_t ld_rope_head, int64_t M, int64_t pos0, int64_t n_head,
                              int64_t L, int64_t dr, const float *ckv, const float *kpe,

@@ -216,17 +216,57 @@ INLINE GEMM_FN void pv_block(const int R, const int NC, const float *p, int64_t 
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(o[r] + 16 * c, a[r][c]);
 }
 
+/* The same with 256-bit registers (AVX2): R rows x NC vectors of 8 columns (16 registers). */
+INLINE AVX2_FN void pv_block_avx2(const int R, const int NC, const float *p, int64_t lds,
+                                  const float *v, int64_t ldv, const int64_t *np,
+                                  float *const *o) {
+  __m256 a[2][4];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) a[r][c] = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t < np[0]; t++) {
+    const float *vt = v + t * ldv;
+    __m256 vv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) vv[c] = _mm256_loadu_ps(vt + 8 * c);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+      __m256 pb = _mm256_set1_ps(p[r * lds + t]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NC; c++) a[r][c] = _mm256_fmadd_ps(pb, vv[c], a[r][c]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int r = 1; r < R; r++)
+    for (int64_t u = t; u < np[r]; u++) {
+      __m256 pb = _mm256_set1_ps(p[r * lds + u]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NC; c++)
+        a[r][c] = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v + u * ldv + 8 * c), a[r][c]);
+    }
+#pragma GCC unroll 2
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) _mm256_storeu_ps(o[r] + 8 * c, a[r][c]);
+}
+
 typedef void (*pv_fn)(const float *, int64_t, const float *, int64_t, const int64_t *,
                       float *const *);
-#define DEF_PV(R, NC)                                                                          \
-  static GEMM_FN void pv##R##x##NC(const float *p, int64_t lds, const float *v, int64_t ldv,  \
-                                   const int64_t *np, float *const *o) {                     \
-    pv_block(R, NC, p, lds, v, ldv, np, o);                                                   \
+#define DEF_PV(name, attr, blk, R, NC)                                                         \
+  static attr void name(const float *p, int64_t lds, const float *v, int64_t ldv,             \
+                        const int64_t *np, float *const *o) {                                 \
+    blk(R, NC, p, lds, v, ldv, np, o);                                                        \
   }
-DEF_PV(4, 4)
-DEF_PV(4, 1)
-DEF_PV(1, 4)
-DEF_PV(1, 1)
+DEF_PV(pv4x4, GEMM_FN, pv_block, 4, 4)
+DEF_PV(pv4x1, GEMM_FN, pv_block, 4, 1)
+DEF_PV(pv1x4, GEMM_FN, pv_block, 1, 4)
+DEF_PV(pv1x1, GEMM_FN, pv_block, 1, 1)
+DEF_PV(pv2x4_avx2, AVX2_FN, pv_block_avx2, 2, 4)
+DEF_PV(pv2x2_avx2, AVX2_FN, pv_block_avx2, 2, 2)
+DEF_PV(pv1x4_avx2, AVX2_FN, pv_block_avx2, 1, 4)
+DEF_PV(pv1x2_avx2, AVX2_FN, pv_block_avx2, 1, 2)
 #undef DEF_PV
 
 /* One query row block of one head: row r (< rows) is at position pos0 + r and attends to
@@ -245,9 +285,10 @@ typedef struct att_job {
   float scale;
 } att_job;
 
-/* Scores through the GEMM tiles (key tiles of 8, each from the first row that sees any of its
- * keys), softmax per row as df_k_attention, then P V in blocks of 4 rows x 64 columns.
- * s: [rows, pos0 + rows] scratch. */
+/* Scores through df_k_linear's tiles (key tiles of 8, each from the first row that sees any of
+ * its keys), softmax per row as df_k_attention, then P V in blocks of 4 rows x 64 columns
+ * (AVX-512) or 2 rows x 32 columns (AVX2), 16 columns at the end. s: [rows, pos0 + rows]
+ * scratch. */
 static void att_rows(const att_job *j, float *s) {
   int64_t lds = j->pos0 + j->rows;
   float sb[ATT_RB * DF_K_GEMM_NR];
@@ -255,11 +296,11 @@ static void att_rows(const att_job *j, float *s) {
     int nr = (int)(lds - n0 < DF_K_GEMM_NR ? lds - n0 : DF_K_GEMM_NR);
     int64_t r0 = n0 - j->pos0; /* rows before r0 see none of these keys */
     if (r0 < 0) r0 = 0;
-    df_k_linear_gemm_cols(DF_DT_F32, j->qa + r0 * j->lda, j->rows - r0, j->da, j->lda, j->ka, n0,
-                          nr, NULL, s + r0 * lds, lds);
+    df_k_linear_serial(j->qa + r0 * j->lda, j->rows - r0, j->da, j->lda, j->ka + n0 * j->da,
+                       DF_DT_F32, nr, s + r0 * lds + n0, lds);
     if (j->qb) {
-      df_k_linear_gemm_cols(DF_DT_F32, j->qb + r0 * j->ldb, j->rows - r0, j->db, j->ldb,
-                            j->kb + n0 * j->db, 0, nr, NULL, sb, DF_K_GEMM_NR);
+      df_k_linear_serial(j->qb + r0 * j->ldb, j->rows - r0, j->db, j->ldb, j->kb + n0 * j->db,
+                         DF_DT_F32, nr, sb, DF_K_GEMM_NR);
       for (int64_t r = r0; r < j->rows; r++)
         for (int c = 0; c < nr; c++) s[r * lds + n0 + c] += sb[(r - r0) * DF_K_GEMM_NR + c];
     }
@@ -279,17 +320,20 @@ static void att_rows(const att_job *j, float *s) {
     float inv = 1.0f / sum;
     for (int64_t t = 0; t < n_pos; t++) sr[t] *= inv;
   }
+  bool wide = df_k_isa() >= DF_ISA_AVX512;
+  int rb = wide ? 4 : 2, cw = wide ? 64 : 32; /* a P V block: rows, columns */
   for (int64_t r = 0; r < j->rows;) {
-    int R = j->rows - r >= 4 ? 4 : 1;
+    int R = j->rows - r >= rb ? rb : 1;
     int64_t np[4];
     float *o[4];
     for (int i = 0; i < R; i++) np[i] = j->pos0 + r + i + 1;
     for (int64_t c = 0; c < j->dv;) {
-      int nc = j->dv - c >= 64 ? 4 : 1;
+      bool full = j->dv - c >= cw;
       for (int i = 0; i < R; i++) o[i] = j->o + (r + i) * j->ldo + c;
-      pv_fn f = R == 4 ? (nc == 4 ? pv4x4 : pv4x1) : (nc == 4 ? pv1x4 : pv1x1);
+      pv_fn f = wide ? (R > 1 ? (full ? pv4x4 : pv4x1) : (full ? pv1x4 : pv1x1))
+                     : (R > 1 ? (full ? pv2x4_avx2 : pv2x2_avx2) : (full ? pv1x4_avx2 : pv1x2_avx2));
       f(s + r * lds, lds, j->v + c, j->dv, np, o);
-      c += 16 * nc;
+      c += full ? cw : 16;
     }
     r += R;
   }
@@ -305,7 +349,7 @@ bool df_k_attention_gemm(const float *q, int64_t M, int64_t pos0, int64_t n_head
                          int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
                          float *out) {
 #if DF_HAVE_X86
-  if (df_k_isa() < DF_ISA_AVX512 || d % 16 != 0 || M < 1) return false;
+  if (df_k_isa() < DF_ISA_AVX2 || d % 16 != 0 || M < 1) return false;
   int64_t group = n_head / n_kv, n_rb = (M + ATT_RB - 1) / ATT_RB, items = n_head * n_rb;
   bool ok = true;
 #pragma omp parallel for schedule(static) num_threads(df_k_max_threads()) reduction(&& : ok)
@@ -335,7 +379,7 @@ bool df_k_mla_attention_gemm(const float *q_lat, const float *q_rope, int64_t ld
                              int64_t L, int64_t dr, const float *ckv, const float *kpe,
                              float scale, float *out) {
 #if DF_HAVE_X86
-  if (df_k_isa() < DF_ISA_AVX512 || L % 16 != 0 || M < 1) return false;
+  if (df_k_isa() < DF_ISA_AVX2 || L % 16 != 0 || M < 1) return false;
   int64_t n_rb = (M + ATT_RB - 1) / ATT_RB, items = n_head * n_rb;
   bool ok = true;
 #pragma omp parallel for schedule(static) num_threads(df_k_max_threads()) reduction(&& : ok)
