@@ -1,6 +1,6 @@
 /* engine/kernels/kernels.c — batch-invariant CPU kernels; see kernels.h for the reduction order.
  *
- * Owns: AVX2+FMA and scalar implementations of linear, RMSNorm, RoPE, attention, router
+ * Owns: AVX2+FMA and scalar implementations of linear, RMSNorm, RoPE, router
  * softmax/top-k, SwiGLU and small vector ops. The scalar path reproduces the AVX2 path bit
  * for bit (same lane structure, fmaf). The ISA and thread count come from dispatch.c.
  */
@@ -547,42 +547,6 @@ void df_k_rope(float *x, int64_t M, int64_t n_heads, int64_t d, const int64_t *p
         v[i + h2] = p2 + p3;
       }
     }
-  }
-}
-
-/* ---- attention ----------------------------------------------------------------------- */
-
-void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
-                    int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
-                    float *out, float *scratch) {
-  /* many rows (prefill): the blocked form, the same bits */
-  if (M >= 16 && df_k_attention_gemm(q, M, pos0, n_head, n_kv, d, ctx, kc, vc, scale, out))
-    return;
-  int64_t group = n_head / n_kv;
-  int64_t pairs = M * n_head;
-  bool par = pairs > 1 && (pos0 + M) * d * pairs >= 16384;
-#pragma omp parallel for schedule(static) if (par) num_threads(df_k_max_threads())
-  for (int64_t pr = 0; pr < pairs; pr++) {
-    int64_t m = pr / n_head, h = pr % n_head, kvh = h / group;
-    int64_t n_pos = pos0 + m + 1;
-    const float *qv = q + (m * n_head + h) * d;
-    const float *kb = kc + kvh * ctx * d, *vb = vc + kvh * ctx * d;
-    float *sc = scratch + (int64_t)omp_get_thread_num() * ctx;
-    float mx = -INFINITY;
-    for (int64_t t = 0; t < n_pos; t++) {
-      float s = df_k_dot(qv, kb + t * d, d) * scale;
-      sc[t] = s;
-      if (s > mx) mx = s;
-    }
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n_pos; t++) {
-      sc[t] = expf(sc[t] - mx);
-      sum += sc[t];
-    }
-    float inv = 1.0f / sum;
-    float *o = out + (m * n_head + h) * d;
-    for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
-    for (int64_t t = 0; t < n_pos; t++) df_k_axpy(o, sc[t] * inv, vb + t * d, d);
   }
 }
 

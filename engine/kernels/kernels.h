@@ -100,6 +100,11 @@ void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int
                     int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
                     float *out, float *scratch);
 
+/* The softmax of df_k_attention in place over s [n] fp32: s[t] *= scale, the max over t < n,
+ * s[t] = expf(s[t] - max) with their sum in ascending t, then s[t] *= 1 / sum. Every attention
+ * path (per row, blocked, MLA) takes its probabilities from here. n >= 1. */
+void df_k_attn_softmax(float *s, int64_t n, float scale);
+
 /* df_k_attention for many query rows on AVX2 and AVX-512, bit for bit: each head's scores for
  * blocks of 48 query rows through df_k_linear_serial (F32 "weights" = the cached keys; the same
  * lane order as df_k_dot), skipping key tiles of 8 that no row of the block sees; the same

@@ -136,21 +136,12 @@ void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope
     const float *ql = q_lat + (m * n_head + h) * L;
     const float *qr = q_rope + m * ld_rope + h * ld_rope_head;
     float *sc = scratch + (int64_t)omp_get_thread_num() * ctx;
-    float mx = -INFINITY;
-    for (int64_t t = 0; t < n_pos; t++) {
-      float s = (df_k_dot(ql, ckv + t * L, L) + df_k_dot(qr, kpe + t * dr, dr)) * scale;
-      sc[t] = s;
-      if (s > mx) mx = s;
-    }
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n_pos; t++) {
-      sc[t] = expf(sc[t] - mx);
-      sum += sc[t];
-    }
-    float inv = 1.0f / sum;
+    for (int64_t t = 0; t < n_pos; t++)
+      sc[t] = df_k_dot(ql, ckv + t * L, L) + df_k_dot(qr, kpe + t * dr, dr);
+    df_k_attn_softmax(sc, n_pos, scale);
     float *o = out + (m * n_head + h) * L;
     for (int64_t i = 0; i < L; i++) o[i] = 0.0f;
-    for (int64_t t = 0; t < n_pos; t++) df_k_axpy(o, sc[t] * inv, ckv + t * L, L);
+    for (int64_t t = 0; t < n_pos; t++) df_k_axpy(o, sc[t], ckv + t * L, L);
   }
 }
 

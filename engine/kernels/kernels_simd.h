@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/kernels/kernels.h"
@@ -50,6 +51,18 @@ static inline float k_to_f32(const void *p, df_dtype dt, int64_t i) {
   case DF_DT_F32: return ((const float *)p)[i];
   default: assert(!"df_k_to_f32: unsupported dtype"); return 0.0f;
   }
+}
+
+/* A scratch buffer of at least n floats, 64-byte aligned, in *buf (capacity *cap floats; a
+ * thread-local pair for per-thread scratch): reallocated, contents dropped, when too small.
+ * NULL, with *cap 0, when the allocation fails. */
+static inline float *k_grow(float **buf, size_t *cap, size_t n) {
+  if (n > *cap) {
+    free(*buf);
+    *buf = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+    *cap = *buf ? n : 0;
+  }
+  return *buf;
 }
 
 /* The fixed lane reduction: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */

@@ -1,0 +1,265 @@
+/* engine/kernels/kernels_attn.c — causal attention over the KV cache (GQA, and MLA's blocked
+ * form); see kernels.h df_k_attention, df_k_attention_gemm and df_k_mla_attention_gemm.
+ *
+ * Owns: df_k_attention (one query row at a time: a df_k_dot per key, softmax, a df_k_axpy per
+ * key) and its blocked form for many query rows (prefill), which computes every element with
+ * the same operations in the same order: the scores of a block of query rows through
+ * df_k_linear_serial's tiles (the keys as F32 weights; df_k_linear's lane order is df_k_dot's),
+ * the same softmax code, and P V with several rows' probabilities against a run of value
+ * columns in registers (each element the fma(p_t, v_t, o) chain of df_k_axpy). df_k_mla_attention
+ * (kernels_deepseek.c) takes the blocked form from here too.
+ */
+#include "engine/kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DF_HAVE_X86 1
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define AVX512_FN __attribute__((target("avx2,fma,f16c,avx512f")))
+#else
+#define DF_HAVE_X86 0
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+#include "engine/kernels/kernels_simd.h"
+
+/* ---- causal attention over many query rows ------------------------------------------- */
+
+#define ATT_RB 48 /* query rows per work item: the scores of 48 rows x the context fit in L2 */
+
+#if DF_HAVE_X86
+/* The calling thread's score buffer [ATT_RB, n] fp32: grown on demand, kept. */
+static _Thread_local float *t_att;
+static _Thread_local size_t t_att_cap;
+
+/* pv_block: o[r][0 .. 16 NC) for the rows r < R of a block: p [R, stride lds] their
+ * probabilities, v the value rows (stride ldv) at the block's first column; row r sums the
+ * positions t < np[r] (np ascending). Each element is the fused multiply-add chain
+ * o = fma(p_t, v_t, o) from +0 in ascending t: df_k_axpy's, per element. pv_block_avx2: the
+ * same with 256-bit registers, NC vectors of 8 columns, R <= 2. */
+#define DEF_PV_BLOCK(name, attr, VT, W, RMAX, zero, load, set1, fma, store)                   \
+  INLINE attr void name(const int R, const int NC, const float *p, int64_t lds,               \
+                        const float *v, int64_t ldv, const int64_t *np, float *const *o) {    \
+    VT a[RMAX][4];                                                                           \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                      \
+      _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) a[r][c] = zero();                 \
+    int64_t t = 0;                                                                           \
+    for (; t < np[0]; t++) { /* every row of the block */                                    \
+      VT vv[4];                                                                              \
+      _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) vv[c] = load(v + t * ldv + W * c); \
+      _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {                                  \
+        VT pb = set1(p[r * lds + t]);                                                        \
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) a[r][c] = fma(pb, vv[c], a[r][c]); \
+      }                                                                                      \
+    }                                                                                        \
+    _Pragma("GCC unroll 4") for (int r = 1; r < R; r++) /* the later rows' own positions */  \
+      for (int64_t u = t; u < np[r]; u++) {                                                  \
+        VT pb = set1(p[r * lds + u]);                                                        \
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++)                                 \
+          a[r][c] = fma(pb, load(v + u * ldv + W * c), a[r][c]);                             \
+      }                                                                                      \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)                                      \
+      _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) store(o[r] + W * c, a[r][c]);     \
+  }
+DEF_PV_BLOCK(pv_block, AVX512_FN, __m512, 16, 4, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_set1_ps,
+             _mm512_fmadd_ps, _mm512_storeu_ps)
+DEF_PV_BLOCK(pv_block_avx2, AVX2_FN, __m256, 8, 2, _mm256_setzero_ps, _mm256_loadu_ps,
+             _mm256_set1_ps, _mm256_fmadd_ps, _mm256_storeu_ps)
+#undef DEF_PV_BLOCK
+
+typedef void (*pv_fn)(const float *, int64_t, const float *, int64_t, const int64_t *,
+                      float *const *);
+#define DEF_PV(name, attr, blk, R, NC)                                                         \
+  static attr void name(const float *p, int64_t lds, const float *v, int64_t ldv,             \
+                        const int64_t *np, float *const *o) {                                 \
+    blk(R, NC, p, lds, v, ldv, np, o);                                                        \
+  }
+DEF_PV(pv4x4, AVX512_FN, pv_block, 4, 4)
+DEF_PV(pv4x1, AVX512_FN, pv_block, 4, 1)
+DEF_PV(pv1x4, AVX512_FN, pv_block, 1, 4)
+DEF_PV(pv1x1, AVX512_FN, pv_block, 1, 1)
+DEF_PV(pv2x4_avx2, AVX2_FN, pv_block_avx2, 2, 4)
+DEF_PV(pv2x2_avx2, AVX2_FN, pv_block_avx2, 2, 2)
+DEF_PV(pv1x4_avx2, AVX2_FN, pv_block_avx2, 1, 4)
+DEF_PV(pv1x2_avx2, AVX2_FN, pv_block_avx2, 1, 2)
+#undef DEF_PV
+
+/* One query row block of one head: row r (< rows) is at position pos0 + r and attends to
+ * positions [0, pos0 + r]. Its score is (qa_r . ka_t [+ qb_r . kb_t]) * scale, each dot in
+ * df_k_dot's order; its output o_r = sum_t p_t v_t. */
+typedef struct att_job {
+  int64_t rows, pos0;
+  const float *qa, *ka; /* q rows (stride lda), keys (stride da): the first score part */
+  int64_t lda, da;
+  const float *qb, *kb; /* the second part (MLA's decoupled RoPE part), or qb NULL */
+  int64_t ldb, db;
+  const float *v; /* values [positions, dv] */
+  int64_t dv;
+  float *o; /* out rows (stride ldo) */
+  int64_t ldo;
+  float scale;
+} att_job;
+
+/* Scores through df_k_linear's tiles (key tiles of 8, each from the first row that sees any of
+ * its keys), softmax per row as df_k_attention, then P V in blocks of 4 rows x 64 columns
+ * (AVX-512) or 2 rows x 32 columns (AVX2), 16 columns at the end. s: [rows, pos0 + rows]
+ * scratch. */
+static void att_rows(const att_job *j, float *s) {
+  int64_t lds = j->pos0 + j->rows;
+  float sb[ATT_RB * DF_K_GEMM_NR];
+  for (int64_t n0 = 0; n0 < lds; n0 += DF_K_GEMM_NR) {
+    int nr = (int)(lds - n0 < DF_K_GEMM_NR ? lds - n0 : DF_K_GEMM_NR);
+    int64_t r0 = n0 - j->pos0; /* rows before r0 see none of these keys */
+    if (r0 < 0) r0 = 0;
+    df_k_linear_serial(j->qa + r0 * j->lda, j->rows - r0, j->da, j->lda, j->ka + n0 * j->da,
+                       DF_DT_F32, nr, s + r0 * lds + n0, lds);
+    if (j->qb) {
+      df_k_linear_serial(j->qb + r0 * j->ldb, j->rows - r0, j->db, j->ldb, j->kb + n0 * j->db,
+                         DF_DT_F32, nr, sb, DF_K_GEMM_NR);
+      for (int64_t r = r0; r < j->rows; r++)
+        for (int c = 0; c < nr; c++) s[r * lds + n0 + c] += sb[(r - r0) * DF_K_GEMM_NR + c];
+    }
+  }
+  for (int64_t r = 0; r < j->rows; r++) df_k_attn_softmax(s + r * lds, j->pos0 + r + 1, j->scale);
+  bool wide = df_k_isa() >= DF_ISA_AVX512;
+  int rb = wide ? 4 : 2, cw = wide ? 64 : 32; /* a P V block: rows, columns */
+  for (int64_t r = 0; r < j->rows;) {
+    int R = j->rows - r >= rb ? rb : 1;
+    int64_t np[4];
+    float *o[4];
+    for (int i = 0; i < R; i++) np[i] = j->pos0 + r + i + 1;
+    for (int64_t c = 0; c < j->dv;) {
+      bool full = j->dv - c >= cw;
+      for (int i = 0; i < R; i++) o[i] = j->o + (r + i) * j->ldo + c;
+      pv_fn f = wide ? (R > 1 ? (full ? pv4x4 : pv4x1) : (full ? pv1x4 : pv1x1))
+                     : (R > 1 ? (full ? pv2x4_avx2 : pv2x2_avx2) : (full ? pv1x4_avx2 : pv1x2_avx2));
+      f(s + r * lds, lds, j->v + c, j->dv, np, o);
+      c += full ? cw : 16;
+    }
+    r += R;
+  }
+}
+
+/* The calling thread's scratch for a job of `rows` rows ending at position `end`, or NULL. */
+static float *att_scratch(int64_t rows, int64_t end) {
+  return k_grow(&t_att, &t_att_cap, (size_t)rows * (size_t)end + 16);
+}
+
+/* A blocked attention over every head: job(h, m0) is `base` moved to head h and first row m0
+ * (q rows and outputs by m0 rows and h times their head strides, keys and values by h / group
+ * times kv_h, rows m1 - m0, pos0 + m0), the rows of each head in blocks of ATT_RB shared out
+ * among the threads. False when a thread's scratch cannot be allocated. */
+typedef struct att_heads {
+  att_job base;
+  int64_t n_head, M, group;
+  int64_t qa_h, qb_h, o_h, kv_h; /* per-head strides (floats) */
+} att_heads;
+
+static bool att_run(const att_heads *a) {
+  int64_t n_rb = (a->M + ATT_RB - 1) / ATT_RB, items = a->n_head * n_rb;
+  bool ok = true;
+#pragma omp parallel for schedule(static) num_threads(df_k_max_threads()) reduction(&& : ok)
+  for (int64_t it = 0; it < items; it++) {
+    int64_t h = it / n_rb, m0 = (it % n_rb) * ATT_RB;
+    int64_t m1 = m0 + ATT_RB < a->M ? m0 + ATT_RB : a->M, kvh = h / a->group;
+    att_job j = a->base;
+    float *s = att_scratch(m1 - m0, j.pos0 + m1);
+    if (!s) {
+      ok = false;
+      continue;
+    }
+    j.rows = m1 - m0;
+    j.pos0 += m0;
+    j.qa += m0 * j.lda + h * a->qa_h;
+    if (j.qb) j.qb += m0 * j.ldb + h * a->qb_h;
+    j.ka += kvh * a->kv_h;
+    j.v += kvh * a->kv_h;
+    j.o += m0 * j.ldo + h * a->o_h;
+    att_rows(&j, s);
+  }
+  return ok;
+}
+#endif
+
+bool df_k_attention_gemm(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
+                         int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
+                         float *out) {
+#if DF_HAVE_X86
+  if (df_k_isa() < DF_ISA_AVX2 || d % 16 != 0 || M < 1) return false;
+  att_heads a = {.base = {.pos0 = pos0, .qa = q, .ka = kc, .lda = n_head * d, .da = d, .v = vc,
+                          .dv = d, .o = out, .ldo = n_head * d, .scale = scale},
+                 .n_head = n_head, .M = M, .group = n_head / n_kv, .qa_h = d, .o_h = d,
+                 .kv_h = ctx * d};
+  return att_run(&a);
+#else
+  (void)q, (void)M, (void)pos0, (void)n_head, (void)n_kv, (void)d, (void)ctx, (void)kc;
+  (void)vc, (void)scale, (void)out;
+  return false;
+#endif
+}
+
+bool df_k_mla_attention_gemm(const float *q_lat, const float *q_rope, int64_t ld_rope,
+                             int64_t ld_rope_head, int64_t M, int64_t pos0, int64_t n_head,
+                             int64_t L, int64_t dr, const float *ckv, const float *kpe,
+                             float scale, float *out) {
+#if DF_HAVE_X86
+  if (df_k_isa() < DF_ISA_AVX2 || L % 16 != 0 || M < 1) return false;
+  att_heads a = {.base = {.pos0 = pos0, .qa = q_lat, .ka = ckv, .lda = n_head * L, .da = L,
+                          .qb = dr > 0 ? q_rope : NULL, .kb = kpe, .ldb = ld_rope, .db = dr,
+                          .v = ckv, .dv = L, .o = out, .ldo = n_head * L, .scale = scale},
+                 .n_head = n_head, .M = M, .group = 1, .qa_h = L, .qb_h = ld_rope_head,
+                 .o_h = L, .kv_h = 0};
+  return att_run(&a);
+#else
+  (void)q_lat, (void)q_rope, (void)ld_rope, (void)ld_rope_head, (void)M, (void)pos0;
+  (void)n_head, (void)L, (void)dr, (void)ckv, (void)kpe, (void)scale, (void)out;
+  return false;
+#endif
+}
+
+void df_k_attn_softmax(float *s, int64_t n, float scale) {
+  float mx = -INFINITY;
+  for (int64_t t = 0; t < n; t++) {
+    s[t] *= scale;
+    if (s[t] > mx) mx = s[t];
+  }
+  float sum = 0.0f;
+  for (int64_t t = 0; t < n; t++) {
+    s[t] = expf(s[t] - mx);
+    sum += s[t];
+  }
+  float inv = 1.0f / sum;
+  for (int64_t t = 0; t < n; t++) s[t] *= inv;
+}
+
+/* ---- one query row at a time ----------------------------------------------------------- */
+
+void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
+                    int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
+                    float *out, float *scratch) {
+  /* many rows (prefill): the blocked form, the same bits */
+  if (M >= 16 && df_k_attention_gemm(q, M, pos0, n_head, n_kv, d, ctx, kc, vc, scale, out))
+    return;
+  int64_t group = n_head / n_kv;
+  int64_t pairs = M * n_head;
+  bool par = pairs > 1 && (pos0 + M) * d * pairs >= 16384;
+#pragma omp parallel for schedule(static) if (par) num_threads(df_k_max_threads())
+  for (int64_t pr = 0; pr < pairs; pr++) {
+    int64_t m = pr / n_head, h = pr % n_head, kvh = h / group;
+    int64_t n_pos = pos0 + m + 1;
+    const float *qv = q + (m * n_head + h) * d;
+    const float *kb = kc + kvh * ctx * d, *vb = vc + kvh * ctx * d;
+    float *sc = scratch + (int64_t)omp_get_thread_num() * ctx;
+    for (int64_t t = 0; t < n_pos; t++) sc[t] = df_k_dot(qv, kb + t * d, d);
+    df_k_attn_softmax(sc, n_pos, scale);
+    float *o = out + (m * n_head + h) * d;
+    for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
+    for (int64_t t = 0; t < n_pos; t++) df_k_axpy(o, sc[t], vb + t * d, d);
+  }
+}
