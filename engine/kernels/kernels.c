@@ -210,12 +210,13 @@ INLINE AVX512_FN void rx6_reduce(const int R, const __m512 *a, const float *cons
                                  const void *const *w, int64_t K, int64_t K8, df_dtype dt,
                                  float *o) {
   for (int g = 0; g + 8 <= R * 3; g += 8) avx512_reduce16(a + g, o + 2 * g);
-  if (R * 3 % 8) { /* R = 4: the last 4 registers, padded */
+  const int rem = R * 3 % 8, g0 = R * 3 - rem;
+  if (rem) { /* R = 2 or 4: the last 6 or 4 registers, padded */
     __m512 z[8];
     float t[16];
-    for (int k = 0; k < 8; k++) z[k] = k < 4 ? a[R * 3 - 4 + k] : _mm512_setzero_ps();
+    for (int k = 0; k < 8; k++) z[k] = k < rem ? a[g0 + k] : _mm512_setzero_ps();
     avx512_reduce16(z, t);
-    memcpy(o + 2 * (R * 3 - 4), t, 8 * sizeof(float));
+    memcpy(o + 2 * g0, t, 2 * (size_t)rem * sizeof(float));
   }
   if (K8 < K)
     for (int n = 0; n < R * 6; n++)
@@ -245,6 +246,9 @@ INLINE AVX512_FN void rx6_reduce(const int R, const __m512 *a, const float *cons
     }                                                                                          \
     rx6_reduce(R, &a[0][0], x, w, K, K8, DT, o);                                               \
   }
+DEF_RX6(2, bf16, DF_DT_BF16)
+DEF_RX6(2, f16, DF_DT_F16)
+DEF_RX6(2, f32, DF_DT_F32)
 DEF_RX6(4, bf16, DF_DT_BF16)
 DEF_RX6(4, f16, DF_DT_F16)
 DEF_RX6(4, f32, DF_DT_F32)
@@ -265,8 +269,9 @@ typedef void (*k4x3_fn)(const float *const *, const void *const *, int64_t, floa
 
 /* Columns [n0, n0 + nr) of y for M >= 2 rows, nr <= FEW_NR: blocks of 4 rows, the 4 x 3
  * kernel four times across the tile (AVX-512: blocks of 8 rows while more than 4 are left,
- * then 4, the 8 x 6 / 4 x 6 kernels twice across it); the weights stream from memory in the
- * first block (with the next tile's prefetch) and later blocks read them from the cache. */
+ * then 4, or 2 when at most 2 are left, the 8 x 6 / 4 x 6 / 2 x 6 kernels twice across it);
+ * the weights stream from memory in the first block (with the next tile's prefetch) and later
+ * blocks read them from the cache. */
 static void fewtile_avx2(df_dtype dt, const float *x, int64_t M, int64_t K, int64_t ldx,
                          const void *w, int64_t n0, int nr, const void *bias, float *y,
                          int64_t ldy) {
@@ -275,21 +280,23 @@ static void fewtile_avx2(df_dtype dt, const float *x, int64_t M, int64_t K, int6
   for (int j = 0; j < FEW_NR; j++)
     wr[j] = (const char *)w + (size_t)(n0 + (j < nr ? j : nr - 1)) * (size_t)K * esz;
   size_t pf = (size_t)FEW_NR * (size_t)K * esz; /* the next tile's rows */
-  /* 4 x 3 blocks, or with 512-bit registers 8 x 6 and 4 x 6 (the same bits) */
+  /* 4 x 3 blocks, or with 512-bit registers 8 x 6, 4 x 6 and 2 x 6 (the same bits) */
   bool wide = df_k_isa() >= DF_ISA_AVX512;
   int nc = wide ? 6 : 3;
   k4x3_fn f4 = wide ? (dt == DF_DT_BF16 ? k4x6_bf16 : dt == DF_DT_F16 ? k4x6_f16 : k4x6_f32)
                     : (dt == DF_DT_BF16 ? k4x3_bf16 : dt == DF_DT_F16 ? k4x3_f16 : k4x3_f32);
   k4x3_fn f8 = dt == DF_DT_BF16 ? k8x6_bf16 : dt == DF_DT_F16 ? k8x6_f16 : k8x6_f32;
+  k4x3_fn f2 = dt == DF_DT_BF16 ? k2x6_bf16 : dt == DF_DT_F16 ? k2x6_f16 : k2x6_f32;
   float o[48];
   for (int64_t m0 = 0; m0 < M;) {
-    /* more than 4 rows left: a block of 8 (512-bit only; missing rows repeat the last) */
-    int rb = wide && M - m0 > 4 ? 8 : 4;
+    /* more than 4 rows left: a block of 8, 1 or 2 left: a block of 2 (512-bit only; missing
+     * rows repeat the last) */
+    int rb = wide && M - m0 > 4 ? 8 : wide && M - m0 <= 2 ? 2 : 4;
     int mr = (int)(M - m0 < rb ? M - m0 : rb);
     const float *xr[8]; /* missing rows repeat the last, likewise */
     for (int i = 0; i < rb; i++) xr[i] = x + (m0 + (i < mr ? i : mr - 1)) * ldx;
     for (int c0 = 0; c0 < nr; c0 += nc) {
-      (rb == 8 ? f8 : f4)(xr, wr + c0, K, o, m0 ? 0 : pf);
+      (rb == 8 ? f8 : rb == 2 ? f2 : f4)(xr, wr + c0, K, o, m0 ? 0 : pf);
       for (int i = 0; i < mr; i++)
         for (int j = c0; j < nr && j < c0 + nc; j++)
           y[(m0 + i) * ldy + n0 + j] =
