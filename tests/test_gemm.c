@@ -241,19 +241,21 @@ static void test_avx2_rows(void **state) {
   df_k_set_threads(0);
 }
 
-/* Causal attention over many rows (df_k_attention_gemm, taken from 16 rows on AVX2 and AVX-512)
- * against the per-row form (each row alone, M = 1 at its position: the decode path), every
- * lower ISA (the scalar path is the per-row form) and 1-3 threads, bit for bit; and a correct softmax-weighted sum against double
- * precision. Shapes: d 48, 64 and 128 (value columns in 64s and 16s), GQA groups 1 and 3,
- * fresh prefill and chunks after cached positions, rows across several 48-row blocks with
- * remainders of 1-3 after the 4-row P V blocks. Skipped without AVX2. */
+/* Causal attention in blocks (df_k_attention_gemm: the rows of the heads that share a KV head,
+ * stacked, on AVX2 and AVX-512) against each row alone (M = 1 at its position: decode), every
+ * lower ISA (the scalar path is the per-row form: a dot and an AXPY per key) and 1-3 threads,
+ * bit for bit; and a correct softmax-weighted sum against double
+ * precision. Shapes: d 16, 48, 64 and 128 (value columns in 64s and 16s), GQA groups 1, 3 and 8,
+ * fresh prefill, chunks after cached positions and single decode rows, rows across several
+ * 48-row blocks with remainders of 1-3 after the 4-row P V blocks. Skipped without AVX2. */
 static void test_attention(void **state) {
   (void)state;
   df_isa top = df_k_isa_hw();
   if (top < DF_ISA_AVX2) skip();
   struct { int64_t M, pos0, n_head, n_kv, d; } cs[] = {
       {16, 0, 2, 2, 64}, {70, 0, 3, 1, 128}, {53, 13, 4, 2, 64}, {97, 5, 2, 1, 128},
-      {30, 100, 2, 2, 64}, {21, 3, 2, 1, 48}};
+      {30, 100, 2, 2, 64}, {21, 3, 2, 1, 48}, {1, 40, 6, 2, 64}, {5, 9, 8, 1, 16},
+      {20, 0, 8, 1, 32}};
   uint64_t s = 777;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
     int64_t M = cs[c].M, pos0 = cs[c].pos0, nh = cs[c].n_head, nkv = cs[c].n_kv, d = cs[c].d;
@@ -270,18 +272,27 @@ static void test_attention(void **state) {
     }
     float scale = 1.0f / sqrtf((float)d);
     size_t bytes = sizeof(float) * (size_t)(M * nh * d);
+    /* a decoy call before each checked one leaves other scores in the per-thread scratch, so a
+     * block that skips computing some would show */
+    float *qd = malloc(bytes), *od = malloc(bytes);
+    for (int64_t i = 0; i < M * nh * d; i++) qd[i] = -1.5f * q[i];
+#define DECOY() df_k_attention(qd, M, pos0, nh, nkv, d, ctx, kc, vc, scale, od, scratch)
     df_k_set_isa(top);
     df_k_set_threads(2);
+    DECOY();
     df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, oa, scratch);
-    memset(ob, 0xff, bytes); /* the blocked form really runs: called directly, the same bytes */
+    memset(ob, 0xff, bytes);
+    DECOY(); /* the blocked form really runs: called directly, the same bytes */
     assert_true(df_k_attention_gemm(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, ob));
     assert_memory_equal(oa, ob, bytes);
+    DECOY();
     for (int64_t m = 0; m < M; m++) /* each row alone at its position */
       df_k_attention(q + m * nh * d, 1, pos0 + m, nh, nkv, d, ctx, kc, vc, scale, ob + m * nh * d,
                      scratch);
     if (memcmp(oa, ob, bytes)) fail_msg("case %zu: blocked rows differ from rows alone", c);
     for (int isa = DF_ISA_SCALAR; isa < (int)top; isa++) {
       df_k_set_isa((df_isa)isa);
+      DECOY();
       df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, ob, scratch);
       if (memcmp(oa, ob, bytes))
         fail_msg("case %zu: %s attention differs from %s", c, df_k_isa_name(top), df_k_isa_name((df_isa)isa));
@@ -289,6 +300,7 @@ static void test_attention(void **state) {
     df_k_set_isa(top);
     for (int t = 1; t <= 3; t++) {
       df_k_set_threads(t);
+      DECOY();
       df_k_attention(q, M, pos0, nh, nkv, d, ctx, kc, vc, scale, ob, scratch);
       assert_memory_equal(oa, ob, bytes);
     }
@@ -313,20 +325,24 @@ static void test_attention(void **state) {
         }
         free(sc);
       }
-    free(q), free(kc), free(vc), free(oa), free(ob), free(scratch);
+#undef DECOY
+    free(q), free(kc), free(vc), free(oa), free(ob), free(scratch), free(qd), free(od);
   }
   df_k_set_isa(df_k_isa_hw());
   df_k_set_threads(0);
 }
 
 /* MLA attention over many rows (df_k_mla_attention_gemm) against rows alone, every lower ISA and
- * 1-3 threads, bit for bit, and against double precision: latent L 64 and 48, RoPE parts of 8
- * and 3 floats (a K % 8 tail), a padded RoPE row stride, fresh prefill and a later chunk. */
+ * 1-3 threads, bit for bit, and against double precision: latent L 64, 48, 32 and 16, RoPE parts
+ * of 8, 4 and 3 floats (a K % 8 tail), a padded RoPE row stride, fresh prefill, a later chunk, a
+ * single decode row, and 50 heads (one position's rows across two blocks) in a prefill. */
 static void test_mla_attention(void **state) {
   (void)state;
   df_isa top = df_k_isa_hw();
   if (top < DF_ISA_AVX2) skip();
-  struct { int64_t M, pos0, nh, L, dr; } cs[] = {{40, 0, 3, 64, 8}, {57, 9, 2, 48, 3}};
+  struct { int64_t M, pos0, nh, L, dr; } cs[] = {
+      {40, 0, 3, 64, 8}, {57, 9, 2, 48, 3}, {3, 20, 50, 32, 8}, {1, 37, 7, 16, 4},
+      {12, 0, 50, 32, 8}};
   uint64_t s = 31337;
   for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
     int64_t M = cs[c].M, pos0 = cs[c].pos0, nh = cs[c].nh, L = cs[c].L, dr = cs[c].dr;
@@ -340,18 +356,25 @@ static void test_mla_attention(void **state) {
     for (int64_t i = 0; i < ctx * L; i++) ckv[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 600.0f;
     for (int64_t i = 0; i < ctx * dr; i++) kpe[i] = (float)((int64_t)(lcg(&s) % 2001) - 1000) / 250.0f;
     float scale = 0.125f;
+    float *qd = malloc(sizeof(float) * (size_t)(M * nh * L)), *od = malloc(bytes); /* decoys */
+    for (int64_t i = 0; i < M * nh * L; i++) qd[i] = -1.5f * ql[i];
+#define DECOY() df_k_mla_attention(qd, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, od, scratch)
     df_k_set_isa(top);
     df_k_set_threads(2);
+    DECOY();
     df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, oa, scratch);
     memset(ob, 0xff, bytes);
+    DECOY();
     assert_true(df_k_mla_attention_gemm(ql, qr, ldr, dr, M, pos0, nh, L, dr, ckv, kpe, scale, ob));
     assert_memory_equal(oa, ob, bytes);
+    DECOY();
     for (int64_t m = 0; m < M; m++)
       df_k_mla_attention(ql + m * nh * L, qr + m * ldr, ldr, dr, 1, pos0 + m, nh, L, dr, ctx, ckv,
                          kpe, scale, ob + m * nh * L, scratch);
     if (memcmp(oa, ob, bytes)) fail_msg("case %zu: blocked MLA rows differ from rows alone", c);
     for (int isa = DF_ISA_SCALAR; isa < (int)top; isa++) {
       df_k_set_isa((df_isa)isa);
+      DECOY();
       df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, ob, scratch);
       if (memcmp(oa, ob, bytes))
         fail_msg("case %zu: %s MLA differs from %s", c, df_k_isa_name(top), df_k_isa_name((df_isa)isa));
@@ -359,6 +382,7 @@ static void test_mla_attention(void **state) {
     df_k_set_isa(top);
     for (int t = 1; t <= 3; t++) {
       df_k_set_threads(t);
+      DECOY();
       df_k_mla_attention(ql, qr, ldr, dr, M, pos0, nh, L, dr, ctx, ckv, kpe, scale, ob, scratch);
       assert_memory_equal(oa, ob, bytes);
     }
@@ -383,7 +407,8 @@ static void test_mla_attention(void **state) {
         }
         free(sc);
       }
-    free(ql), free(qr), free(ckv), free(kpe), free(oa), free(ob), free(scratch);
+#undef DECOY
+    free(ql), free(qr), free(ckv), free(kpe), free(oa), free(ob), free(scratch), free(qd), free(od);
   }
   df_k_set_isa(df_k_isa_hw());
   df_k_set_threads(0);

@@ -15,6 +15,7 @@
 #include <omp.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -90,53 +91,60 @@ DEF_PV(pv1x4_avx2, AVX2_FN, pv_block_avx2, 1, 4)
 DEF_PV(pv1x2_avx2, AVX2_FN, pv_block_avx2, 1, 2)
 #undef DEF_PV
 
-/* One query row block of one head: row r (< rows) is at position pos0 + r and attends to
- * positions [0, pos0 + r]. Its score is (qa_r . ka_t [+ qb_r . kb_t]) * scale, each dot in
- * df_k_dot's order; its output o_r = sum_t p_t v_t. */
+/* One block of query rows that share their keys and values: the rows of the heads that read one
+ * KV head (GQA's group; every MLA head), stacked position by position. Flattened row f of a
+ * head set is position m = f / rpp's head (f % rpp); the block holds rows [f0, f0 + rows), row r
+ * at position pos0 + (f0 + r) / rpp, attending to positions [0, that]. Its score is
+ * (qa_r . ka_t [+ qb_r . kb_t]) * scale, each dot in df_k_dot's order; its output
+ * o[r] = sum_t p_t v_t. */
 typedef struct att_job {
-  int64_t rows, pos0;
-  const float *qa, *ka; /* q rows (stride lda), keys (stride da): the first score part */
-  int64_t lda, da;
-  const float *qb, *kb; /* the second part (MLA's decoupled RoPE part), or qb NULL */
-  int64_t ldb, db;
+  int64_t rows, rpp, f0, pos0;
+  const float *qa, *ka; /* the block's query rows [rows, da], contiguous; keys [positions, da] */
+  int64_t da;
+  const float *qb, *kb; /* the second part (MLA's decoupled RoPE part) [rows, db], or qb NULL */
+  int64_t db;
   const float *v; /* values [positions, dv] */
   int64_t dv;
-  float *o; /* out rows (stride ldo) */
-  int64_t ldo;
+  float *const *o; /* [rows] output rows of dv floats */
   float scale;
 } att_job;
 
+/* Positions row r of a block attends to. */
+static inline int64_t att_np(const att_job *j, int64_t r) {
+  return j->pos0 + (j->f0 + r) / j->rpp + 1;
+}
+
 /* Scores through df_k_linear's tiles (key tiles of 8, each from the first row that sees any of
- * its keys), softmax per row as df_k_attention, then P V in blocks of 4 rows x 64 columns
- * (AVX-512) or 2 rows x 32 columns (AVX2), 16 columns at the end. s: [rows, pos0 + rows]
- * scratch. */
+ * its keys; the keys and values are read once for all the rows), softmax per row as
+ * df_k_attention, then P V in blocks of 4 rows x 64 columns (AVX-512) or 2 rows x 32 columns
+ * (AVX2), 16 columns at the end. s: [rows, att_np(rows - 1)] scratch. */
 static void att_rows(const att_job *j, float *s) {
-  int64_t lds = j->pos0 + j->rows;
+  int64_t lds = att_np(j, j->rows - 1);
   float sb[ATT_RB * DF_K_GEMM_NR];
   for (int64_t n0 = 0; n0 < lds; n0 += DF_K_GEMM_NR) {
     int nr = (int)(lds - n0 < DF_K_GEMM_NR ? lds - n0 : DF_K_GEMM_NR);
-    int64_t r0 = n0 - j->pos0; /* rows before r0 see none of these keys */
+    int64_t r0 = (n0 - j->pos0) * j->rpp - j->f0; /* rows before r0 see none of these keys */
     if (r0 < 0) r0 = 0;
-    df_k_linear_serial(j->qa + r0 * j->lda, j->rows - r0, j->da, j->lda, j->ka + n0 * j->da,
+    df_k_linear_serial(j->qa + r0 * j->da, j->rows - r0, j->da, j->da, j->ka + n0 * j->da,
                        DF_DT_F32, nr, s + r0 * lds + n0, lds);
     if (j->qb) {
-      df_k_linear_serial(j->qb + r0 * j->ldb, j->rows - r0, j->db, j->ldb, j->kb + n0 * j->db,
+      df_k_linear_serial(j->qb + r0 * j->db, j->rows - r0, j->db, j->db, j->kb + n0 * j->db,
                          DF_DT_F32, nr, sb, DF_K_GEMM_NR);
       for (int64_t r = r0; r < j->rows; r++)
         for (int c = 0; c < nr; c++) s[r * lds + n0 + c] += sb[(r - r0) * DF_K_GEMM_NR + c];
     }
   }
-  for (int64_t r = 0; r < j->rows; r++) df_k_attn_softmax(s + r * lds, j->pos0 + r + 1, j->scale);
+  for (int64_t r = 0; r < j->rows; r++) df_k_attn_softmax(s + r * lds, att_np(j, r), j->scale);
   bool wide = df_k_isa() >= DF_ISA_AVX512;
   int rb = wide ? 4 : 2, cw = wide ? 64 : 32; /* a P V block: rows, columns */
   for (int64_t r = 0; r < j->rows;) {
     int R = j->rows - r >= rb ? rb : 1;
     int64_t np[4];
     float *o[4];
-    for (int i = 0; i < R; i++) np[i] = j->pos0 + r + i + 1;
+    for (int i = 0; i < R; i++) np[i] = att_np(j, r + i);
     for (int64_t c = 0; c < j->dv;) {
       bool full = j->dv - c >= cw;
-      for (int i = 0; i < R; i++) o[i] = j->o + (r + i) * j->ldo + c;
+      for (int i = 0; i < R; i++) o[i] = j->o[r + i] + c;
       pv_fn f = wide ? (R > 1 ? (full ? pv4x4 : pv4x1) : (full ? pv1x4 : pv1x1))
                      : (R > 1 ? (full ? pv2x4_avx2 : pv2x2_avx2) : (full ? pv1x4_avx2 : pv1x2_avx2));
       f(s + r * lds, lds, j->v + c, j->dv, np, o);
@@ -146,41 +154,53 @@ static void att_rows(const att_job *j, float *s) {
   }
 }
 
-/* The calling thread's scratch for a job of `rows` rows ending at position `end`, or NULL. */
-static float *att_scratch(int64_t rows, int64_t end) {
-  return k_grow(&t_att, &t_att_cap, (size_t)rows * (size_t)end + 16);
-}
-
-/* A blocked attention over every head: job(h, m0) is `base` moved to head h and first row m0
- * (q rows and outputs by m0 rows and h times their head strides, keys and values by h / group
- * times kv_h, rows m1 - m0, pos0 + m0), the rows of each head in blocks of ATT_RB shared out
- * among the threads. False when a thread's scratch cannot be allocated. */
+/* A blocked attention: for each of n_kv KV heads, the M x rpp rows of its heads (head
+ * h = kv * rpp + g of position m: query q + m * ldq + h * dq, optional second part
+ * qb + m * ldqb + h * dqb, output out + m * ldo + h * dv) in blocks of at most ATT_RB rows
+ * (at least as many blocks as threads when there are rows enough), shared out among the
+ * threads; each block's queries are copied together into the thread's scratch. Keys and
+ * values of KV head kv at ka / kb / v + kv * kv_h. False when a thread's scratch cannot be
+ * allocated. */
 typedef struct att_heads {
-  att_job base;
-  int64_t n_head, M, group;
-  int64_t qa_h, qb_h, o_h, kv_h; /* per-head strides (floats) */
+  int64_t M, pos0, n_kv, rpp;
+  const float *q, *qb;
+  int64_t ldq, dq, ldqb, dqb;
+  const float *ka, *kb, *v;
+  int64_t da, db, dv, kv_h;
+  float *out;
+  int64_t ldo;
+  float scale;
 } att_heads;
 
 static bool att_run(const att_heads *a) {
-  int64_t n_rb = (a->M + ATT_RB - 1) / ATT_RB, items = a->n_head * n_rb;
+  int64_t total = a->M * a->rpp, threads = df_k_max_threads();
+  int64_t n_rb = (total + ATT_RB - 1) / ATT_RB;
+  if (n_rb * a->n_kv < threads) n_rb = (threads + a->n_kv - 1) / a->n_kv;
+  if (n_rb > total) n_rb = total;
+  int64_t per = (total + n_rb - 1) / n_rb, items = a->n_kv * n_rb;
   bool ok = true;
 #pragma omp parallel for schedule(static) num_threads(df_k_max_threads()) reduction(&& : ok)
   for (int64_t it = 0; it < items; it++) {
-    int64_t h = it / n_rb, m0 = (it % n_rb) * ATT_RB;
-    int64_t m1 = m0 + ATT_RB < a->M ? m0 + ATT_RB : a->M, kvh = h / a->group;
-    att_job j = a->base;
-    float *s = att_scratch(m1 - m0, j.pos0 + m1);
+    int64_t kv = it / n_rb, f0 = (it % n_rb) * per, f1 = f0 + per < total ? f0 + per : total;
+    if (f0 >= f1) continue;
+    int64_t rows = f1 - f0, end = a->pos0 + (f1 - 1) / a->rpp + 1;
+    float *s = k_grow(&t_att, &t_att_cap,
+                      (size_t)rows * (size_t)(end + a->da + a->db) + 16);
     if (!s) {
       ok = false;
       continue;
     }
-    j.rows = m1 - m0;
-    j.pos0 += m0;
-    j.qa += m0 * j.lda + h * a->qa_h;
-    if (j.qb) j.qb += m0 * j.ldb + h * a->qb_h;
-    j.ka += kvh * a->kv_h;
-    j.v += kvh * a->kv_h;
-    j.o += m0 * j.ldo + h * a->o_h;
+    float *qa = s + rows * end, *qb = qa + rows * a->da, *o[ATT_RB];
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t m = (f0 + r) / a->rpp, h = kv * a->rpp + (f0 + r) % a->rpp;
+      memcpy(qa + r * a->da, a->q + m * a->ldq + h * a->dq, sizeof(float) * (size_t)a->da);
+      if (a->qb)
+        memcpy(qb + r * a->db, a->qb + m * a->ldqb + h * a->dqb, sizeof(float) * (size_t)a->db);
+      o[r] = a->out + m * a->ldo + h * a->dv;
+    }
+    att_job j = {.rows = rows, .rpp = a->rpp, .f0 = f0, .pos0 = a->pos0, .qa = qa,
+                 .ka = a->ka + kv * a->kv_h, .da = a->da, .qb = a->qb ? qb : NULL, .kb = a->kb,
+                 .db = a->db, .v = a->v + kv * a->kv_h, .dv = a->dv, .o = o, .scale = a->scale};
     att_rows(&j, s);
   }
   return ok;
@@ -192,10 +212,9 @@ bool df_k_attention_gemm(const float *q, int64_t M, int64_t pos0, int64_t n_head
                          float *out) {
 #if DF_HAVE_X86
   if (df_k_isa() < DF_ISA_AVX2 || d % 16 != 0 || M < 1) return false;
-  att_heads a = {.base = {.pos0 = pos0, .qa = q, .ka = kc, .lda = n_head * d, .da = d, .v = vc,
-                          .dv = d, .o = out, .ldo = n_head * d, .scale = scale},
-                 .n_head = n_head, .M = M, .group = n_head / n_kv, .qa_h = d, .o_h = d,
-                 .kv_h = ctx * d};
+  att_heads a = {.M = M, .pos0 = pos0, .n_kv = n_kv, .rpp = n_head / n_kv, .q = q,
+                 .ldq = n_head * d, .dq = d, .ka = kc, .v = vc, .da = d, .dv = d,
+                 .kv_h = ctx * d, .out = out, .ldo = n_head * d, .scale = scale};
   return att_run(&a);
 #else
   (void)q, (void)M, (void)pos0, (void)n_head, (void)n_kv, (void)d, (void)ctx, (void)kc;
@@ -210,11 +229,10 @@ bool df_k_mla_attention_gemm(const float *q_lat, const float *q_rope, int64_t ld
                              float scale, float *out) {
 #if DF_HAVE_X86
   if (df_k_isa() < DF_ISA_AVX2 || L % 16 != 0 || M < 1) return false;
-  att_heads a = {.base = {.pos0 = pos0, .qa = q_lat, .ka = ckv, .lda = n_head * L, .da = L,
-                          .qb = dr > 0 ? q_rope : NULL, .kb = kpe, .ldb = ld_rope, .db = dr,
-                          .v = ckv, .dv = L, .o = out, .ldo = n_head * L, .scale = scale},
-                 .n_head = n_head, .M = M, .group = 1, .qa_h = L, .qb_h = ld_rope_head,
-                 .o_h = L, .kv_h = 0};
+  att_heads a = {.M = M, .pos0 = pos0, .n_kv = 1, .rpp = n_head, .q = q_lat,
+                 .qb = dr > 0 ? q_rope : NULL, .ldq = n_head * L, .dq = L, .ldqb = ld_rope,
+                 .dqb = ld_rope_head, .ka = ckv, .kb = kpe, .v = ckv, .da = L, .db = dr,
+                 .dv = L, .kv_h = 0, .out = out, .ldo = n_head * L, .scale = scale};
   return att_run(&a);
 #else
   (void)q_lat, (void)q_rope, (void)ld_rope, (void)ld_rope_head, (void)M, (void)pos0;
@@ -243,8 +261,8 @@ void df_k_attn_softmax(float *s, int64_t n, float scale) {
 void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
                     int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
                     float *out, float *scratch) {
-  /* many rows (prefill): the blocked form, the same bits */
-  if (M >= 16 && df_k_attention_gemm(q, M, pos0, n_head, n_kv, d, ctx, kc, vc, scale, out))
+  /* the blocked form, the same bits */
+  if (df_k_attention_gemm(q, M, pos0, n_head, n_kv, d, ctx, kc, vc, scale, out))
     return;
   int64_t group = n_head / n_kv;
   int64_t pairs = M * n_head;

@@ -124,8 +124,8 @@ void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope
                         int64_t pos0, int64_t n_head, int64_t L, int64_t dr, int64_t ctx,
                         const float *ckv, const float *kpe, float scale, float *out,
                         float *scratch) {
-  /* many rows (prefill): the blocked form, the same bits */
-  if (M >= 16 && df_k_mla_attention_gemm(q_lat, q_rope, ld_rope, ld_rope_head, M, pos0, n_head,
+  /* the blocked form (every head's rows against the latent rows read once), the same bits */
+  if (df_k_mla_attention_gemm(q_lat, q_rope, ld_rope, ld_rope_head, M, pos0, n_head,
                                          L, dr, ckv, kpe, scale, out))
     return;
   int64_t pairs = M * n_head;
