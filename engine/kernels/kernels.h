@@ -105,14 +105,16 @@ void df_k_attention(const float *q, int64_t M, int64_t pos0, int64_t n_head, int
  * path (per row, blocked, MLA) takes its probabilities from here. n >= 1. */
 void df_k_attn_softmax(float *s, int64_t n, float scale);
 
-/* df_k_attention for many query rows on AVX2 and AVX-512, bit for bit: each head's scores for
- * blocks of 48 query rows through df_k_linear_serial (F32 "weights" = the cached keys; the same
- * lane order as df_k_dot), skipping key tiles of 8 that no row of the block sees; the same
- * scale, max, exp and ascending sum; then P V with the probabilities of 4 rows against 64 value
- * columns in registers (2 x 32 on AVX2; per element df_k_axpy's chain). Arguments as
- * df_k_attention, no scratch (a per-thread buffer of 48 x (pos0 + M) floats, kept). Returns
- * false, with out unspecified, when the ISA is below AVX2, d is not a multiple of 16 or the
- * buffer cannot be allocated: the caller computes the product the other way. */
+/* df_k_attention in blocks on AVX2 and AVX-512, bit for bit (df_k_attention takes it for every
+ * call it can): the query rows of the heads that share a KV head, stacked position by position
+ * in blocks of up to 48 rows; their scores through df_k_linear_serial (F32 "weights" = the
+ * cached keys, read once per block; the same lane order as df_k_dot), skipping key tiles of 8
+ * that no row of the block sees; df_k_attn_softmax; then P V with the probabilities of 4 rows
+ * against 64 value columns in registers (2 x 32 on AVX2; per element df_k_axpy's chain).
+ * Arguments as df_k_attention, no scratch (a per-thread buffer of about 48 x (pos0 + M + d)
+ * floats, kept). Returns false, with out unspecified, when the ISA is below AVX2, d is not a
+ * multiple of 16 or the buffer cannot be allocated: the caller computes the product the other
+ * way. */
 bool df_k_attention_gemm(const float *q, int64_t M, int64_t pos0, int64_t n_head, int64_t n_kv,
                          int64_t d, int64_t ctx, const float *kc, const float *vc, float scale,
                          float *out);
@@ -329,11 +331,12 @@ void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope
                         const float *ckv, const float *kpe, float scale, float *out,
                         float *scratch);
 
-/* df_k_mla_attention for many query rows on AVX2 and AVX-512, bit for bit, as
- * df_k_attention_gemm: the two score dots through df_k_linear's tiles (latent against ckv, RoPE
- * part against kpe), added, then scaled; P V against the latent rows. Arguments as
- * df_k_mla_attention, no scratch. Returns false, with out unspecified, when the ISA is below
- * AVX2, L is not a multiple of 16 or the per-thread buffer cannot be allocated. */
+/* df_k_mla_attention in blocks on AVX2 and AVX-512, bit for bit, as df_k_attention_gemm with
+ * every head's rows stacked against the one latent cache: the two score dots through
+ * df_k_linear's tiles (latent against ckv, RoPE part against kpe), added, then scaled; P V
+ * against the latent rows. Arguments as df_k_mla_attention, no scratch. Returns false, with out
+ * unspecified, when the ISA is below AVX2, L is not a multiple of 16 or the per-thread buffer
+ * cannot be allocated. */
 bool df_k_mla_attention_gemm(const float *q_lat, const float *q_rope, int64_t ld_rope,
                              int64_t ld_rope_head, int64_t M, int64_t pos0, int64_t n_head,
                              int64_t L, int64_t dr, const float *ckv, const float *kpe,

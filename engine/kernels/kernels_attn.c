@@ -2,11 +2,12 @@
  * form); see kernels.h df_k_attention, df_k_attention_gemm and df_k_mla_attention_gemm.
  *
  * Owns: df_k_attention (one query row at a time: a df_k_dot per key, softmax, a df_k_axpy per
- * key) and its blocked form for many query rows (prefill), which computes every element with
- * the same operations in the same order: the scores of a block of query rows through
- * df_k_linear_serial's tiles (the keys as F32 weights; df_k_linear's lane order is df_k_dot's),
- * the same softmax code, and P V with several rows' probabilities against a run of value
- * columns in registers (each element the fma(p_t, v_t, o) chain of df_k_axpy). df_k_mla_attention
+ * key; the scalar path) and its blocked form, taken wherever the ISA allows, which computes
+ * every element with the same operations in the same order: the query rows of the heads that
+ * share a KV head stacked into blocks, their scores through df_k_linear_serial's tiles (the
+ * keys as F32 weights, read once per block; df_k_linear's lane order is df_k_dot's), the same
+ * softmax function, and P V with several rows' probabilities against a run of value columns in
+ * registers (each element the fma(p_t, v_t, o) chain of df_k_axpy). df_k_mla_attention
  * (kernels_deepseek.c) takes the blocked form from here too.
  */
 #include "engine/kernels/kernels.h"
