@@ -179,8 +179,10 @@ static bool att_run(const att_heads *a) {
   if (n_rb * a->n_kv < threads) n_rb = (threads + a->n_kv - 1) / a->n_kv;
   if (n_rb > total) n_rb = total;
   int64_t per = (total + n_rb - 1) / n_rb, items = a->n_kv * n_rb;
-  bool ok = true;
-#pragma omp parallel for schedule(static) num_threads(df_k_max_threads()) reduction(&& : ok)
+  /* threads only pay off above some work (as the per-row form); results do not depend on it */
+  bool ok = true, par = items > 1 && a->n_kv * total * (a->pos0 + a->M) * (a->da + a->dv) >= 32768;
+#pragma omp parallel for schedule(static) if (par) num_threads(df_k_max_threads()) \
+    reduction(&& : ok)
   for (int64_t it = 0; it < items; it++) {
     int64_t kv = it / n_rb, f0 = (it % n_rb) * per, f1 = f0 + per < total ? f0 + per : total;
     if (f0 >= f1) continue;
