@@ -125,8 +125,8 @@ void df_k_mla_attention(const float *q_lat, const float *q_rope, int64_t ld_rope
                         const float *ckv, const float *kpe, float scale, float *out,
                         float *scratch) {
   /* the blocked form (every head's rows against the latent rows read once), the same bits */
-  if (df_k_mla_attention_gemm(q_lat, q_rope, ld_rope, ld_rope_head, M, pos0, n_head,
-                                         L, dr, ckv, kpe, scale, out))
+  if (df_k_mla_attention_gemm(q_lat, q_rope, ld_rope, ld_rope_head, M, pos0, n_head, L, dr, ckv,
+                              kpe, scale, out))
     return;
   int64_t pairs = M * n_head;
   bool par = pairs > 1 && (pos0 + M) * (L + dr) * pairs >= 16384;
